@@ -1,0 +1,28 @@
+"""The agent contract: an agent turns a worker's trajectories into gradients."""
+
+
+class BaseAgent:
+    @staticmethod
+    def add_args(parser):
+        """Add this agent's flags to its argument group."""
+
+    def __init__(self, args, model, seed=0):
+        self.args = args
+        self.model = model
+        self.seed = seed
+
+    def send_trajectory(self, trajectory):
+        """Take a fragment of experience (core.types.Trajectory); return statistics the
+        learner needs before asking for gradients (e.g. advantage sums)."""
+        raise NotImplementedError
+
+    def fetch_grads(self, weights, request):
+        """Gradients (core.types.GradientResult) of the model's loss on this agent's data for
+        ``weights`` and the minibatch that ``request`` (core.types.GradientRequest) names."""
+        raise NotImplementedError
+
+    def sync_weights(self, weights, version):
+        """Load ``weights`` into the model unless this version is loaded already."""
+        if weights is not None and version != getattr(self, "weights_version", None):
+            self.model.set_weights(weights)
+            self.weights_version = version

@@ -1,0 +1,96 @@
+"""default_agent: GAE(lambda) advantages and PPO minibatch gradients for one worker's data."""
+import numpy as np
+import torch
+
+from agents import register_agent
+from agents.base import BaseAgent
+from core.types import GradientResult, Trajectory
+from models.ppo import PPOBatch
+
+
+def compute_gae(rewards, values, next_values, terminated, truncated, gamma, lam):
+    """Generalized advantage estimation (Schulman et al. 2015, arXiv:1506.02438), time-major.
+
+    ``next_values[t]`` is V of the state after step t within the same episode: the next step's
+    value, the value of the final observation when step t was truncated, or anything when it
+    terminated (a terminal state is worth 0, so it is masked out). The recursion stops at every
+    episode end, terminated or truncated. Returns (advantages, returns).
+    """
+    rewards = np.asarray(rewards, dtype=np.float64)
+    not_terminal = 1.0 - np.asarray(terminated, dtype=np.float64)
+    episode_goes_on = 1.0 - np.logical_or(terminated, truncated).astype(np.float64)
+    deltas = rewards + gamma * np.asarray(next_values) * not_terminal - np.asarray(values)
+    advantages = np.zeros_like(deltas)
+    running = np.zeros(deltas.shape[1:])
+    for t in reversed(range(deltas.shape[0])):
+        running = deltas[t] + gamma * lam * episode_goes_on[t] * running
+        advantages[t] = running
+    returns = advantages + values
+    return advantages.astype(np.float32), returns.astype(np.float32)
+
+
+@register_agent("default_agent")
+class DefaultAgent(BaseAgent):
+    """GAE(lambda) with bootstrapping at truncation; minibatch gradients for the learner."""
+
+    @staticmethod
+    def add_args(parser):
+        parser.add_argument("--gamma", type=float, default=0.98,
+                            help="discount factor (default: %(default)s)")
+        parser.add_argument("--gae_lambda", type=float, default=0.8,
+                            help="GAE lambda (default: %(default)s)")
+        parser.add_argument("--no_advantage_norm", dest="normalize_advantage",
+                            action="store_false",
+                            help="do not normalize advantages (by default they are normalized "
+                                 "with the mean and std of the whole rollout, all workers)")
+
+    def __init__(self, args, model, seed=0):
+        super().__init__(args, model, seed)
+        self.rng = np.random.default_rng(seed)
+        self.data = None
+        self.order = None
+        self.weights_version = None
+
+    def send_trajectory(self, trajectory: Trajectory):
+        next_values = np.empty_like(trajectory.values)
+        next_values[:-1] = trajectory.values[1:]
+        next_values[-1] = self.model.predict_values(trajectory.last_observations)
+        if len(trajectory.truncated_index):
+            t, e = trajectory.truncated_index.T
+            next_values[t, e] = self.model.predict_values(trajectory.truncated_observations)
+        advantages, returns = compute_gae(
+            trajectory.rewards, trajectory.values, next_values, trajectory.terminated,
+            trajectory.truncated, self.args.gamma, self.args.gae_lambda)
+        n = trajectory.num_steps
+
+        def flat(x):
+            return torch.as_tensor(np.asarray(x).reshape(n, *np.asarray(x).shape[2:]))
+
+        self.data = {
+            "observations": flat(trajectory.observations).float(),
+            "actions": flat(trajectory.actions),
+            "old_log_probs": flat(trajectory.log_probs).float(),
+            "advantages": flat(advantages),
+            "returns": flat(returns),
+            "old_values": flat(trajectory.values).float(),
+        }
+        return {"advantage_sum": float(advantages.sum(dtype=np.float64)),
+                "advantage_sq_sum": float((advantages.astype(np.float64) ** 2).sum()),
+                "advantage_count": n}
+
+    def minibatch_indices(self, request):
+        if request.minibatch == 0 or self.order is None:
+            self.order = self.rng.permutation(len(self.data["returns"]))
+        return np.array_split(self.order, request.num_minibatches)[request.minibatch]
+
+    def fetch_grads(self, weights, request):
+        self.sync_weights(weights, request.weights_version)
+        idx = torch.as_tensor(self.minibatch_indices(request))
+        advantages = self.data["advantages"][idx]
+        if self.args.normalize_advantage:
+            advantages = (advantages - request.advantage_mean) / (request.advantage_std + 1e-8)
+        batch = PPOBatch(self.data["observations"][idx], self.data["actions"][idx],
+                         self.data["old_log_probs"][idx], advantages,
+                         self.data["returns"][idx], self.data["old_values"][idx])
+        gradients, stats = self.model.step(batch, request.progress)
+        return GradientResult(gradients, len(idx), request.weights_version, stats)

@@ -1,0 +1,1 @@
+"""ddrl's distributed machinery: registries, rollout workers, learner, evaluator, metrics."""

@@ -1,0 +1,51 @@
+"""Test worker: its own envs, deterministic actions, one episode per env, batched inference."""
+import numpy as np
+import torch
+
+from core.envs import to_env_action
+from core.plugins import load_plugins, make_env
+from core.process import setup_process
+
+EVAL_SEED_OFFSET = 1_000_000  # evaluation envs never share a seed with training envs
+
+
+class Evaluator:
+    def __init__(self, spec, num_episodes):
+        args = spec.args
+        setup_process(args)
+        plugins = load_plugins(spec)
+        self.seed = args.seed + EVAL_SEED_OFFSET
+        self.envs = [make_env(plugins, args, self.seed + k) for k in range(num_episodes)]
+        self.action_space = self.envs[0].action_space
+        self.model = plugins.model_cls(args, self.envs[0].observation_space, self.action_space)
+        self.rounds = 0
+
+    @torch.no_grad()
+    def evaluate(self, weights, weights_version=0, env_steps=0):
+        """Mean, spread and list of the returns of one deterministic episode per env."""
+        if weights is not None:
+            self.model.set_weights(weights)
+        # Each evaluation draws fresh starts: round r seeds env k with seed + k + 1000 r.
+        seeds = [self.seed + k + 1_000 * self.rounds for k in range(len(self.envs))]
+        self.rounds += 1
+        observations = [env.reset(seed=s)[0] for env, s in zip(self.envs, seeds)]
+        returns = np.zeros(len(self.envs))
+        lengths = np.zeros(len(self.envs), dtype=np.int64)
+        running = list(range(len(self.envs)))
+        while running:
+            actions, _ = self.model.choose_actions(np.stack([observations[i] for i in running]),
+                                                   deterministic=True)
+            still_running = []
+            for i, action in zip(running, actions):
+                obs, reward, terminated, truncated, _ = self.envs[i].step(
+                    to_env_action(self.action_space, action))
+                returns[i] += reward
+                lengths[i] += 1
+                observations[i] = obs
+                if not (terminated or truncated):
+                    still_running.append(i)
+            running = still_running
+        return {"eval_return": float(returns.mean()), "eval_return_std": float(returns.std()),
+                "eval_return_min": float(returns.min()), "eval_return_max": float(returns.max()),
+                "eval_length": float(lengths.mean()), "returns": returns.tolist(),
+                "weights_version": weights_version, "env_steps": env_steps}

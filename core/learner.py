@@ -1,0 +1,53 @@
+"""The learner: holds the optimizer state, applies averaged gradients, versions the weights."""
+from typing import Dict, Sequence
+
+import numpy as np
+import torch
+
+
+def average_gradients(gradients: Sequence[Dict[str, np.ndarray]],
+                      weights: Sequence[float]) -> Dict[str, np.ndarray]:
+    """Per-parameter average, weighted by each contribution's sample count.
+
+    Every parameter is averaged from its own gradients only: the actor's from the actor's, the
+    critic's from the critic's (the seed design averaged the critic from the actor's). With the
+    per-worker losses being means, weighting by sample count makes the average equal to the
+    gradient of the mean loss over the union of the workers' minibatches.
+    """
+    if not gradients:
+        raise ValueError("no gradients to average")
+    keys = set(gradients[0])
+    for g in gradients[1:]:
+        if set(g) != keys:
+            raise ValueError(f"workers returned different parameters: {sorted(keys ^ set(g))}")
+    total = float(sum(weights))
+    return {k: sum(np.asarray(g[k], dtype=np.float64) * (w / total)
+                   for g, w in zip(gradients, weights)).astype(np.float32)
+            for k in gradients[0]}
+
+
+class Learner:
+    def __init__(self, model):
+        self.model = model
+        self.optimizer = model.configure_optimizer()
+        self.version = 0
+        self.parameters = dict(model.named_parameters())
+
+    def apply(self, gradients: Dict[str, np.ndarray], progress: float = 0.0) -> float:
+        """One optimizer step with these gradients; returns the gradient norm before clipping."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.model.learning_rate(progress)
+        for name, param in self.parameters.items():
+            param.grad = torch.as_tensor(gradients[name]).reshape(param.shape).to(param.device)
+        max_norm = self.model.max_grad_norm()
+        if max_norm:
+            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        else:
+            norm = torch.linalg.vector_norm(torch.stack([
+                p.grad.norm() for p in self.parameters.values()]))
+        self.optimizer.step()
+        self.version += 1
+        return float(norm)
+
+    def get_weights(self):
+        return self.model.get_weights()

@@ -1,0 +1,100 @@
+"""One code path, two placements: Ray actors, or the same classes in the driver process.
+
+``Placement(local=True)`` gives objects a handle that looks like a Ray actor handle
+(``handle.method.remote(...)`` returns a ref, ``placement.get(ref)`` its value), so the training
+loops are written once; ``--num_workers 0`` runs them without Ray at all.
+"""
+import os
+
+import ray
+
+from core.plugins import REPO_ROOT
+from core.registry import ConfigError
+
+
+class LocalRef:
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+
+class _LocalMethod:
+    def __init__(self, method):
+        self.method = method
+
+    def remote(self, *args, **kwargs):
+        args = [a.value if isinstance(a, LocalRef) else a for a in args]
+        return LocalRef(self.method(*args, **kwargs))
+
+
+class LocalHandle:
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __getattr__(self, name):
+        return _LocalMethod(getattr(self.obj, name))
+
+
+_remote_classes = {}
+
+
+def remote_class(cls):
+    """ray.remote applied once per class (Ray anti-pattern: redefining remote classes)."""
+    if cls not in _remote_classes:
+        _remote_classes[cls] = ray.remote(cls)
+    return _remote_classes[cls]
+
+
+class Placement:
+    def __init__(self, local: bool):
+        self.local = local
+
+    def spawn(self, cls, *args, num_cpus=1.0, num_gpus=0.0):
+        if self.local:
+            return LocalHandle(cls(*args))
+        return remote_class(cls).options(num_cpus=num_cpus, num_gpus=num_gpus).remote(*args)
+
+    def put(self, value):
+        return LocalRef(value) if self.local else ray.put(value)
+
+    def get(self, refs):
+        if self.local:
+            return [r.value for r in refs] if isinstance(refs, list) else refs.value
+        return ray.get(refs)
+
+    def ready(self, ref) -> bool:
+        """True when ``ref`` is computed (never blocks)."""
+        if self.local:
+            return True
+        done, _ = ray.wait([ref], timeout=0)
+        return bool(done)
+
+
+def start_ray(args):
+    """Start a local Ray instance bound to 127.0.0.1, or join a cluster with --address."""
+    if ray.is_initialized():
+        return
+    common = dict(include_dashboard=bool(args.dashboard), logging_level="WARNING",
+                  log_to_driver=True)
+    if args.dashboard:
+        common["dashboard_host"] = args.dashboard_host
+    if args.address:
+        # The code and --user_dir plugins travel to the cluster's nodes with the job.
+        runtime_env = {"working_dir": REPO_ROOT,
+                       "excludes": [".venv", "runs", ".git", "benchmarks/results", "*.pt"]}
+        if args.user_dir:
+            runtime_env["py_modules"] = [os.path.abspath(args.user_dir)]
+        try:
+            ray.init(address=args.address, runtime_env=runtime_env, **common)
+        except (ConnectionError, ValueError, RuntimeError) as exc:
+            raise ConfigError(f"cannot join the Ray cluster at --address {args.address!r}: "
+                              f"{exc}. Start one with `ray start --head` or leave --address "
+                              f"out to start a local instance.") from exc
+        return
+    # Local workers inherit this environment: make the repository importable in them.
+    path = os.environ.get("PYTHONPATH", "")
+    if REPO_ROOT not in path.split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, path) if p)
+    ray.init(num_cpus=args.num_cpus, num_gpus=args.num_gpus,
+             _node_ip_address=args.node_ip_address, **common)

@@ -1,0 +1,75 @@
+"""Resolving plugin names to classes, in the driver and again inside every Ray worker.
+
+Workers receive names and the parsed flags, never classes: each worker imports the built-in
+plugin folders and the --user_dir itself, so a user's plugin works in an actor exactly as in the
+driver (and a class never has to be pickled by value).
+"""
+import inspect
+import os
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import ray
+
+from core.registry import ConfigError, import_user_dir, unwrap_actor_class
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@dataclass
+class PluginSpec:
+    env_name: str
+    model_name: str
+    agent_name: str
+    args: Any                       # the parsed argparse.Namespace
+    user_dir: Optional[str] = None
+
+
+@dataclass
+class Plugins:
+    env_cls: type        # plain class, runs in-process
+    env_actor_cls: Any   # Ray actor class for --env_placement actor
+    model_cls: type
+    agent_cls: type
+
+
+_actor_classes = {}
+
+
+def as_actor_class(registered):
+    """The Ray actor class for a registered env: itself if it carries @ray.remote, otherwise
+    ray.remote applied once and cached (Ray's anti-pattern list: never redefine remote classes
+    in a loop)."""
+    if hasattr(registered, "__ray_metadata__"):
+        return registered
+    if registered not in _actor_classes:
+        _actor_classes[registered] = ray.remote(registered)
+    return _actor_classes[registered]
+
+
+def load_plugins(spec: PluginSpec) -> Plugins:
+    if spec.user_dir:
+        import_user_dir(spec.user_dir)
+    from envs import ENV_REGISTRY
+    from models import MODEL_REGISTRY
+    from agents import AGENT_REGISTRY
+    env = ENV_REGISTRY.get(spec.env_name)
+    return Plugins(unwrap_actor_class(env), env, MODEL_REGISTRY.get(spec.model_name),
+                   AGENT_REGISTRY.get(spec.agent_name))
+
+
+def make_env(plugins: Plugins, args, seed=None):
+    """Build one env in this process. ``seed`` goes to __init__ when it takes one; the first
+    reset is always seeded as well (core.envs.EnvGroup)."""
+    return _construct(plugins.env_cls, args, seed)
+
+
+def make_env_actor(plugins: Plugins, args, seed=None):
+    actor_cls = as_actor_class(plugins.env_actor_cls).options(num_cpus=0)
+    return _construct(actor_cls.remote, args, seed, signature_of=plugins.env_cls)
+
+
+def _construct(factory, args, seed, signature_of=None):
+    params = inspect.signature((signature_of or factory).__init__).parameters
+    takes_seed = "seed" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+    return factory(args, seed=seed) if takes_seed else factory(args)

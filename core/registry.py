@@ -1,0 +1,160 @@
+"""One small registry factory shared by envs, models and agents (after fairseq/registry.py).
+
+A registry maps a name to a class. Registering validates the name and, where the kind has one,
+the base class. Registering the same name again is fine when it is the same class seen again
+(a module imported twice: Ray workers and ``--user_dir`` both re-import); a different class under
+a taken name is an error.
+"""
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.util
+import inspect
+import os
+import re
+import sys
+from dataclasses import dataclass
+from typing import Callable, Dict, Optional
+
+
+class ConfigError(ValueError):
+    """A user mistake (bad name, bad flag value, unsupported space): main.py prints it as one
+    paragraph and exits with code 2, without a traceback."""
+
+
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
+
+# Where plugins come from, shown by --list and in errors: "built-in" or the --user_dir path.
+_current_source = "built-in"
+
+
+@dataclass
+class Entry:
+    name: str
+    cls: type
+    source: str
+
+    @property
+    def summary(self) -> str:
+        doc = inspect.getdoc(self.cls) or ""
+        return doc.strip().splitlines()[0] if doc.strip() else ""
+
+
+def _identity(cls) -> tuple:
+    """What makes two class objects "the same class" across re-imports."""
+    return (cls.__module__, cls.__qualname__)
+
+
+class Registry:
+    def __init__(self, kind: str, base_class: Optional[type] = None,
+                 check: Optional[Callable[[type], None]] = None):
+        self.kind = kind
+        self.base_class = base_class
+        self.check = check
+        self.entries: Dict[str, Entry] = {}
+
+    def register(self, name: str):
+        if not isinstance(name, str) or not _NAME_RE.match(name):
+            raise ConfigError(f"cannot register {self.kind} {name!r}: a name is letters, digits, "
+                              f"'_' and '-', starting with a letter or '_'.")
+
+        def decorator(cls):
+            target = unwrap_actor_class(cls)
+            if self.base_class is not None and not (
+                    inspect.isclass(target) and issubclass(target, self.base_class)):
+                raise ConfigError(
+                    f"cannot register {self.kind} {name!r}: {cls!r} must subclass "
+                    f"{self.base_class.__module__}.{self.base_class.__qualname__}.")
+            if self.check is not None:
+                self.check(target)
+            old = self.entries.get(name)
+            if old is not None and _identity(unwrap_actor_class(old.cls)) != _identity(target):
+                raise ConfigError(
+                    f"cannot register {self.kind} {name!r} for {_identity(target)}: the name is "
+                    f"already taken by {_identity(unwrap_actor_class(old.cls))} "
+                    f"({old.source}). Pick another name.")
+            self.entries[name] = Entry(name, cls, _current_source)
+            return cls
+
+        return decorator
+
+    def names(self):
+        return sorted(self.entries)
+
+    def get(self, name: str):
+        """The registered class (as registered: an env may be a Ray ActorClass)."""
+        if name not in self.entries:
+            raise ConfigError(unknown_name_message(self.kind, name, self.names()))
+        return self.entries[name].cls
+
+    def __contains__(self, name):
+        return name in self.entries
+
+
+def unknown_name_message(kind: str, name: str, known) -> str:
+    close = difflib.get_close_matches(str(name), list(known), n=1, cutoff=0.5)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    listed = ", ".join(known) if known else "(none)"
+    return (f"unknown {kind} {name!r} (--{kind}_name). Registered {kind}s: {listed}.{hint} "
+            f"A plugin outside the repository is loaded with --user_dir DIR.")
+
+
+def unwrap_actor_class(cls):
+    """The plain Python class behind a ``@ray.remote`` class, so it can also run in-process."""
+    meta = getattr(cls, "__ray_metadata__", None)
+    if meta is not None:
+        return meta.modified_class
+    return cls
+
+
+def import_package_modules(package_name: str, package_dir: str):
+    """Import every module of a plugin folder so that its decorators run (fairseq-style scan)."""
+    for file in sorted(os.listdir(package_dir)):
+        path = os.path.join(package_dir, file)
+        if file.startswith(("_", ".")):
+            continue
+        if file.endswith(".py"):
+            importlib.import_module(f"{package_name}.{file[:-3]}")
+
+
+def import_user_dir(user_dir: str):
+    """Import plugins from a folder anywhere: its .py files and its envs/, models/, agents/
+    subfolders. Idempotent: a module already imported from the same file is not run again."""
+    global _current_source
+    path = os.path.abspath(os.path.expanduser(user_dir))
+    if not os.path.isdir(path):
+        raise ConfigError(f"--user_dir {user_dir!r} is not a folder (resolved to {path}). "
+                          f"Give a folder holding plugin .py files or envs/, models/, agents/.")
+    files = [os.path.join(path, f) for f in sorted(os.listdir(path))]
+    for sub in ("envs", "models", "agents"):
+        subdir = os.path.join(path, sub)
+        if os.path.isdir(subdir):
+            files += [os.path.join(subdir, f) for f in sorted(os.listdir(subdir))]
+    # Make `import helper` between the user's own files work, as it would in a script.
+    if path not in sys.path:
+        sys.path.append(path)
+    tag = re.sub(r"\W", "_", os.path.basename(path)) or "root"
+    previous, _current_source = _current_source, path
+    try:
+        for file in files:
+            name = os.path.basename(file)
+            if not name.endswith(".py") or name.startswith(("_", ".")):
+                continue
+            rel = os.path.relpath(file, path)[:-3].replace(os.sep, ".")
+            module_name = f"ddrl_user_{tag}.{rel}"
+            if module_name in sys.modules:
+                continue
+            spec = importlib.util.spec_from_file_location(module_name, file)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[module_name] = module
+            try:
+                spec.loader.exec_module(module)
+            except ConfigError:
+                raise
+            except Exception as exc:
+                del sys.modules[module_name]
+                raise ConfigError(f"--user_dir: importing {file} failed: "
+                                  f"{type(exc).__name__}: {exc}") from exc
+    finally:
+        _current_source = previous

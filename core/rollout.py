@@ -1,0 +1,95 @@
+"""Rollout worker: steps ``--num_envs_per_worker`` envs with batched inference, in fragments,
+and hands each fragment to its agent; the learner then asks it for gradients.
+
+The same class runs as a Ray actor (``--num_workers N``) or in the driver (``--num_workers 0``).
+"""
+import time
+
+import numpy as np
+import torch
+
+from core.envs import EnvGroup
+from core.plugins import load_plugins
+from core.process import setup_process
+from core.types import RolloutStats, Trajectory
+
+
+def worker_seeds(seed, worker_index, num_envs):
+    """Distinct seeds for every env of every worker (the seed design seeded all workers alike)."""
+    base = seed + 10_000 * (worker_index + 1)
+    return [base + j for j in range(num_envs)]
+
+
+class RolloutWorker:
+    def __init__(self, spec, worker_index=0):
+        args = spec.args
+        setup_process(args)
+        plugins = load_plugins(spec)
+        self.worker_index = worker_index
+        torch.manual_seed(args.seed + 1_000 * (worker_index + 1))
+        self.envs = EnvGroup(plugins, args, worker_seeds(args.seed, worker_index,
+                                                         args.num_envs_per_worker),
+                             placement=args.env_placement)
+        self.model = plugins.model_cls(args, self.envs.observation_space, self.envs.action_space)
+        self.agent = plugins.agent_cls(args, self.model, seed=args.seed + worker_index)
+        self.observations = self.envs.reset()
+        num_envs = len(self.envs)
+        self.episode_return = np.zeros(num_envs)
+        self.episode_length = np.zeros(num_envs, dtype=np.int64)
+
+    def collect(self, weights, weights_version, num_steps):
+        """Run ``num_steps`` steps in each env with the given weights and pass the fragment to
+        the agent. Returns core.types.RolloutStats."""
+        start = time.perf_counter()
+        self.agent.sync_weights(weights, weights_version)
+        num_envs = len(self.envs)
+        obs_buf = np.empty((num_steps, *self.observations.shape), dtype=np.float32)
+        rewards = np.empty((num_steps, num_envs), dtype=np.float32)
+        terminated = np.empty((num_steps, num_envs), dtype=bool)
+        truncated = np.empty((num_steps, num_envs), dtype=bool)
+        actions, log_probs, values = [], [], []
+        truncated_index, truncated_obs = [], []
+        finished_returns, finished_lengths = [], []
+
+        for t in range(num_steps):
+            obs_buf[t] = self.observations
+            action, extras = self.model.choose_actions(self.observations)
+            result = self.envs.step(action)
+            actions.append(action)
+            log_probs.append(extras["log_probs"])
+            values.append(extras["values"])
+            rewards[t], terminated[t], truncated[t] = (result.rewards, result.terminated,
+                                                       result.truncated)
+            self.episode_return += result.rewards
+            self.episode_length += 1
+            for e, final_obs in result.final_observations.items():
+                if result.truncated[e] and not result.terminated[e]:
+                    truncated_index.append((t, e))
+                    truncated_obs.append(final_obs)
+                finished_returns.append(float(self.episode_return[e]))
+                finished_lengths.append(int(self.episode_length[e]))
+                self.episode_return[e] = 0.0
+                self.episode_length[e] = 0
+            self.observations = result.observations
+
+        trajectory = Trajectory(
+            observations=obs_buf, actions=np.stack(actions), rewards=rewards,
+            terminated=terminated, truncated=truncated, log_probs=np.stack(log_probs),
+            values=np.stack(values), last_observations=self.observations.astype(np.float32),
+            truncated_index=np.array(truncated_index, dtype=np.int64).reshape(-1, 2),
+            truncated_observations=np.array(truncated_obs, dtype=np.float32).reshape(
+                len(truncated_obs), *self.observations.shape[1:]),
+            weights_version=weights_version)
+        agent_stats = self.agent.send_trajectory(trajectory) or {}
+        return RolloutStats(env_steps=trajectory.num_steps, episode_returns=finished_returns,
+                            episode_lengths=finished_lengths, weights_version=weights_version,
+                            sample_time_s=time.perf_counter() - start, agent_stats=agent_stats)
+
+    def fetch_grads(self, weights, request):
+        return self.agent.fetch_grads(weights, request)
+
+    def spaces(self):
+        return self.envs.observation_space, self.envs.action_space
+
+    def close(self):
+        self.envs.close()

@@ -1,0 +1,94 @@
+"""What every training loop shares: the clock, the stop rules, metrics and the summary."""
+import os
+import time
+
+import ray
+
+from core.metrics import MetricsLogger, write_json
+
+
+class RunContext:
+    def __init__(self, args, run_dir, start_time, columns, target_return):
+        self.args = args
+        self.run_dir = run_dir
+        self.start_time = start_time          # process start: what time-to-target is measured from
+        self.target_return = target_return
+        self.env_steps = 0
+        self.best_eval_return = None
+        self.last_eval_return = None
+        self.time_to_target_s = None
+        self.steps_to_target = None
+        self.stopped_because = None
+        self.last_row_time = time.time()
+        self.last_row_steps = 0
+        self.on_new_best = None               # callback(eval_result), e.g. save best weights
+        os.makedirs(run_dir, exist_ok=True)
+        self.logger = MetricsLogger(os.path.join(run_dir, "metrics.csv"), columns,
+                                    log_interval=args.log_interval, quiet=args.quiet)
+
+    def elapsed(self):
+        return time.time() - self.start_time
+
+    def cpus_per_actor(self, num_actors):
+        """CPUs to reserve per rollout worker: 1, or an equal share when there are fewer CPUs
+        than workers (otherwise Ray would leave the extra workers waiting forever)."""
+        if not ray.is_initialized():
+            return 1.0
+        total = ray.cluster_resources().get("CPU", 1.0)
+        return min(1.0, total / max(1, num_actors))
+
+    def record_eval(self, result):
+        value = result["eval_return"]
+        self.last_eval_return = value
+        if self.best_eval_return is None or value > self.best_eval_return:
+            self.best_eval_return = value
+            if self.on_new_best is not None:
+                self.on_new_best(result)
+        if (self.target_return is not None and value >= self.target_return
+                and self.time_to_target_s is None):
+            self.time_to_target_s = self.elapsed()
+            self.steps_to_target = result.get("env_steps", self.env_steps)
+
+    def record(self, row, eval_result=None):
+        """Log one iteration; returns True when the run must stop."""
+        now = time.time()
+        row["env_steps"] = self.env_steps
+        row["wall_time_s"] = now - self.start_time
+        row["steps_per_s"] = (self.env_steps - self.last_row_steps) / max(now - self.last_row_time,
+                                                                          1e-9)
+        self.last_row_time, self.last_row_steps = now, self.env_steps
+        if eval_result is not None:
+            self.record_eval(eval_result)
+            row["eval_return"] = eval_result["eval_return"]
+            row["eval_return_std"] = eval_result["eval_return_std"]
+        self.logger.log(row)
+        if self.time_to_target_s is not None:
+            self.stopped_because = "target_return"
+        elif self.env_steps >= self.args.total_steps:
+            self.stopped_because = "total_steps"
+        elif self.args.max_time is not None and self.elapsed() >= self.args.max_time:
+            self.stopped_because = "max_time"
+        return self.stopped_because is not None
+
+    def summary(self, **extra):
+        wall = self.elapsed()
+        return {
+            "env_steps": self.env_steps,
+            "wall_time_s": round(wall, 3),
+            "steps_per_s": round(self.env_steps / max(wall, 1e-9), 1),
+            "best_eval_return": self.best_eval_return,
+            "last_eval_return": self.last_eval_return,
+            "stopped_because": self.stopped_because,
+            "target_return": self.target_return,
+            "target_reached": self.time_to_target_s is not None,
+            "time_to_target_s": (None if self.time_to_target_s is None
+                                 else round(self.time_to_target_s, 3)),
+            "steps_to_target": self.steps_to_target,
+            **extra,
+        }
+
+    def finish(self, **extra):
+        self.logger.close()
+        summary = self.summary(**extra)
+        write_json(os.path.join(self.run_dir, "summary.json"), summary)
+        return summary

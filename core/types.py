@@ -1,0 +1,60 @@
+"""Typed data contracts between rollout workers, agents and the learner."""
+from dataclasses import dataclass, field
+from typing import Dict, List
+
+import numpy as np
+
+
+@dataclass
+class Trajectory:
+    """A fragment of T steps from E envs, time-major: arrays are [T, E, ...].
+
+    ``next_observations`` holds, for every step that ended an episode by truncation, the
+    observation the env returned before the automatic reset: the agent bootstraps from its
+    value (a time limit is not a terminal state; Pardo et al. 2018, arXiv:1712.00378).
+    """
+    observations: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    log_probs: np.ndarray
+    values: np.ndarray
+    last_observations: np.ndarray          # [E, ...] observation after the last step
+    truncated_index: np.ndarray            # [K, 2] (t, e) of truncated steps
+    truncated_observations: np.ndarray     # [K, ...] their final observations
+    weights_version: int = 0
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.rewards.size)
+
+
+@dataclass
+class GradientRequest:
+    """What the learner asks of every worker for one minibatch step."""
+    epoch: int
+    minibatch: int
+    num_minibatches: int
+    advantage_mean: float
+    advantage_std: float
+    progress: float
+    weights_version: int
+
+
+@dataclass
+class GradientResult:
+    gradients: Dict[str, np.ndarray]
+    num_samples: int
+    weights_version: int
+    stats: Dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class RolloutStats:
+    env_steps: int
+    episode_returns: List[float]
+    episode_lengths: List[int]
+    weights_version: int
+    sample_time_s: float = 0.0
+    agent_stats: Dict[str, float] = field(default_factory=dict)  # what send_trajectory returned

@@ -1,0 +1,123 @@
+"""ddrl: distributed deep reinforcement learning on Ray.
+
+    python main.py                                   # PPO on CartPole-v1 until eval >= 475
+    python main.py --env_name gym_env --gym_id Pendulum-v1 --num_workers 2
+    python main.py --user_dir ~/my_plugins --env_name my_env -h
+"""
+import time
+
+START_TIME = time.time()  # time-to-target is measured from process start
+
+import os  # noqa: E402
+import sys  # noqa: E402
+
+
+def default_run_dir(args):
+    env = args.env_name + (f"-{args.gym_id}" if getattr(args, "gym_id", None) else "")
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return os.path.join("runs", f"{env}-{args.model_name}-{stamp}")
+
+
+def probe_env(plugins, args):
+    """Build one env in the driver to learn its spaces and reward threshold."""
+    from core.plugins import make_env
+    env = make_env(plugins, args, seed=args.seed)
+    found = env.observation_space, env.action_space, getattr(env, "reward_threshold", None)
+    getattr(env, "close", lambda: None)()
+    return found
+
+
+def save_resolved_config(args, run_dir):
+    import yaml
+    from core.metrics import atomic_write_text
+    config = {k: v for k, v in vars(args).items() if k != "config"}
+    atomic_write_text(os.path.join(run_dir, "config.yaml"),
+                      yaml.safe_dump(config, sort_keys=False))
+
+
+def run(args):
+    import ray
+    from core.checkpoint import save_checkpoint
+    from core.placement import start_ray
+    from core.plugins import PluginSpec, load_plugins
+    from core.ppo_trainer import METRIC_COLUMNS, PPOTrainer
+    from core.process import setup_process
+    from core.registry import ConfigError
+    from core.run import RunContext
+
+    setup_process(args)
+    spec = PluginSpec(args.env_name, args.model_name, args.agent_name, args, args.user_dir)
+    plugins = load_plugins(spec)
+    observation_space, action_space, threshold = probe_env(plugins, args)
+    plugins.model_cls.check_spaces(observation_space, action_space)
+    if plugins.model_cls.trainer != "ppo":
+        raise ConfigError(f"model {args.model_name!r} needs the {plugins.model_cls.trainer!r} "
+                          f"training loop, which this version of ddrl does not have yet.")
+    target = args.target_return if args.target_return is not None else threshold
+    if args.num_gpus and args.gpu:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, args.gpu))
+    if args.num_workers > 0:
+        start_ray(args)
+
+    run_dir = args.run_dir or default_run_dir(args)
+    context = RunContext(args, run_dir, START_TIME, METRIC_COLUMNS, target)
+    save_resolved_config(args, run_dir)
+    trainer = PPOTrainer(args, spec, plugins, (observation_space, action_space), context)
+    checkpoint_dir = os.path.join(run_dir, "checkpoints")
+
+    def save(name, extra=None):
+        weights, optimizer_state = trainer.checkpoint_state()
+        save_checkpoint(os.path.join(checkpoint_dir, name), weights, optimizer_state,
+                        {"env_steps": context.env_steps, "updates": trainer.learner.version,
+                         "env_name": args.env_name, "model_name": args.model_name,
+                         "agent_name": args.agent_name, **(extra or {})})
+
+    context.on_new_best = lambda result: save("best.pt", {"eval_return": result["eval_return"]})
+    if not args.quiet:
+        print(f"ddrl: {args.env_name}{'/' + args.gym_id if getattr(args, 'gym_id', None) else ''}"
+              f" + {args.model_name} + {args.agent_name}, {args.num_workers} workers x "
+              f"{args.num_envs_per_worker} envs, target {target}, run dir {run_dir}", flush=True)
+    try:
+        trainer.train()
+    except KeyboardInterrupt:
+        context.stopped_because = "interrupted"
+    finally:
+        save("last.pt")
+    summary = context.finish(run_dir=run_dir)
+    print(f"ddrl: stopped ({summary['stopped_because']}) after {summary['env_steps']:,} env steps"
+          f" in {summary['wall_time_s']:.1f} s; best eval {summary['best_eval_return']}, last eval"
+          f" {summary['last_eval_return']}; time to target "
+          f"{summary['time_to_target_s']} s; {run_dir}/summary.json", flush=True)
+    if ray.is_initialized() and not args.address:
+        ray.shutdown()
+    return 130 if summary["stopped_because"] == "interrupted" else 0
+
+
+def unwrap_config_error(exc):
+    """A ConfigError raised inside a Ray actor arrives wrapped; find it."""
+    from core.registry import ConfigError
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, ConfigError):
+            return exc
+        exc = getattr(exc, "cause", None) or exc.__cause__
+        seen += 1
+    return None
+
+
+def main(argv=None):
+    from core.registry import ConfigError
+    from options.options import parse_args
+    try:
+        args = parse_args(argv)
+        return run(args)
+    except Exception as exc:  # noqa: BLE001 - user errors are one paragraph, the rest re-raise
+        error = unwrap_config_error(exc)
+        if error is None:
+            raise
+        print(f"ddrl: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""The model contract. A model is a torch module that owns its loss: ``step(batch)`` returns
+gradients and never applies them (the learner holds the optimizer and applies the average)."""
+from typing import Dict, Tuple
+
+import numpy as np
+import torch
+from torch import nn
+
+Gradients = Dict[str, np.ndarray]
+Weights = Dict[str, np.ndarray]
+
+
+class BaseModel(nn.Module):
+    #: which training loop drives this model ("ppo": gradient collecting; "sac": replay)
+    trainer = None
+
+    @staticmethod
+    def add_args(parser):
+        """Add this model's flags to its argument group."""
+
+    @classmethod
+    def check_spaces(cls, observation_space, action_space):
+        """Raise core.registry.ConfigError when the model cannot take these spaces."""
+
+    def __init__(self, args, observation_space, action_space):
+        super().__init__()
+        self.args = args
+        self.observation_space = observation_space
+        self.action_space = action_space
+
+    def choose_actions(self, obs: np.ndarray, deterministic: bool = False
+                       ) -> Tuple[np.ndarray, Dict[str, np.ndarray]]:
+        """Actions for a batch of observations, plus what the agent needs (log-probs, values)."""
+        raise NotImplementedError
+
+    def step(self, batch) -> Tuple[Gradients, Dict[str, float]]:
+        """Loss on a batch; returns (gradients by parameter name, statistics)."""
+        raise NotImplementedError
+
+    def configure_optimizer(self) -> torch.optim.Optimizer:
+        raise NotImplementedError
+
+    def learning_rate(self, progress: float) -> float:
+        """Learning rate at ``progress`` (fraction of --total_steps done), for the learner."""
+        raise NotImplementedError
+
+    def max_grad_norm(self):
+        """Global gradient-norm clip the learner applies to the averaged gradient (None: off)."""
+        return None
+
+    # Weights travel as numpy arrays: Ray puts them in the object store without a copy.
+    def get_weights(self) -> Weights:
+        return {k: v.detach().cpu().numpy().copy() for k, v in self.state_dict().items()}
+
+    def set_weights(self, weights: Weights):
+        with torch.no_grad():
+            for name, tensor in self.state_dict().items():
+                tensor.copy_(torch.as_tensor(np.asarray(weights[name])))
+
+    def collect_gradients(self) -> Gradients:
+        return {name: (p.grad.detach().cpu().numpy().copy() if p.grad is not None
+                       else np.zeros(tuple(p.shape), dtype=np.float32))
+                for name, p in self.named_parameters()}

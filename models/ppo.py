@@ -1,0 +1,200 @@
+"""ppo: actor-critic MLP with the PPO clipped objective (Schulman et al. 2017, arXiv:1707.06347).
+
+Categorical head for Discrete actions, state-independent-std Gaussian for Box actions. The loss
+of one minibatch is in ``step``; the agent hands it advantages already normalized with the
+statistics of the whole rollout (so that averaging workers' gradients equals one big batch).
+"""
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+from torch.distributions import Categorical, Normal
+
+from core.registry import ConfigError
+from models import register_model
+from models.base import BaseModel
+
+ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
+
+
+class PPOBatch(NamedTuple):
+    """What the agent hands the model for one minibatch (all torch tensors, first dim = batch)."""
+    observations: torch.Tensor
+    actions: torch.Tensor
+    old_log_probs: torch.Tensor   # recorded at rollout time, by the policy that acted
+    advantages: torch.Tensor      # already normalized
+    returns: torch.Tensor
+    old_values: torch.Tensor
+
+
+def hidden_sizes(text):
+    try:
+        sizes = [int(s) for s in str(text).split(",") if s.strip()]
+    except ValueError:
+        sizes = None
+    if not sizes or min(sizes) < 1:
+        import argparse
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a list of layer widths; write e.g. 64,64")
+    return sizes
+
+
+def mlp(in_dim, sizes, out_dim, activation, out_gain):
+    layers, last = [], in_dim
+    for size in sizes:
+        linear = nn.Linear(last, size)
+        nn.init.orthogonal_(linear.weight, np.sqrt(2))  # as in SB3 / the PPO implementation details
+        nn.init.zeros_(linear.bias)
+        layers += [linear, ACTIVATIONS[activation]()]
+        last = size
+    head = nn.Linear(last, out_dim)
+    nn.init.orthogonal_(head.weight, out_gain)
+    nn.init.zeros_(head.bias)
+    return nn.Sequential(*layers, head)
+
+
+def schedule(start, kind, progress):
+    return start * (1.0 - progress) if kind == "linear" else start
+
+
+@register_model("ppo")
+class PPOModel(BaseModel):
+    """Actor-critic MLP trained with PPO's clipped objective, value loss and entropy bonus."""
+    trainer = "ppo"
+
+    @staticmethod
+    def add_args(parser):
+        parser.add_argument("--hidden_sizes", type=hidden_sizes, default=[64, 64],
+                            help="widths of the actor's and the critic's hidden layers "
+                                 "(default: 64,64)")
+        parser.add_argument("--activation", choices=sorted(ACTIVATIONS), default="tanh",
+                            help="hidden activation (default: %(default)s)")
+        parser.add_argument("--lr", type=float, default=1e-3,
+                            help="Adam learning rate (default: %(default)s)")
+        parser.add_argument("--lr_schedule", choices=["constant", "linear"], default="linear",
+                            help="learning rate schedule over --total_steps "
+                                 "(default: %(default)s)")
+        parser.add_argument("--num_epochs", type=int, default=10,
+                            help="K: passes over each rollout (default: %(default)s)")
+        parser.add_argument("--clip_range", type=float, default=0.2,
+                            help="epsilon of the clipped ratio (default: %(default)s)")
+        parser.add_argument("--clip_schedule", choices=["constant", "linear"], default="linear",
+                            help="clip range schedule over --total_steps (default: %(default)s)")
+        parser.add_argument("--clip_range_vf", type=float, default=None,
+                            help="clip the value change per update to this (default: off)")
+        parser.add_argument("--ent_coef", type=float, default=0.0,
+                            help="entropy bonus coefficient (default: %(default)s)")
+        parser.add_argument("--vf_coef", type=float, default=0.5,
+                            help="value loss coefficient (default: %(default)s)")
+        parser.add_argument("--max_grad_norm", type=float, default=0.5,
+                            help="clip the global norm of the averaged gradient "
+                                 "(default: %(default)s; 0 = off)")
+        parser.add_argument("--log_std_init", type=float, default=0.0,
+                            help="initial log standard deviation of the Gaussian policy "
+                                 "(Box actions; default: %(default)s)")
+
+    @classmethod
+    def check_spaces(cls, observation_space, action_space):
+        if not isinstance(observation_space, spaces.Box):
+            raise ConfigError(
+                f"model {cls.__name__} takes Box observations; this env's observation space is "
+                f"{observation_space}. Flatten or encode the observation in the env wrapper, or "
+                f"write a model for this space.")
+        if isinstance(action_space, spaces.Box):
+            if len(action_space.shape) != 1:
+                raise ConfigError(f"model {cls.__name__} takes 1-D Box actions, got "
+                                  f"{action_space}.")
+        elif not isinstance(action_space, spaces.Discrete):
+            raise ConfigError(f"model {cls.__name__} takes Discrete or 1-D Box actions; this "
+                              f"env's action space is {action_space}.")
+
+    def __init__(self, args, observation_space, action_space):
+        super().__init__(args, observation_space, action_space)
+        self.obs_dim = int(np.prod(observation_space.shape))
+        self.discrete = isinstance(action_space, spaces.Discrete)
+        self.action_dim = int(action_space.n) if self.discrete else int(action_space.shape[0])
+        self.build_networks(args)
+
+    def build_networks(self, args):
+        """The actor and the critic; a subclass overrides this to change the network."""
+        self.actor = mlp(self.obs_dim, args.hidden_sizes, self.action_dim, args.activation, 0.01)
+        self.critic = mlp(self.obs_dim, args.hidden_sizes, 1, args.activation, 1.0)
+        if not self.discrete:
+            self.log_std = nn.Parameter(torch.full((self.action_dim,), args.log_std_init))
+
+    # -- policy -------------------------------------------------------------------------------
+    def distribution(self, obs):
+        logits_or_mean = self.actor(obs)
+        if self.discrete:
+            return Categorical(logits=logits_or_mean)
+        return Normal(logits_or_mean, self.log_std.exp().expand_as(logits_or_mean))
+
+    def log_prob(self, dist, actions):
+        return dist.log_prob(actions) if self.discrete else dist.log_prob(actions).sum(-1)
+
+    def entropy(self, dist):
+        return dist.entropy() if self.discrete else dist.entropy().sum(-1)
+
+    def values(self, obs):
+        return self.critic(obs).squeeze(-1)
+
+    def flat_obs(self, obs):
+        return torch.as_tensor(np.asarray(obs), dtype=torch.float32).reshape(-1, self.obs_dim)
+
+    @torch.no_grad()
+    def choose_actions(self, obs, deterministic=False):
+        obs = self.flat_obs(obs)
+        dist = self.distribution(obs)
+        if deterministic:
+            actions = dist.probs.argmax(-1) if self.discrete else dist.mean
+        else:
+            actions = dist.sample()
+        return actions.numpy(), {"log_probs": self.log_prob(dist, actions).numpy(),
+                                 "values": self.values(obs).numpy()}
+
+    @torch.no_grad()
+    def predict_values(self, obs):
+        return self.values(self.flat_obs(obs)).numpy()
+
+    # -- learning -----------------------------------------------------------------------------
+    def step(self, batch: PPOBatch, progress: float = 0.0):
+        clip_range = schedule(self.args.clip_range, self.args.clip_schedule, progress)
+        dist = self.distribution(batch.observations)
+        log_prob = self.log_prob(dist, batch.actions)
+        values = self.values(batch.observations)
+
+        log_ratio = log_prob - batch.old_log_probs
+        ratio = log_ratio.exp()
+        surrogate = batch.advantages * ratio
+        clipped = batch.advantages * ratio.clamp(1.0 - clip_range, 1.0 + clip_range)
+        policy_loss = -torch.min(surrogate, clipped).mean()
+
+        if self.args.clip_range_vf is not None:
+            values = batch.old_values + (values - batch.old_values).clamp(
+                -self.args.clip_range_vf, self.args.clip_range_vf)
+        value_loss = ((batch.returns - values) ** 2).mean()
+        entropy = self.entropy(dist).mean()
+
+        loss = policy_loss + self.args.vf_coef * value_loss - self.args.ent_coef * entropy
+        self.zero_grad(set_to_none=True)
+        loss.backward()
+
+        with torch.no_grad():
+            # http://joschu.net/blog/kl-approx.html : unbiased, low-variance estimator
+            approx_kl = ((ratio - 1.0) - log_ratio).mean().item()
+            clip_fraction = ((ratio - 1.0).abs() > clip_range).float().mean().item()
+        stats = {"policy_loss": policy_loss.item(), "value_loss": value_loss.item(),
+                 "entropy": entropy.item(), "approx_kl": approx_kl,
+                 "clip_fraction": clip_fraction, "ratio_mean": ratio.mean().item()}
+        return self.collect_gradients(), stats
+
+    def configure_optimizer(self):
+        return torch.optim.Adam(self.parameters(), lr=self.args.lr, eps=1e-5)
+
+    def learning_rate(self, progress):
+        return schedule(self.args.lr, self.args.lr_schedule, progress)
+
+    def max_grad_norm(self):
+        return self.args.max_grad_norm or None

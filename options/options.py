@@ -1,0 +1,223 @@
+"""The two-pass command line (after fairseq/options.py).
+
+Pass 1 (parse_known_args, no -h): --user_dir and --config, so plugins are imported and the
+preset applies before anything else. Pass 2 (parse_known_args): the common flags, to learn the
+chosen --env_name, --model_name, --agent_name. Then every chosen class adds its own flags
+(``add_args``) in its own argument group, -h is added, and a strict parse rejects misspellings.
+"""
+import argparse
+import math
+import os
+import sys
+
+import yaml
+
+from core.registry import ConfigError, import_user_dir, unwrap_actor_class
+from options.custom_options import get_custom_args
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a bad flag is one short paragraph, not the whole usage block."""
+
+    def error(self, message):
+        raise ConfigError(f"{message}. Run `python main.py -h` (with your --env_name, "
+                          f"--model_name, --agent_name) to see every flag.")
+
+
+# -- value types: a bad value names itself and what is allowed -----------------------------------
+def _number(kind, low, text, allow_none=False):
+    if allow_none and str(text).lower() in ("none", "null", ""):
+        return None
+    try:
+        value = float(text)
+        if kind is int:  # 1e6 and 1_000_000 are integers too
+            if not value.is_integer():
+                raise ValueError
+            value = int(value)
+    except (TypeError, ValueError, OverflowError):
+        what = "an integer" if kind is int else "a number"
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+    if kind is float and math.isnan(value):
+        raise argparse.ArgumentTypeError("nan is not allowed")
+    if low is not None and value < low:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= {low}")
+    return value
+
+
+def non_negative_int(text):
+    return _number(int, 0, text)
+
+
+def positive_int(text):
+    return _number(int, 1, text)
+
+
+def positive_float_or_none(text):
+    return _number(float, 0, text, allow_none=True)
+
+
+def float_or_none(text):
+    return _number(float, None, text, allow_none=True)
+
+
+def gpu_list(text):
+    ids = [s.strip() for s in str(text).split(",") if s.strip()]
+    if not all(s.isdigit() for s in ids):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of GPU ids "
+                                         f"such as 0,1")
+    return [int(s) for s in ids]
+
+
+def add_common_args(parser):
+    group = parser.add_argument_group("plugins")
+    group.add_argument("--env_name", default="gym_env",
+                       help="registered env wrapper (default: %(default)s; see envs/)")
+    group.add_argument("--model_name", default="ppo",
+                       help="registered model (default: %(default)s; see models/)")
+    group.add_argument("--agent_name", default="default_agent",
+                       help="registered agent (default: %(default)s; see agents/)")
+    group.add_argument("--user_dir", default=None,
+                       help="folder of your own plugins (.py files, or envs/ models/ agents/ "
+                            "subfolders), imported before the flags are read")
+    group.add_argument("--config", default=None,
+                       help="YAML preset of flag defaults (configs/); flags typed on the command "
+                            "line win")
+
+    group = parser.add_argument_group("workers and resources")
+    group.add_argument("--num_workers", type=non_negative_int, default=2,
+                       help="rollout workers, each a Ray actor; 0 runs everything in this "
+                            "process without Ray (default: %(default)s)")
+    group.add_argument("--num_envs_per_worker", type=positive_int, default=4,
+                       help="envs each worker steps together, with one batched forward pass "
+                            "per step (default: %(default)s)")
+    group.add_argument("--rollout_steps", type=positive_int, default=32,
+                       help="steps per env in each fragment a worker collects between updates "
+                            "(default: %(default)s)")
+    group.add_argument("--batch_size", type=positive_int, default=256,
+                       help="minibatch size, summed over all workers (default: %(default)s)")
+    group.add_argument("--env_placement", choices=["worker", "actor"], default="worker",
+                       help="'worker': envs run inside their rollout worker (fast for cheap "
+                            "envs); 'actor': every env is its own Ray actor (for heavy "
+                            "simulators) (default: %(default)s)")
+    group.add_argument("--num_cpus", type=positive_int, default=None,
+                       help="CPUs Ray may use (default: all of this machine's)")
+    group.add_argument("--num_gpus", type=non_negative_int, default=0,
+                       help="GPUs Ray may use (default: %(default)s)")
+    group.add_argument("--gpu", type=gpu_list, default=[],
+                       help="comma-separated GPU ids made visible (CUDA_VISIBLE_DEVICES); "
+                            "ignored when --num_gpus is 0")
+    group.add_argument("--torch_threads", type=positive_int, default=1,
+                       help="torch threads per process: driver and every actor "
+                            "(default: %(default)s; more is slower on small machines)")
+    group.add_argument("--address", default=None,
+                       help="join an existing Ray cluster (e.g. 10.0.0.5:6379, or 'auto') "
+                            "instead of starting a local one")
+    group.add_argument("--node_ip_address", default="127.0.0.1",
+                       help="address a local Ray instance binds to (default: %(default)s)")
+    group.add_argument("--dashboard", action="store_true",
+                       help="start the Ray dashboard (needs ray[default])")
+    group.add_argument("--dashboard_host", default="127.0.0.1",
+                       help="address the dashboard listens on (default: %(default)s)")
+
+    group = parser.add_argument_group("run length and evaluation")
+    group.add_argument("--seed", type=non_negative_int, default=0,
+                       help="random seed; worker i and its envs derive distinct seeds from it "
+                            "(default: %(default)s)")
+    group.add_argument("--total_steps", type=positive_int, default=1_000_000,
+                       help="stop after this many env steps (default: %(default)s)")
+    group.add_argument("--target_return", type=float_or_none, default=None,
+                       help="stop when the evaluation mean return reaches this (default: the "
+                            "env's reward_threshold if it has one, e.g. 475 for CartPole-v1; "
+                            "'none' to never stop early)")
+    group.add_argument("--max_time", type=positive_float_or_none, default=None,
+                       help="stop after this many seconds of wall time (default: no limit)")
+    group.add_argument("--eval_interval", type=positive_int, default=2000,
+                       help="evaluate every this many env steps (default: %(default)s)")
+    group.add_argument("--eval_episodes", type=positive_int, default=10,
+                       help="deterministic episodes per evaluation, on envs of their own "
+                            "(default: %(default)s)")
+    group.add_argument("--run_dir", default=None,
+                       help="where metrics.csv, summary.json and checkpoints go "
+                            "(default: runs/<env>-<model>-<time>)")
+    group.add_argument("--log_interval", type=positive_int, default=1,
+                       help="print a progress line every this many iterations "
+                            "(default: %(default)s; metrics.csv gets every one)")
+    group.add_argument("--quiet", action="store_true",
+                       help="print only the final summary line")
+    return parser
+
+
+def load_config(path):
+    if not os.path.isfile(path):
+        raise ConfigError(f"--config {path!r}: no such file. Presets live in configs/.")
+    with open(path) as f:
+        try:
+            config = yaml.safe_load(f) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--config {path!r} is not valid YAML: {exc}") from exc
+    if not isinstance(config, dict):
+        raise ConfigError(f"--config {path!r} must be a mapping of flag names to values, "
+                          f"e.g. `num_workers: 2`.")
+    return {k.lstrip("-").replace("-", "_"): v for k, v in config.items()}
+
+
+def _apply_config(parser, config, strict):
+    """Set preset values as defaults, converted by each flag's own type."""
+    actions = {a.dest: a for a in parser._actions}
+    unknown = sorted(k for k in config if k not in actions)
+    if strict and unknown:
+        raise ConfigError(f"--config sets unknown flags: {', '.join(unknown)}. A preset's keys "
+                          f"are flag names without dashes (e.g. num_workers); plugin flags "
+                          f"count only when that plugin is chosen.")
+    defaults = {}
+    for key, value in config.items():
+        action = actions.get(key)
+        if action is None:
+            continue
+        if action.type is not None and value is not None and not isinstance(value, bool):
+            text = ",".join(map(str, value)) if isinstance(value, list) else str(value)
+            try:
+                value = action.type(text)
+            except (argparse.ArgumentTypeError, TypeError, ValueError) as exc:
+                raise ConfigError(f"--config: {key}: {exc}") from exc
+        if action.choices is not None and value not in action.choices:
+            raise ConfigError(f"--config: {key}: {value!r} is not one of "
+                              f"{', '.join(map(str, action.choices))}")
+        defaults[key] = value
+    parser.set_defaults(**defaults)
+
+
+def parse_args(argv=None):
+    """Parse the command line; returns the argparse.Namespace. Raises ConfigError."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+
+    pre = Parser(add_help=False)
+    pre.add_argument("--user_dir", default=None)
+    pre.add_argument("--config", default=None)
+    early, _ = pre.parse_known_args(argv)
+    config = load_config(early.config) if early.config else {}
+    user_dir = early.user_dir or config.get("user_dir")
+    if user_dir:
+        import_user_dir(user_dir)
+    from envs import ENV_REGISTRY       # importing the packages registers the built-ins
+    from models import MODEL_REGISTRY
+    from agents import AGENT_REGISTRY
+
+    parser = Parser(description="ddrl: distributed deep RL on Ray", add_help=False)
+    add_common_args(parser)
+    get_custom_args(parser)
+    _apply_config(parser, config, strict=False)
+    known, _ = parser.parse_known_args(argv)
+
+    chosen = [("env", ENV_REGISTRY.get(known.env_name), known.env_name),
+              ("model", MODEL_REGISTRY.get(known.model_name), known.model_name),
+              ("agent", AGENT_REGISTRY.get(known.agent_name), known.agent_name)]
+    for kind, cls, name in chosen:
+        add_args = getattr(unwrap_actor_class(cls), "add_args", None)
+        if add_args is not None:
+            add_args(parser.add_argument_group(f"{kind} {name!r}"))
+    _apply_config(parser, config, strict=True)
+    parser.add_argument("-h", "--help", action="help", help="show this help and exit")
+    args = parser.parse_args(argv)
+    args.user_dir = user_dir
+    return args
