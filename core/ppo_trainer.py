@@ -57,7 +57,7 @@ class PPOTrainer:
 
     def train(self):
         args, run, placement = self.args, self.run, self.placement
-        weights = placement.put(self.learner.get_weights())
+        weights = placement.share(self.learner.get_weights())
         pending_eval, next_eval = None, args.eval_interval
         iteration = 0
         while True:
@@ -83,7 +83,7 @@ class PPOTrainer:
                     gradients = average_gradients([r.gradients for r in results],
                                                   [r.num_samples for r in results])
                     grad_norms.append(self.learner.apply(gradients, progress))
-                    weights = placement.put(self.learner.get_weights())
+                    weights = placement.share(self.learner.get_weights())
                     stats += [r.stats for r in results]
             updates = self.num_epochs * self.num_minibatches
 

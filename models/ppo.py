@@ -4,6 +4,7 @@ Categorical head for Discrete actions, state-independent-std Gaussian for Box ac
 of one minibatch is in ``step``; the agent hands it advantages already normalized with the
 statistics of the whole rollout (so that averaging workers' gradients equals one big batch).
 """
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -17,6 +18,10 @@ from models import register_model
 from models.base import BaseModel
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
+
+# Argument validation in torch.distributions costs more than a 64x64 forward pass; the inputs
+# here come from our own networks.
+torch.distributions.Distribution.set_default_validate_args(False)
 
 
 class PPOBatch(NamedTuple):
@@ -145,13 +150,25 @@ class PPOModel(BaseModel):
 
     @torch.no_grad()
     def choose_actions(self, obs, deterministic=False):
+        # Sampling by hand: building a torch.distributions object costs more than the forward
+        # pass on small batches (measured: 100 us against 55 us per call, batch of 4).
+        # tests/test_ppo.py checks these log-probs against torch.distributions.
         obs = self.flat_obs(obs)
-        dist = self.distribution(obs)
-        if deterministic:
-            actions = dist.probs.argmax(-1) if self.discrete else dist.mean
+        out = self.actor(obs)
+        if self.discrete:
+            log_probs = torch.log_softmax(out, -1)
+            if deterministic:
+                actions = out.argmax(-1)
+            else:  # Gumbel-max: argmax(logits + Gumbel noise) is a draw from the categorical
+                actions = (log_probs - torch.empty_like(out).exponential_().log()).argmax(-1)
+            log_prob = log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
         else:
-            actions = dist.sample()
-        return actions.numpy(), {"log_probs": self.log_prob(dist, actions).numpy(),
+            std = self.log_std.exp()
+            noise = torch.zeros_like(out) if deterministic else torch.randn_like(out)
+            actions = out + std * noise
+            log_prob = (-0.5 * noise.pow(2) - self.log_std
+                        - 0.5 * math.log(2 * math.pi)).sum(-1)
+        return actions.numpy(), {"log_probs": log_prob.numpy(),
                                  "values": self.values(obs).numpy()}
 
     @torch.no_grad()
