@@ -118,6 +118,17 @@ def import_package_modules(package_name: str, package_dir: str):
             importlib.import_module(f"{package_name}.{file[:-3]}")
 
 
+def _pickle_by_value(module):
+    """Ray ships classes to its workers with cloudpickle, by reference to their module when it
+    can. A --user_dir module's name means nothing in another process, so its classes (an env
+    actor class above all) travel by value instead."""
+    try:
+        from ray import cloudpickle
+    except ImportError:  # pragma: no cover - ray is a core requirement
+        return
+    cloudpickle.register_pickle_by_value(module)
+
+
 def import_user_dir(user_dir: str):
     """Import plugins from a folder anywhere: its .py files and its envs/, models/, agents/
     subfolders. Idempotent: a module already imported from the same file is not run again."""
@@ -150,6 +161,7 @@ def import_user_dir(user_dir: str):
             sys.modules[module_name] = module
             try:
                 spec.loader.exec_module(module)
+                _pickle_by_value(module)
             except ConfigError:
                 raise
             except Exception as exc:

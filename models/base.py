@@ -55,7 +55,8 @@ class BaseModel(nn.Module):
     def set_weights(self, weights: Weights):
         with torch.no_grad():
             for name, tensor in self.state_dict().items():
-                tensor.copy_(torch.as_tensor(np.asarray(weights[name])))
+                # Arrays from Ray's object store are read-only: copy rather than alias them.
+                tensor.copy_(torch.tensor(np.asarray(weights[name])))
 
     def collect_gradients(self) -> Gradients:
         return {name: (p.grad.detach().cpu().numpy().copy() if p.grad is not None
