@@ -1,0 +1,107 @@
+"""End to end: main.py in a subprocess on tiny budgets, as a user runs it."""
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SUMMARY_KEYS = {"env_steps", "wall_time_s", "best_eval_return", "last_eval_return",
+                "stopped_because"}
+
+
+def run_main(*flags, timeout=240, cwd=REPO):
+    return subprocess.run([sys.executable, os.path.join(REPO, "main.py"), *flags],
+                          cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def read_run(run_dir):
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        summary = json.load(f)
+    with open(os.path.join(run_dir, "metrics.csv")) as f:
+        rows = list(csv.DictReader(f))
+    return summary, rows
+
+
+def test_local_run_writes_summary_metrics_and_checkpoints(tmp_path):
+    run_dir = str(tmp_path / "run")
+    proc = run_main("--num_workers", "0", "--total_steps", "1500", "--eval_interval", "500",
+                    "--eval_episodes", "2", "--run_dir", run_dir)
+    assert proc.returncode == 0, proc.stderr
+    summary, rows = read_run(run_dir)
+    assert SUMMARY_KEYS <= set(summary)
+    assert summary["stopped_because"] == "total_steps"
+    assert summary["env_steps"] >= 1500
+    assert summary["target_return"] == 475.0  # CartPole-v1's reward_threshold by default
+    for column in ("env_steps", "steps_per_s", "train_return", "eval_return", "policy_loss",
+                   "value_loss", "approx_kl", "policy_lag"):
+        assert column in rows[0]
+    assert [int(r["env_steps"]) for r in rows] == sorted(int(r["env_steps"]) for r in rows)
+    assert any(r["eval_return"] for r in rows)
+    assert os.path.exists(os.path.join(run_dir, "checkpoints", "last.pt"))
+    assert os.path.exists(os.path.join(run_dir, "config.yaml"))
+    assert "stopped (total_steps)" in proc.stdout
+
+
+def test_local_ppo_learns_cartpole_on_a_small_budget(tmp_path):
+    # Seed 0 reaches 500 at ~14k steps; the threshold leaves a wide margin.
+    run_dir = str(tmp_path / "run")
+    proc = run_main("--num_workers", "0", "--seed", "0", "--total_steps", "30000",
+                    "--target_return", "300", "--run_dir", run_dir, "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    summary, _ = read_run(run_dir)
+    assert summary["best_eval_return"] >= 300, summary
+    assert summary["stopped_because"] == "target_return"
+
+
+def test_two_ray_workers_run_and_stop_at_total_steps(tmp_path):
+    run_dir = str(tmp_path / "run")
+    proc = run_main("--num_workers", "2", "--num_envs_per_worker", "2", "--total_steps", "1024",
+                    "--eval_interval", "512", "--eval_episodes", "2", "--num_cpus", "2",
+                    "--run_dir", run_dir)
+    assert proc.returncode == 0, proc.stderr
+    summary, rows = read_run(run_dir)
+    assert summary["env_steps"] >= 1024
+    assert summary["last_eval_return"] is not None
+    assert all(float(r["gradient_lag"]) == 0 for r in rows)  # lock-step: no stale gradients
+
+
+def test_pendulum_box_actions_run(tmp_path):
+    run_dir = str(tmp_path / "run")
+    proc = run_main("--num_workers", "0", "--gym_id", "Pendulum-v1", "--total_steps", "600",
+                    "--eval_interval", "300", "--eval_episodes", "1", "--run_dir", run_dir)
+    assert proc.returncode == 0, proc.stderr
+    summary, _ = read_run(run_dir)
+    assert summary["target_return"] is None and summary["stopped_because"] == "total_steps"
+    assert summary["last_eval_return"] < 0
+
+
+def test_custom_env_and_custom_model_run(tmp_path):
+    run_dir = str(tmp_path / "run")
+    proc = run_main("--num_workers", "0", "--env_name", "custom_env", "--model_name",
+                    "custom_model", "--trunk_width", "32", "--custom_env_episode_steps", "50",
+                    "--total_steps", "600", "--eval_interval", "300", "--eval_episodes", "2",
+                    "--run_dir", run_dir)
+    assert proc.returncode == 0, proc.stderr
+    assert read_run(run_dir)[0]["env_steps"] >= 600
+
+
+@pytest.mark.parametrize("flags, expected", [
+    (["--env_name", "gym_envv"], ["unknown env 'gym_envv'", "gym_env", "Did you mean 'gym_env'"]),
+    (["--model_name", "pop"], ["unknown model 'pop'", "ppo", "custom_model"]),
+    (["--num_workers", "-1"], ["--num_workers", "'-1' must be >= 0"]),
+    (["--batch_size", "many"], ["--batch_size", "'many' is not an integer"]),
+    (["--num_wokers", "2"], ["unrecognized arguments: --num_wokers"]),
+    (["--gym_id", "NoSuchEnv-v0"], ["--gym_id 'NoSuchEnv-v0'"]),
+    (["--gym_id", "FrozenLake-v1"], ["takes Box observations", "Discrete(16)"]),
+])
+def test_bad_input_is_one_paragraph_and_exit_code_2(tmp_path, flags, expected):
+    proc = run_main("--num_workers", "0", "--run_dir", str(tmp_path / "r"), *flags, timeout=60)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    error_lines = [line for line in proc.stderr.splitlines() if "error" in line]
+    assert len(error_lines) == 1, proc.stderr
+    for text in expected:
+        assert text in error_lines[0], error_lines[0]
