@@ -1,0 +1,239 @@
+"""Side-by-side harness: run each system of a suite as a subprocess, alternating per seed, and compare
+time to target (wall clock from process start) and env steps to target, against the peer.
+
+    .venv/bin/python benchmarks/compare.py --suite cartpole                       # all systems, seeds 0..4
+    .venv/bin/python benchmarks/compare.py --suite cartpole --systems sb3 --seeds 0 1
+    .venv/bin/python benchmarks/compare.py --suite cartpole --system 'fake=python -c "..."'  # ad-hoc system
+
+Every command writes {run_dir}/summary.json (keys: env_steps, wall_time_s, best_eval_return,
+last_eval_return, stopped_because, target_reached, time_to_target_s, steps_to_target, system) and an
+eval curve ({run_dir}/eval.csv or metrics.csv with env_steps, wall_time_s, eval_return columns).
+Writes RESULTS_DIR/<suite>.json and RESULTS_DIR/<suite>.png, prints a markdown table for BENCHMARKS.md.
+"""
+import argparse
+import csv
+import json
+import math
+import os
+import platform
+import shlex
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from importlib import metadata
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # commands run from the repo root
+
+# Placeholders: {python} (this interpreter), {seed}, {run_dir}, {target}, {max_steps}.
+# To add a suite (e.g. SAC), add an entry: target, max_steps, peer (the system ratios are taken
+# against), and the named commands. Systems run in the order listed.
+DDRL = "{python} main.py --env_name gym_env --model_name ppo --seed {seed} --run_dir {run_dir} --target_return {target}"
+SUITES = {
+    "cartpole": dict(
+        target=475, max_steps=None, peer="sb3",
+        systems={
+            "ddrl-2workers": DDRL + " --gym_id CartPole-v1 --num_workers 2",
+            "ddrl-0workers": DDRL + " --gym_id CartPole-v1 --num_workers 0",
+            "sb3": "{python} benchmarks/sb3_ppo.py --env CartPole-v1 --target_return {target} --seed {seed} --out_dir {run_dir}",
+        }),
+    # ddrl's own acceptance bar on Pendulum PPO is -400; the comparison uses -200 (--target to change).
+    "pendulum-ppo": dict(
+        target=-200, max_steps=300_000, peer="sb3",
+        systems={
+            "ddrl-2workers": DDRL + " --gym_id Pendulum-v1 --num_workers 2 --num_envs_per_worker 4 --total_steps {max_steps}",
+            "sb3": "{python} benchmarks/sb3_ppo.py --env Pendulum-v1 --target_return {target} --seed {seed}"
+                   " --out_dir {run_dir} --max_steps {max_steps}",
+        }),
+}
+
+
+def run_one(cmd, run_dir, timeout):
+    """Run one command in its own process group; on timeout kill the whole group (Ray spawns children)."""
+    shutil.rmtree(run_dir, ignore_errors=True)  # never read a stale summary.json
+    load = os.getloadavg()[0]  # other work on the same cores skews wall times: keep it on record
+    if load > 0.5:
+        print(f"    warning: load average {load:.2f} before this run; timings may be contended", flush=True)
+    os.makedirs(run_dir)
+    t0 = time.time()
+    with open(os.path.join(run_dir, "stdout.log"), "w") as out, open(os.path.join(run_dir, "stderr.log"), "w") as err:
+        proc = subprocess.Popen(shlex.split(cmd), cwd=REPO, stdout=out, stderr=err, start_new_session=True)
+        try:
+            rc, timed_out = proc.wait(timeout=timeout), False
+        except subprocess.TimeoutExpired:
+            rc, timed_out = None, True
+        wall = time.time() - t0
+        for sig in (signal.SIGTERM, signal.SIGKILL):  # also sweep up leftovers of a finished run
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            time.sleep(2 if sig == signal.SIGTERM else 0)
+        proc.wait()
+    rec = dict(returncode=rc, timed_out=timed_out, process_wall_s=wall, load_before=load, summary=None)
+    try:
+        with open(os.path.join(run_dir, "summary.json")) as f:
+            rec["summary"] = json.load(f)
+    except (OSError, ValueError) as e:
+        rec["error"] = f"no summary.json: {e}"
+    if rc not in (0, None):
+        with open(os.path.join(run_dir, "stderr.log")) as f:
+            rec["stderr_tail"] = f.read()[-2000:]
+    s = rec["summary"]
+    # A run that timed out or failed counts as not reaching the target, whatever it wrote.
+    rec["reached"] = bool(s and s.get("target_reached") and rc == 0 and not timed_out)
+    return rec
+
+
+def read_curve(run_dir):
+    """(wall_time_s, eval_return) points from eval.csv (sb3) or metrics.csv (ddrl; empty cells skipped)."""
+    for name in ("eval.csv", "metrics.csv"):
+        path = os.path.join(run_dir, name)
+        if os.path.exists(path):
+            with open(path) as f:
+                return [(float(r["wall_time_s"]), float(r["eval_return"]))
+                        for r in csv.DictReader(f) if r.get("eval_return") not in (None, "")]
+    return []
+
+
+def stats(values):
+    """Median and spread where failed runs count as never reaching the target (inf)."""
+    if not values:
+        return None
+    return dict(median=statistics.median(values), min=min(values), max=max(values))
+
+
+def aggregate(records, systems, peer):
+    agg = {}
+    for name in systems:
+        runs = [r for r in records if r["system"] == name]
+        agg[name] = dict(
+            reached=sum(r["reached"] for r in runs), total=len(runs),
+            time_to_target_s=stats([r["summary"]["time_to_target_s"] if r["reached"] else math.inf for r in runs]),
+            steps_to_target=stats([r["summary"]["steps_to_target"] if r["reached"] else math.inf for r in runs]),
+            process_wall_s=stats([r["process_wall_s"] for r in runs]))
+    for name, a in agg.items():  # ratio of medians against the peer (> 1: slower / more steps than the peer)
+        p = agg.get(peer)
+        for key in ("time_to_target_s", "steps_to_target"):
+            ok = p and a[key] and p[key] and math.isfinite(a[key]["median"]) and math.isfinite(p[key]["median"])
+            a[key + "_ratio_vs_peer"] = a[key]["median"] / p[key]["median"] if ok else None
+    return agg
+
+
+def fmt(x, nd=1):
+    return "∞" if x is None or x == math.inf else f"{x:,.{nd}f}" if isinstance(x, float) else f"{x:,}"
+
+
+def markdown(suite, cfg, agg, commands, peer):
+    lines = [f"Suite `{suite}`, target return {cfg['target']}; median [min, max]; failures count as ∞; "
+             f"ratios are medians against `{peer}`.", "",
+             "| system | reached | time to target (s) | env steps to target | time ratio | steps ratio | whole process (s) |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for name, a in agg.items():
+        t, s, w = a["time_to_target_s"], a["steps_to_target"], a["process_wall_s"]
+        cell = lambda d, nd: f"{fmt(d['median'], nd)} [{fmt(d['min'], nd)}, {fmt(d['max'], nd)}]" if d else "—"
+        ratio = lambda x: f"{x:.2f}" if x is not None else "—"
+        lines.append(f"| {name} | {a['reached']}/{a['total']} | {cell(t, 1)} | {cell(s, 0)} | "
+                     f"{ratio(a['time_to_target_s_ratio_vs_peer'])} | {ratio(a['steps_to_target_ratio_vs_peer'])} | {cell(w, 1)} |")
+    lines += ["", "Commands (run from the repo root):", ""] + [f"- `{n}`: `{c}`" for n, c in commands.items()]
+    return "\n".join(lines)
+
+
+def plot(path, suite, cfg, records, systems):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for i, name in enumerate(systems):
+        colour, labelled = f"C{i}", False
+        for r in records:
+            pts = r["curve"] if r["system"] == name else []
+            if pts:
+                ax.plot(*zip(*pts), color=colour, alpha=0.7, marker=".", label=None if labelled else name)
+                labelled = True
+    ax.axhline(cfg["target"], color="k", ls="--", lw=1, label=f"target {cfg['target']}")
+    ax.set(xlabel="wall time from process start (s)", ylabel="eval return (10 deterministic episodes)",
+           title=f"{suite}: eval return against wall time, all seeds")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def machine_info():
+    def version(pkg):
+        try:
+            return metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            return None
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), None) \
+        if os.path.exists("/proc/cpuinfo") else platform.processor()
+    return dict(nproc=os.cpu_count(), cpu=cpu, platform=platform.platform(), python=platform.python_version(),
+                torch=version("torch"), ray=version("ray"), gymnasium=version("gymnasium"),
+                sb3=version("stable-baselines3"), numpy=version("numpy"))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--suite", default="cartpole", choices=sorted(SUITES))
+    p.add_argument("--systems", nargs="+", default=None, help="subset of the suite's systems (default: all)")
+    p.add_argument("--system", action="append", default=[], metavar="NAME=COMMAND",
+                   help="add an ad-hoc system to this invocation (same placeholders); repeatable")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    p.add_argument("--timeout", type=float, default=600, help="seconds per run; a timeout counts as not reached")
+    p.add_argument("--target", type=float, default=None, help="override the suite's target return")
+    p.add_argument("--max_steps", type=int, default=None, help="override the suite's max env steps")
+    p.add_argument("--results_dir", default=os.path.join(REPO, "benchmarks", "results"))
+    args = p.parse_args()
+
+    cfg = dict(SUITES[args.suite])
+    if args.target is not None:
+        cfg["target"] = args.target
+    if args.max_steps is not None:
+        cfg["max_steps"] = args.max_steps
+    systems = dict(cfg["systems"])
+    for spec in args.system:
+        name, cmd = spec.split("=", 1)
+        systems[name] = cmd
+    if args.systems:  # keep the named suite systems plus any ad-hoc ones, in table order
+        unknown = set(args.systems) - set(systems)
+        if unknown:
+            p.error(f"unknown systems {sorted(unknown)}; suite {args.suite} has {list(systems)}")
+        systems = {n: c for n, c in systems.items() if n in args.systems or n not in cfg["systems"]}
+    target = int(cfg["target"]) if float(cfg["target"]).is_integer() else cfg["target"]
+    fill = dict(python=sys.executable, target=target, max_steps=cfg["max_steps"])
+
+    records = []
+    for seed in args.seeds:  # alternate systems within each seed, so drifts in machine load hit all alike
+        for name, template in systems.items():
+            run_dir = os.path.join(args.results_dir, args.suite, name, f"seed{seed}")
+            cmd = template.format(seed=seed, run_dir=run_dir, **fill)
+            print(f"[{args.suite}] {name} seed {seed}: {cmd}", flush=True)
+            rec = dict(system=name, seed=seed, cmd=cmd, run_dir=run_dir, **run_one(cmd, run_dir, args.timeout))
+            rec["curve"] = read_curve(run_dir)
+            s = rec["summary"] or {}
+            print(f"    reached={rec['reached']} time_to_target_s={s.get('time_to_target_s')} "
+                  f"steps_to_target={s.get('steps_to_target')} process_wall_s={rec['process_wall_s']:.1f}"
+                  + (" TIMEOUT" if rec["timed_out"] else "") + (f" rc={rec['returncode']}" if rec["returncode"] else ""),
+                  flush=True)
+            records.append(rec)
+
+    agg = aggregate(records, systems, cfg["peer"])
+    commands = {n: t.format(seed="{seed}", run_dir="{run_dir}", **fill) for n, t in systems.items()}
+    table = markdown(args.suite, cfg, agg, commands, cfg["peer"])
+    os.makedirs(args.results_dir, exist_ok=True)
+    out = os.path.join(args.results_dir, args.suite)
+    with open(out + ".json", "w") as f:  # inf is not JSON: failed runs appear as null there
+        clean = lambda o: {k: clean(v) for k, v in o.items()} if isinstance(o, dict) else \
+            [clean(v) for v in o] if isinstance(o, list) else None if o == math.inf else o
+        json.dump(clean(dict(suite=args.suite, target=cfg["target"], max_steps=cfg["max_steps"], peer=cfg["peer"],
+                             seeds=args.seeds, timeout_s=args.timeout, harness_cmd=" ".join(sys.argv),
+                             commands=commands, machine=machine_info(), aggregates=agg, runs=records,
+                             markdown=table)), f, indent=1)
+    plot(out + ".png", args.suite, cfg, records, systems)
+    print("\n" + table + f"\n\nWrote {out}.json and {out}.png")
+
+
+if __name__ == "__main__":
+    main()
