@@ -76,7 +76,8 @@ def run(args):
     if not args.quiet:
         print(f"ddrl: {args.env_name}{'/' + args.gym_id if getattr(args, 'gym_id', None) else ''}"
               f" + {args.model_name} + {args.agent_name}, {args.num_workers} workers x "
-              f"{args.num_envs_per_worker} envs, target {target}, run dir {run_dir}", flush=True)
+              f"{args.num_envs_per_worker} envs, target {target}, run dir {run_dir}"
+              + (f", preset {os.path.relpath(args.config)}" if args.config else ""), flush=True)
     try:
         trainer.train()
     except KeyboardInterrupt:

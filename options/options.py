@@ -80,8 +80,9 @@ def add_common_args(parser):
                        help="folder of your own plugins (.py files, or envs/ models/ agents/ "
                             "subfolders), imported before the flags are read")
     group.add_argument("--config", default=None,
-                       help="YAML preset of flag defaults (configs/); flags typed on the command "
-                            "line win")
+                       help="YAML preset of flag defaults; flags typed on the command line win. "
+                            "Without it, configs/<model>-<gym_id>.yaml is used when it exists "
+                            "(the tuned preset); 'none' uses the built-in defaults only")
 
     group = parser.add_argument_group("workers and resources")
     group.add_argument("--num_workers", type=non_negative_int, default=2,
@@ -195,7 +196,8 @@ def parse_args(argv=None):
     pre.add_argument("--user_dir", default=None)
     pre.add_argument("--config", default=None)
     early, _ = pre.parse_known_args(argv)
-    config = load_config(early.config) if early.config else {}
+    no_preset = early.config is not None and early.config.lower() == "none"
+    config = load_config(early.config) if early.config and not no_preset else {}
     user_dir = early.user_dir or config.get("user_dir")
     if user_dir:
         import_user_dir(user_dir)
@@ -217,7 +219,24 @@ def parse_args(argv=None):
         if add_args is not None:
             add_args(parser.add_argument_group(f"{kind} {name!r}"))
     _apply_config(parser, config, strict=True)
+    preset = None
+    if early.config is None:
+        preset = find_preset(known.model_name, parser.parse_known_args(argv)[0])
+        if preset:
+            _apply_config(parser, load_config(preset), strict=True)
     parser.add_argument("-h", "--help", action="help", help="show this help and exit")
     args = parser.parse_args(argv)
     args.user_dir = user_dir
+    args.config = None if no_preset else (early.config or preset)
     return args
+
+
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+
+
+def find_preset(model_name, known):
+    """The tuned preset for this model and env, applied when no --config is given, as RL-Zoo
+    does: configs/<model>-<gym_id>.yaml (or <model>-<env_name>.yaml). --config none skips it."""
+    label = getattr(known, "gym_id", None) or known.env_name
+    path = os.path.join(CONFIG_DIR, f"{model_name}-{label}.yaml")
+    return path if os.path.isfile(path) else None
