@@ -56,6 +56,12 @@ def run(args):
     target = args.target_return if args.target_return is not None else threshold
     if args.num_gpus and args.gpu:
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, args.gpu))
+    if args.num_gpus and not args.address:
+        import torch
+        if torch.cuda.device_count() < args.num_gpus:
+            raise ConfigError(f"--num_gpus {args.num_gpus} but torch sees "
+                              f"{torch.cuda.device_count()} CUDA device(s) here. Use --num_gpus 0 "
+                              f"on a machine without GPUs (everything then runs on the CPU).")
     if args.num_workers > 0:
         start_ray(args)
 

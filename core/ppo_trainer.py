@@ -50,6 +50,8 @@ class PPOTrainer:
         self.evaluator = self.placement.spawn(Evaluator, spec, args.eval_episodes, num_cpus=0)
         torch.manual_seed(args.seed)
         self.model = plugins.model_cls(args, *spaces)
+        if args.num_gpus and torch.cuda.is_available():
+            self.model.to("cuda")  # the learner's update on the GPU; workers act on the CPU
         self.learner = Learner(self.model)
         self.num_epochs = int(getattr(args, "num_epochs", 1))
         steps_per_iteration = num_workers * args.num_envs_per_worker * args.rollout_steps
