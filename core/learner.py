@@ -21,8 +21,7 @@ def average_gradients(gradients: Sequence[Dict[str, np.ndarray]],
         if set(g) != keys:
             raise ValueError(f"workers returned different parameters: {sorted(keys ^ set(g))}")
     total = float(sum(weights))
-    return {k: sum(np.asarray(g[k], dtype=np.float64) * (w / total)
-                   for g, w in zip(gradients, weights)).astype(np.float32)
+    return {k: sum(np.asarray(g[k]) * np.float32(w / total) for g, w in zip(gradients, weights))
             for k in gradients[0]}
 
 
