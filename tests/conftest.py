@@ -1,0 +1,30 @@
+"""Shared fixtures: the repo on the import path (here and in Ray's workers), one torch thread,
+and one Ray instance for the whole session, started only when a test asks for it."""
+import os
+import sys
+
+import pytest
+import torch
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO_ROOT not in sys.path:
+    sys.path.insert(0, REPO_ROOT)
+_path = os.environ.get("PYTHONPATH", "")
+if REPO_ROOT not in _path.split(os.pathsep):
+    # Ray's workers inherit the driver's environment: they import envs/, models/ from here.
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, _path) if p)
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    import ray
+    started = False
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
+                 logging_level="WARNING")
+        started = True
+    yield ray
+    if started:
+        ray.shutdown()

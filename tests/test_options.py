@@ -1,0 +1,207 @@
+"""The command line contract: names, plugin flags, errors that name the bad value, presets, -h."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from core.registry import ConfigError, unwrap_actor_class
+from envs import ENV_REGISTRY
+from options.options import parse_args
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VENV_PYTHON = os.path.join(REPO_ROOT, ".venv", "bin", "python")
+
+
+def test_explicit_plugin_names_parse():
+    # The seed's `choices=[REGISTRY.keys()]` made every explicit name "an invalid choice".
+    args = parse_args(["--env_name", "gym_env", "--model_name", "ppo",
+                       "--agent_name", "default_agent"])
+    assert (args.env_name, args.model_name, args.agent_name) == ("gym_env", "ppo",
+                                                                 "default_agent")
+
+
+def test_the_seed_command_line_parses():
+    args = parse_args("--env_name gym_env --agent_name default_agent --model_name ppo "
+                      "--num_envs_per_worker 3 --num_workers 3 --gpu 0,1,2 --num_gpus 0 "
+                      "--num_cpus 8 --batch_size 10".split())
+    assert args.num_envs_per_worker == 3 and args.num_workers == 3
+    assert args.gpu == [0, 1, 2] and args.num_gpus == 0
+    assert args.num_cpus == 8 and args.batch_size == 10
+
+
+def test_unknown_plugin_name_raises_config_error():
+    with pytest.raises(ConfigError, match="Did you mean 'gym_env'"):
+        parse_args(["--env_name", "gym_envv"])
+
+
+def test_gym_env_flags_appear_with_gym_env():
+    args = parse_args(["--env_name", "gym_env", "--gym_id", "Pendulum-v1"])
+    assert args.gym_id == "Pendulum-v1"
+    assert not hasattr(args, "custom_env_episode_steps")
+
+
+def test_custom_env_flags_appear_only_with_custom_env():
+    args = parse_args(["--env_name", "custom_env", "--custom_env_episode_steps", "50",
+                       "--custom_env_discrete"])
+    assert args.custom_env_episode_steps == 50 and args.custom_env_discrete is True
+    assert not hasattr(args, "gym_id")
+    with pytest.raises(ConfigError, match="custom_env_episode_steps"):
+        parse_args(["--env_name", "gym_env", "--custom_env_episode_steps", "50"])
+    with pytest.raises(ConfigError, match="gym_id"):
+        parse_args(["--env_name", "custom_env", "--gym_id", "CartPole-v1"])
+
+
+def test_trunk_width_only_with_custom_model():
+    assert parse_args(["--model_name", "custom_model", "--trunk_width", "8"]).trunk_width == 8
+    assert not hasattr(parse_args(["--model_name", "ppo"]), "trunk_width")
+    with pytest.raises(ConfigError, match="trunk_width"):
+        parse_args(["--model_name", "ppo", "--trunk_width", "8"])
+
+
+def test_misspelled_flag_raises_config_error():
+    with pytest.raises(ConfigError, match="--num_wrokers"):
+        parse_args(["--num_wrokers", "3"])
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "options/options.py: Parser keeps argparse's allow_abbrev=True, so a flag with its last "
+    "letter missing (--num_worker) is silently taken as a prefix of --num_workers"))
+def test_truncated_flag_is_a_misspelling_not_an_abbreviation():
+    with pytest.raises(ConfigError):
+        parse_args(["--num_worker", "3"])
+
+
+@pytest.mark.parametrize("argv, value", [
+    (["--num_workers", "-1"], "'-1'"),
+    (["--num_workers", "abc"], "'abc'"),
+    (["--batch_size", "0"], "'0'"),
+    (["--num_envs_per_worker", "2.5"], "'2.5'"),
+    (["--gpu", "a,b"], "'a,b'"),
+    (["--hidden_sizes", "64,x"], "'64,x'"),
+    (["--env_placement", "cloud"], "'cloud'"),
+])
+def test_bad_values_raise_config_error_naming_the_value(argv, value):
+    with pytest.raises(ConfigError) as info:
+        parse_args(argv)
+    assert argv[0] in str(info.value) and value in str(info.value)
+
+
+def test_integers_accept_scientific_notation():
+    assert parse_args(["--total_steps", "1e6"]).total_steps == 1_000_000
+
+
+def test_unknown_gym_id_parses_and_fails_when_the_env_is_made():
+    args = parse_args(["--gym_id", "NoSuchEnv-v0"])
+    gym_env = unwrap_actor_class(ENV_REGISTRY.get("gym_env"))
+    with pytest.raises(ConfigError, match="NoSuchEnv-v0"):
+        gym_env(args)
+
+
+def test_main_reports_an_unknown_gym_id_as_one_line_and_exit_code_2(capsys):
+    import main
+    assert main.main(["--gym_id", "NoSuchEnv-v0", "--num_workers", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ddrl: error:") and "NoSuchEnv-v0" in err
+    assert "Traceback" not in err
+
+
+# -- --config presets ------------------------------------------------------------------------------
+def write(tmp_path, text):
+    path = tmp_path / "preset.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_config_sets_defaults_and_the_command_line_wins(tmp_path):
+    preset = write(tmp_path, "num_workers: 0\nbatch_size: 64\nhidden_sizes: [32, 16]\n"
+                             "env_name: custom_env\ncustom_env_episode_steps: 30\n")
+    args = parse_args(["--config", preset, "--batch_size", "128"])
+    assert args.num_workers == 0
+    assert args.batch_size == 128            # typed on the command line: wins
+    assert args.hidden_sizes == [32, 16]     # converted by the flag's own type
+    assert args.env_name == "custom_env"
+    assert args.custom_env_episode_steps == 30  # a plugin flag of the plugin the preset chose
+    assert parse_args(["--config", preset, "--custom_env_episode_steps", "5"]
+                      ).custom_env_episode_steps == 5
+
+
+def test_config_with_an_unknown_key_raises(tmp_path):
+    preset = write(tmp_path, "num_workers: 1\nnum_wrokers: 2\n")
+    with pytest.raises(ConfigError, match="num_wrokers"):
+        parse_args(["--config", preset])
+
+
+def test_config_with_a_flag_of_an_unchosen_plugin_raises(tmp_path):
+    preset = write(tmp_path, "trunk_width: 8\n")
+    with pytest.raises(ConfigError, match="trunk_width"):
+        parse_args(["--config", preset, "--model_name", "ppo"])
+
+
+def test_config_with_a_bad_value_raises_naming_it(tmp_path):
+    preset = write(tmp_path, "num_workers: -1\n")
+    with pytest.raises(ConfigError, match="num_workers.*'-1'"):
+        parse_args(["--config", preset])
+
+
+def test_config_that_is_missing_or_not_a_mapping_raises(tmp_path):
+    with pytest.raises(ConfigError, match="no such file"):
+        parse_args(["--config", str(tmp_path / "missing.yaml")])
+    with pytest.raises(ConfigError, match="mapping"):
+        parse_args(["--config", write(tmp_path, "- a\n- b\n")])
+
+
+# -- tuned presets applied without --config (configs/<model>-<gym_id>.yaml) ------------------------
+def test_the_tuned_preset_applies_without_config_and_the_command_line_wins():
+    args = parse_args(["--gym_id", "Pendulum-v1", "--gae_lambda", "0.5"])
+    assert os.path.basename(args.config) == "ppo-Pendulum-v1.yaml"
+    assert args.gamma == 0.9 and args.rollout_steps == 256  # from the preset
+    assert args.gae_lambda == 0.5                            # typed: wins over the preset's 0.95
+
+
+def test_config_none_uses_the_built_in_defaults():
+    args = parse_args(["--config", "none", "--gym_id", "Pendulum-v1"])
+    assert args.config is None
+    assert args.gamma == 0.98 and args.rollout_steps == 32
+
+
+@pytest.fixture
+def bare_agent_dir(tmp_path):
+    from agents import AGENT_REGISTRY
+    name = f"bare_agent_{os.getpid()}"
+    (tmp_path / "bare_agent.py").write_text(
+        "from agents import register_agent\n"
+        "from agents.base import BaseAgent\n\n"
+        f"@register_agent({name!r})\n"
+        "class BareAgent(BaseAgent):\n"
+        "    \"\"\"An agent with no flags of its own.\"\"\"\n")
+    yield str(tmp_path), name
+    AGENT_REGISTRY.entries.pop(name, None)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "options/options.py parse_args/find_preset: the automatic preset (not asked for) is applied "
+    "with strict=True, so choosing an agent without --gamma/--gae_lambda on the default "
+    "ppo + CartPole-v1 fails with '--config sets unknown flags: gae_lambda, gamma'"))
+def test_an_agent_without_the_presets_flags_parses_when_no_config_was_given(bare_agent_dir):
+    user_dir, name = bare_agent_dir
+    args = parse_args(["--user_dir", user_dir, "--agent_name", name])
+    assert args.agent_name == name
+
+
+def test_an_agent_without_the_presets_flags_parses_with_config_none(bare_agent_dir):
+    user_dir, name = bare_agent_dir
+    args = parse_args(["--config", "none", "--user_dir", user_dir, "--agent_name", name])
+    assert args.agent_name == name and not hasattr(args, "gamma")
+
+
+# -- -h -------------------------------------------------------------------------------------------
+def test_help_lists_the_chosen_plugins_flags():
+    python = VENV_PYTHON if os.path.exists(VENV_PYTHON) else sys.executable
+    proc = subprocess.run(
+        [python, "main.py", "--env_name", "custom_env", "--model_name", "custom_model", "-h"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "--custom_env_episode_steps" in proc.stdout
+    assert "--trunk_width" in proc.stdout
+    assert "--gym_id" not in proc.stdout

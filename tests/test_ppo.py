@@ -1,0 +1,187 @@
+"""PPOModel numerics: hand-written sampling log-probs, the clipped objective, the ratio after an
+update, and the learner's gradient-norm clipping."""
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+from torch.distributions import Categorical, Normal
+
+from core.learner import Learner, average_gradients
+from core.plugins import PluginSpec
+from core.ppo_trainer import advantage_moments
+from core.rollout import RolloutWorker
+from core.types import GradientRequest
+from models.ppo import PPOBatch, PPOModel
+from options.options import parse_args
+
+OBS = spaces.Box(-1.0, 1.0, shape=(4,), dtype=np.float32)
+
+
+def make_model(action_space, *flags):
+    args = parse_args(["--config", "none", "--num_workers", "0", *flags])
+    torch.manual_seed(0)
+    return PPOModel(args, OBS, action_space)
+
+
+def random_obs(n, seed=0):
+    return np.random.default_rng(seed).uniform(-1, 1, size=(n, 4)).astype(np.float32)
+
+
+# -- choose_actions' hand-written log-probs ---------------------------------------------------
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_discrete_sampling_log_probs_match_categorical(deterministic):
+    model = make_model(spaces.Discrete(3))
+    with torch.no_grad():  # make the logits large enough to matter
+        model.actor[-1].weight.mul_(300.0)
+    obs = random_obs(64)
+    actions, extras = model.choose_actions(obs, deterministic=deterministic)
+    with torch.no_grad():
+        dist = Categorical(logits=model.actor(torch.as_tensor(obs)))
+        expected = dist.log_prob(torch.as_tensor(actions)).numpy()
+    np.testing.assert_allclose(extras["log_probs"], expected, atol=1e-5)
+    np.testing.assert_allclose(extras["values"], model.predict_values(obs), atol=1e-6)
+    if deterministic:
+        np.testing.assert_array_equal(actions, dist.probs.argmax(-1).numpy())
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_box_sampling_log_probs_match_summed_normal(deterministic):
+    model = make_model(spaces.Box(-1.0, 1.0, shape=(2,)), "--log_std_init", "-0.7")
+    obs = random_obs(64)
+    actions, extras = model.choose_actions(obs, deterministic=deterministic)
+    with torch.no_grad():
+        mean = model.actor(torch.as_tensor(obs))
+        dist = Normal(mean, model.log_std.exp().expand_as(mean))
+        expected = dist.log_prob(torch.as_tensor(actions)).sum(-1).numpy()
+    np.testing.assert_allclose(extras["log_probs"], expected, atol=1e-5)
+    if deterministic:
+        np.testing.assert_allclose(actions, mean.numpy(), atol=1e-7)
+
+
+def test_gumbel_max_sampling_draws_from_the_softmax():
+    # Logits set by hand: zero weights, bias = log(0.2, 0.3, 0.5); 40000 seeded draws.
+    model = make_model(spaces.Discrete(3))
+    with torch.no_grad():
+        model.actor[-1].weight.zero_()
+        model.actor[-1].bias.copy_(torch.log(torch.tensor([0.2, 0.3, 0.5])))
+    torch.manual_seed(1)
+    actions, _ = model.choose_actions(random_obs(40000))
+    frequencies = np.bincount(actions, minlength=3) / len(actions)
+    # standard error sqrt(.25/40000) = .0025; 0.01 is 4 standard errors
+    np.testing.assert_allclose(frequencies, [0.2, 0.3, 0.5], atol=0.01)
+
+
+# -- the clipped objective ---------------------------------------------------------------------
+def batch_with_ratios(model, ratios, advantages):
+    """A PPOBatch whose old log-probs make the ratio new/old exactly ``ratios``."""
+    obs = torch.as_tensor(random_obs(len(ratios)))
+    actions = torch.zeros(len(ratios), dtype=torch.int64)
+    with torch.no_grad():
+        log_prob = model.log_prob(model.distribution(obs), actions)
+    old = log_prob - torch.log(torch.tensor(ratios))
+    zeros = torch.zeros(len(ratios))
+    return PPOBatch(obs, actions, old, torch.tensor(advantages), zeros, zeros)
+
+
+def test_clipped_objective_equals_hand_computed_value():
+    model = make_model(spaces.Discrete(2), "--clip_range", "0.2", "--clip_schedule", "constant")
+    # eps = 0.2, clip(r) in [0.8, 1.2]; per sample min(r A, clip(r) A):
+    #   r=1.5, A= 2   : min(3.0,   2.4)  = 2.4    (clipped)
+    #   r=1.5, A=-1   : min(-1.5, -1.2)  = -1.5
+    #   r=0.5, A= 3   : min(1.5,   2.4)  = 1.5
+    #   r=0.5, A=-0.5 : min(-0.25, -0.4) = -0.4   (clipped)
+    # mean = (2.4 - 1.5 + 1.5 - 0.4) / 4 = 0.5; policy_loss = -0.5
+    batch = batch_with_ratios(model, [1.5, 1.5, 0.5, 0.5], [2.0, -1.0, 3.0, -0.5])
+    _, stats = model.step(batch)
+    assert stats["policy_loss"] == pytest.approx(-0.5, abs=1e-5)
+    assert stats["ratio_mean"] == pytest.approx(1.0, abs=1e-5)  # (1.5+1.5+.5+.5)/4
+    assert stats["clip_fraction"] == 1.0
+
+
+def test_clipped_samples_give_no_policy_gradient():
+    # Only the two samples where min() picks the clipped term: the policy loss is flat there.
+    model = make_model(spaces.Discrete(2), "--clip_range", "0.2", "--vf_coef", "0.0",
+                       "--ent_coef", "0.0")
+    grads, _ = model.step(batch_with_ratios(model, [1.5, 0.5], [2.0, -0.5]))
+    assert all(np.all(g == 0) for k, g in grads.items() if k.startswith("actor."))
+    # ... while the unclipped pair of the same ratios does move the actor
+    grads, _ = model.step(batch_with_ratios(model, [1.5, 0.5], [-1.0, 3.0]))
+    assert any(np.any(g != 0) for k, g in grads.items() if k.startswith("actor."))
+
+
+def test_clip_range_follows_the_linear_schedule():
+    # linear schedule at progress 0.5: eps = 0.2 * 0.5 = 0.1, clip(1.5) = 1.1
+    # r=1.5, A=2: min(3.0, 2.2) = 2.2; policy_loss = -2.2
+    model = make_model(spaces.Discrete(2), "--clip_range", "0.2", "--clip_schedule", "linear")
+    _, stats = model.step(batch_with_ratios(model, [1.5], [2.0]), progress=0.5)
+    assert stats["policy_loss"] == pytest.approx(-2.2, abs=1e-5)
+
+
+# -- the ratio after one update ----------------------------------------------------------------
+def test_ratio_is_one_on_the_first_minibatch_and_differs_after_an_update():
+    args = parse_args(["--config", "none", "--num_workers", "0", "--num_envs_per_worker",
+                       "2", "--rollout_steps", "16", "--batch_size", "16", "--seed", "3"])
+    worker = RolloutWorker(PluginSpec("gym_env", "ppo", "default_agent", args))
+    torch.manual_seed(args.seed)
+    learner = Learner(PPOModel(args, *worker.spaces()))
+    rollout = worker.collect(learner.get_weights(), learner.version, args.rollout_steps)
+    mean, std = advantage_moments([rollout])
+
+    def request(minibatch):
+        return GradientRequest(0, minibatch, 2, mean, std, 0.0, learner.version)
+
+    first = worker.fetch_grads(learner.get_weights(), request(0))
+    assert first.num_samples == 16
+    # the acting policy and the learning policy are the same weights: ratio exactly 1
+    assert first.stats["ratio_mean"] == pytest.approx(1.0, abs=1e-6)
+    learner.apply(average_gradients([first.gradients], [first.num_samples]))
+    second = worker.fetch_grads(learner.get_weights(), request(1))
+    assert second.weights_version == 1
+    assert abs(second.stats["ratio_mean"] - 1.0) > 1e-5
+    assert second.stats["approx_kl"] > 0.0
+    worker.close()
+
+
+# -- the learner's gradient-norm clipping --------------------------------------------------------
+def huge_gradients(model, value=1000.0):
+    return {k: np.full(tuple(p.shape), value, dtype=np.float32)
+            for k, p in model.named_parameters()}
+
+
+def test_learner_clips_the_global_gradient_norm_before_adam():
+    model = make_model(spaces.Discrete(2), "--max_grad_norm", "0.5", "--lr_schedule", "constant")
+    reference = copy.deepcopy(model)
+    learner = Learner(model)
+    grads = huge_gradients(model)
+    num_params = sum(g.size for g in grads.values())
+    norm = learner.apply({k: v.copy() for k, v in grads.items()})
+    assert norm == pytest.approx(1000.0 * math.sqrt(num_params), rel=1e-5)
+
+    # Adam's first moment after one step is (1 - beta1) g = 0.1 g: g must have norm 0.5
+    exp_avg = [learner.optimizer.state[p]["exp_avg"] for p in model.parameters()]
+    assert torch.linalg.vector_norm(torch.cat([m.flatten() for m in exp_avg])).item() / 0.1 \
+        == pytest.approx(0.5, rel=1e-4)
+
+    # and the parameters moved exactly as Adam with the gradient scaled to norm 0.5
+    optimizer = reference.configure_optimizer()
+    for name, p in reference.named_parameters():
+        p.grad = torch.as_tensor(grads[name]).clone()
+    torch.nn.utils.clip_grad_norm_(reference.parameters(), 0.5)
+    optimizer.step()
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=1e-7, msg=name)
+
+
+def test_learner_does_not_clip_when_max_grad_norm_is_zero():
+    model = make_model(spaces.Discrete(2), "--max_grad_norm", "0")
+    learner = Learner(model)
+    grads = huge_gradients(model, 3.0)
+    num_params = sum(g.size for g in grads.values())
+    norm = learner.apply(grads)
+    assert norm == pytest.approx(3.0 * math.sqrt(num_params), rel=1e-5)
+    exp_avg = torch.cat([learner.optimizer.state[p]["exp_avg"].flatten()
+                         for p in model.parameters()])
+    torch.testing.assert_close(exp_avg, torch.full_like(exp_avg, 0.1 * 3.0))

@@ -1,0 +1,157 @@
+"""The registry contract: names, duplicates, base classes, errors that help, --user_dir."""
+import argparse
+import os
+
+import pytest
+
+from agents import AGENT_REGISTRY
+from agents.base import BaseAgent
+from core.registry import ConfigError, Registry, import_user_dir, unwrap_actor_class
+from envs import ENV_REGISTRY
+from models import MODEL_REGISTRY
+from models.base import BaseModel
+
+
+class Plain:
+    pass
+
+
+class OtherPlain:
+    pass
+
+
+def test_registering_the_same_class_twice_under_one_name_is_fine():
+    registry = Registry("thing")
+    registry.register("a")(Plain)
+    registry.register("a")(Plain)
+    assert registry.get("a") is Plain and registry.names() == ["a"]
+
+
+def test_a_different_class_under_a_taken_name_raises():
+    registry = Registry("thing")
+    registry.register("a")(Plain)
+    with pytest.raises(ConfigError, match="already taken"):
+        registry.register("a")(OtherPlain)
+    assert registry.get("a") is Plain
+
+
+@pytest.mark.parametrize("name", ["", "1abc", "has space", "dot.ted", "a/b", None, 3])
+def test_bad_names_raise(name):
+    with pytest.raises(ConfigError):
+        Registry("thing").register(name)
+
+
+@pytest.mark.parametrize("name", ["a", "_a", "my-env", "Env2"])
+def test_good_names_register(name):
+    registry = Registry("thing")
+    registry.register(name)(Plain)
+    assert name in registry
+
+
+@pytest.mark.parametrize("registry, base", [(MODEL_REGISTRY, BaseModel),
+                                            (AGENT_REGISTRY, BaseAgent)])
+def test_models_and_agents_must_subclass_their_base(registry, base):
+    with pytest.raises(ConfigError, match=base.__qualname__):
+        registry.register("not_a_subclass_xyz")(Plain)
+    assert "not_a_subclass_xyz" not in registry
+
+
+def test_an_env_class_without_reset_and_step_is_refused():
+    with pytest.raises(ConfigError, match="reset, step"):
+        ENV_REGISTRY.register("no_methods_xyz")(Plain)
+    assert "no_methods_xyz" not in ENV_REGISTRY
+
+
+def test_unknown_name_lists_registered_names_and_suggests_the_closest():
+    with pytest.raises(ConfigError) as info:
+        ENV_REGISTRY.get("gym_envv")
+    message = str(info.value)
+    assert "Did you mean 'gym_env'?" in message
+    for name in ("gym_env", "custom_env"):
+        assert name in message
+    assert "--env_name" in message
+
+
+def test_unknown_name_without_a_close_one_suggests_nothing():
+    with pytest.raises(ConfigError) as info:
+        MODEL_REGISTRY.get("zzzzzzzz")
+    assert "Did you mean" not in str(info.value) and "ppo" in str(info.value)
+
+
+def test_ray_remote_env_unwraps_to_a_plain_class_runnable_in_process():
+    registered = ENV_REGISTRY.get("gym_env")
+    assert hasattr(registered, "__ray_metadata__")  # gym_env carries @ray.remote
+    cls = unwrap_actor_class(registered)
+    assert not hasattr(cls, "__ray_metadata__")
+    env = cls(argparse.Namespace(gym_id="CartPole-v1", max_episode_steps=None), seed=0)
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (4,)
+    assert len(env.step(0)) == 5
+    env.close()
+
+
+def test_unwrap_leaves_a_plain_class_alone():
+    assert unwrap_actor_class(Plain) is Plain
+
+
+# -- --user_dir -----------------------------------------------------------------------------------
+PLUGIN = '''
+import os
+from envs import register_env
+
+with open(os.path.join(os.path.dirname(__file__), "imports.log"), "a") as f:
+    f.write("imported\\n")
+
+@register_env("{name}")
+class UserEnv:
+    def reset(self, seed=None, options=None):
+        return 0, {{}}
+
+    def step(self, action):
+        return 0, 0.0, True, False, {{}}
+'''
+
+
+@pytest.fixture
+def registered_names():
+    """Names a test registers into the global registries, removed afterwards."""
+    names = []
+    yield names
+    for name in names:
+        ENV_REGISTRY.entries.pop(name, None)
+
+
+def test_import_user_dir_twice_registers_once(tmp_path, registered_names):
+    name = f"user_env_{os.getpid()}_twice"
+    registered_names.append(name)
+    (tmp_path / "my_env.py").write_text(PLUGIN.format(name=name))
+    import_user_dir(str(tmp_path))
+    import_user_dir(str(tmp_path))
+    assert (tmp_path / "imports.log").read_text() == "imported\n"
+    assert name in ENV_REGISTRY
+    assert ENV_REGISTRY.entries[name].source == str(tmp_path)
+
+
+def test_import_user_dir_reads_envs_subfolder(tmp_path, registered_names):
+    name = f"user_env_{os.getpid()}_sub"
+    registered_names.append(name)
+    (tmp_path / "envs").mkdir()
+    (tmp_path / "envs" / "sub_env.py").write_text(PLUGIN.format(name=name))
+    import_user_dir(str(tmp_path))
+    assert name in ENV_REGISTRY
+
+
+def test_user_dir_file_that_fails_to_import_raises_config_error_naming_the_file(tmp_path):
+    bad = tmp_path / "broken_plugin.py"
+    bad.write_text("raise RuntimeError('boom')\n")
+    with pytest.raises(ConfigError) as info:
+        import_user_dir(str(tmp_path))
+    assert str(bad) in str(info.value) and "boom" in str(info.value)
+    # not half-imported: the same error again, not a silent skip
+    with pytest.raises(ConfigError, match="broken_plugin"):
+        import_user_dir(str(tmp_path))
+
+
+def test_user_dir_that_is_not_a_folder_raises(tmp_path):
+    with pytest.raises(ConfigError, match="not a folder"):
+        import_user_dir(str(tmp_path / "missing"))
