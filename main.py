@@ -53,7 +53,7 @@ def run(args):
     if plugins.model_cls.trainer != "ppo":
         raise ConfigError(f"model {args.model_name!r} needs the {plugins.model_cls.trainer!r} "
                           f"training loop, which this version of ddrl does not have yet.")
-    target = args.target_return if args.target_return is not None else threshold
+    target = threshold if args.target_return == "auto" else args.target_return
     if args.num_gpus and args.gpu:
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, args.gpu))
     if args.num_gpus and not args.address:
@@ -91,10 +91,14 @@ def run(args):
     finally:
         save("last.pt")
     summary = context.finish(run_dir=run_dir)
+    def show(value, unit=""):
+        return "-" if value is None else f"{value:.1f}{unit}" if isinstance(value, float) \
+            else f"{value}{unit}"
     print(f"ddrl: stopped ({summary['stopped_because']}) after {summary['env_steps']:,} env steps"
-          f" in {summary['wall_time_s']:.1f} s; best eval {summary['best_eval_return']}, last eval"
-          f" {summary['last_eval_return']}; time to target "
-          f"{summary['time_to_target_s']} s; {run_dir}/summary.json", flush=True)
+          f" in {summary['wall_time_s']:.1f} s ({summary['steps_per_s']:,.0f} steps/s); best eval "
+          f"{show(summary['best_eval_return'])}, last eval {show(summary['last_eval_return'])}, "
+          f"time to target {show(summary['time_to_target_s'], ' s')}; "
+          f"{os.path.join(run_dir, 'summary.json')}", flush=True)
     if ray.is_initialized() and not args.address:
         ray.shutdown()
     return 130 if summary["stopped_because"] == "interrupted" else 0
@@ -118,6 +122,9 @@ def main(argv=None):
     try:
         args = parse_args(argv)
         return run(args)
+    except KeyboardInterrupt:  # before training started: nothing learned to save
+        print("ddrl: interrupted", file=sys.stderr)
+        return 130
     except Exception as exc:  # noqa: BLE001 - user errors are one paragraph, the rest re-raise
         error = unwrap_config_error(exc)
         if error is None:

@@ -56,7 +56,10 @@ def positive_float_or_none(text):
     return _number(float, 0, text, allow_none=True)
 
 
-def float_or_none(text):
+def target_return(text):
+    """A number; 'auto' (the env's reward_threshold, if any); or 'none' (never stop early)."""
+    if str(text).lower() == "auto":
+        return "auto"
     return _number(float, None, text, allow_none=True)
 
 
@@ -126,10 +129,10 @@ def add_common_args(parser):
                             "(default: %(default)s)")
     group.add_argument("--total_steps", type=positive_int, default=1_000_000,
                        help="stop after this many env steps (default: %(default)s)")
-    group.add_argument("--target_return", type=float_or_none, default=None,
-                       help="stop when the evaluation mean return reaches this (default: the "
-                            "env's reward_threshold if it has one, e.g. 475 for CartPole-v1; "
-                            "'none' to never stop early)")
+    group.add_argument("--target_return", type=target_return, default="auto",
+                       help="stop when the evaluation mean return reaches this; 'auto' "
+                            "(default): the env's reward_threshold if it has one, e.g. 475 for "
+                            "CartPole-v1; 'none': never stop early")
     group.add_argument("--max_time", type=positive_float_or_none, default=None,
                        help="stop after this many seconds of wall time (default: no limit)")
     group.add_argument("--eval_interval", type=positive_int, default=2000,
