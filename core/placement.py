@@ -101,6 +101,11 @@ def start_ray(args):
                        "excludes": [".venv", "runs", ".git", "benchmarks/results", "*.pt"]}
         if args.user_dir:
             runtime_env["py_modules"] = [os.path.abspath(args.user_dir)]
+        # A cluster started on this machine's loopback (ray start --head --node-ip-address
+        # 127.0.0.1) must be joined from the loopback too, or Ray picks the public interface.
+        host = args.address.rsplit(":", 1)[0]
+        if host in ("127.0.0.1", "localhost"):
+            common["_node_ip_address"] = "127.0.0.1"
         try:
             ray.init(address=args.address, runtime_env=runtime_env, **common)
         except (ConnectionError, ValueError, RuntimeError) as exc:
