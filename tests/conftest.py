@@ -22,7 +22,10 @@ def ray_session():
     import ray
     started = False
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
+        # address="local": start our own instance even when another one runs on this machine
+        # (ray.init without an address joins any local cluster it finds).
+        ray.init(address="local", num_cpus=2, include_dashboard=False,
+                 _node_ip_address="127.0.0.1",
                  logging_level="WARNING")
         started = True
     yield ray
