@@ -37,7 +37,8 @@ class Learner:
         for group in self.optimizer.param_groups:
             group["lr"] = self.model.learning_rate(progress)
         for name, param in self.parameters.items():
-            param.grad = torch.as_tensor(gradients[name]).reshape(param.shape).to(param.device)
+            # A copy: clipping scales .grad in place and must not touch the caller's arrays.
+            param.grad = torch.tensor(gradients[name]).reshape(param.shape).to(param.device)
         max_norm = self.model.max_grad_norm()
         if max_norm:
             norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)

@@ -117,5 +117,6 @@ def start_ray(args):
     path = os.environ.get("PYTHONPATH", "")
     if REPO_ROOT not in path.split(os.pathsep):
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, path) if p)
-    ray.init(num_cpus=args.num_cpus, num_gpus=args.num_gpus,
+    # address="local": always a new instance, never one that happens to run on this machine.
+    ray.init(address="local", num_cpus=args.num_cpus, num_gpus=args.num_gpus,
              _node_ip_address=args.node_ip_address, **common)

@@ -17,7 +17,12 @@ from options.custom_options import get_custom_args
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, but a bad flag is one short paragraph, not the whole usage block."""
+    """argparse, but a bad flag is one short paragraph, not the whole usage block, and a
+    truncated flag (--num_worker) is a misspelling, not an abbreviation."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         raise ConfigError(f"{message}. Run `python main.py -h` (with your --env_name, "
@@ -225,8 +230,8 @@ def parse_args(argv=None):
     preset = None
     if early.config is None:
         preset = find_preset(known.model_name, parser.parse_known_args(argv)[0])
-        if preset:
-            _apply_config(parser, load_config(preset), strict=True)
+        if preset:  # named after the model and env only: keys the chosen agent lacks are skipped
+            _apply_config(parser, load_config(preset), strict=False)
     parser.add_argument("-h", "--help", action="help", help="show this help and exit")
     args = parser.parse_args(argv)
     args.user_dir = user_dir

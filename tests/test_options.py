@@ -64,9 +64,6 @@ def test_misspelled_flag_raises_config_error():
         parse_args(["--num_wrokers", "3"])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "options/options.py: Parser keeps argparse's allow_abbrev=True, so a flag with its last "
-    "letter missing (--num_worker) is silently taken as a prefix of --num_workers"))
 def test_truncated_flag_is_a_misspelling_not_an_abbreviation():
     with pytest.raises(ConfigError):
         parse_args(["--num_worker", "3"])
@@ -179,10 +176,6 @@ def bare_agent_dir(tmp_path):
     AGENT_REGISTRY.entries.pop(name, None)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "options/options.py parse_args/find_preset: the automatic preset (not asked for) is applied "
-    "with strict=True, so choosing an agent without --gamma/--gae_lambda on the default "
-    "ppo + CartPole-v1 fails with '--config sets unknown flags: gae_lambda, gamma'"))
 def test_an_agent_without_the_presets_flags_parses_when_no_config_was_given(bare_agent_dir):
     user_dir, name = bare_agent_dir
     args = parse_args(["--user_dir", user_dir, "--agent_name", name])

@@ -50,12 +50,6 @@ def test_start_ray_with_address_joins_that_cluster_and_ships_the_code(monkeypatc
     assert "num_cpus" not in kwargs
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "core/placement.py start_ray: without --address it calls ray.init(num_cpus=...) with no "
-    "address, and Ray then joins any Ray instance already running on the machine; with one "
-    "running, every local run fails with 'When connecting to an existing cluster, num_cpus and "
-    "num_gpus must not be provided' (seen while another `ray start` cluster was up). "
-    "address='local' starts a new local instance"))
 def test_start_ray_without_address_starts_its_own_local_instance(monkeypatch):
     calls = captured_init(monkeypatch)
     start_ray(parse_args(["--config", "none", "--num_cpus", "2"]))
