@@ -68,6 +68,17 @@ def test_two_ray_workers_run_and_stop_at_total_steps(tmp_path):
     assert all(float(r["gradient_lag"]) == 0 for r in rows)  # lock-step: no stale gradients
 
 
+def test_compiled_graph_gives_the_same_loop(tmp_path):
+    run_dir = str(tmp_path / "run")
+    proc = run_main("--num_workers", "2", "--num_envs_per_worker", "2", "--total_steps", "512",
+                    "--eval_interval", "256", "--eval_episodes", "2", "--num_cpus", "2",
+                    "--compiled_graph", "--run_dir", run_dir)
+    assert proc.returncode == 0, proc.stderr
+    summary, rows = read_run(run_dir)
+    assert summary["env_steps"] >= 512 and summary["last_eval_return"] is not None
+    assert int(rows[-1]["updates"]) == len(rows) * 10  # 10 epochs x 1 minibatch per iteration
+
+
 def test_pendulum_box_actions_run(tmp_path):
     run_dir = str(tmp_path / "run")
     proc = run_main("--num_workers", "0", "--gym_id", "Pendulum-v1", "--total_steps", "600",
