@@ -36,6 +36,7 @@ SUITES = {
         target=475, max_steps=None, peer="sb3",
         systems={
             "ddrl-2workers": DDRL + " --gym_id CartPole-v1 --num_workers 2",
+            "ddrl-2workers-compiled": DDRL + " --gym_id CartPole-v1 --num_workers 2 --compiled_graph",
             "ddrl-0workers": DDRL + " --gym_id CartPole-v1 --num_workers 0",
             "sb3": "{python} benchmarks/sb3_ppo.py --env CartPole-v1 --target_return {target} --seed {seed} --out_dir {run_dir}",
         }),
