@@ -17,7 +17,11 @@ class Evaluator:
         self.seed = args.seed + EVAL_SEED_OFFSET
         self.envs = [make_env(plugins, args, self.seed + k) for k in range(num_episodes)]
         self.action_space = self.envs[0].action_space
-        self.model = plugins.model_cls(args, self.envs[0].observation_space, self.action_space)
+        # Its initial weights are overwritten before use; drawing them must not advance the
+        # training RNG when the test worker shares the driver's process (--num_workers 0).
+        with torch.random.fork_rng(devices=[]):
+            self.model = plugins.model_cls(args, self.envs[0].observation_space,
+                                           self.action_space)
         self.rounds = 0
 
     @torch.no_grad()
