@@ -40,7 +40,7 @@ def run(args):
     from core.checkpoint import save_checkpoint
     from core.placement import start_ray
     from core.plugins import PluginSpec, load_plugins
-    from core.ppo_trainer import METRIC_COLUMNS, PPOTrainer
+    from core.trainers import trainer_class, trainer_module
     from core.process import setup_process
     from core.registry import ConfigError
     from core.run import RunContext
@@ -50,9 +50,7 @@ def run(args):
     plugins = load_plugins(spec)
     observation_space, action_space, threshold = probe_env(plugins, args)
     plugins.model_cls.check_spaces(observation_space, action_space)
-    if plugins.model_cls.trainer != "ppo":
-        raise ConfigError(f"model {args.model_name!r} needs the {plugins.model_cls.trainer!r} "
-                          f"training loop, which this version of ddrl does not have yet.")
+    trainer_name = plugins.model_cls.trainer
     target = threshold if args.target_return == "auto" else args.target_return
     if args.num_gpus and args.gpu:
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, args.gpu))
@@ -66,15 +64,17 @@ def run(args):
         start_ray(args)
 
     run_dir = args.run_dir or default_run_dir(args)
-    context = RunContext(args, run_dir, START_TIME, METRIC_COLUMNS, target)
+    context = RunContext(args, run_dir, START_TIME, trainer_module(trainer_name).METRIC_COLUMNS,
+                         target)
     save_resolved_config(args, run_dir)
-    trainer = PPOTrainer(args, spec, plugins, (observation_space, action_space), context)
+    trainer = trainer_class(trainer_name)(args, spec, plugins, (observation_space, action_space),
+                                          context)
     checkpoint_dir = os.path.join(run_dir, "checkpoints")
 
     def save(name, extra=None):
-        weights, optimizer_state = trainer.checkpoint_state()
+        weights, optimizer_state, updates = trainer.checkpoint_state()
         save_checkpoint(os.path.join(checkpoint_dir, name), weights, optimizer_state,
-                        {"env_steps": context.env_steps, "updates": trainer.learner.version,
+                        {"env_steps": context.env_steps, "updates": updates,
                          "env_name": args.env_name, "model_name": args.model_name,
                          "agent_name": args.agent_name, **(extra or {})})
 

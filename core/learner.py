@@ -34,8 +34,10 @@ class Learner:
 
     def apply(self, gradients: Dict[str, np.ndarray], progress: float = 0.0) -> float:
         """One optimizer step with these gradients; returns the gradient norm before clipping."""
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.model.learning_rate(progress)
+        lr = self.model.learning_rate(progress)
+        if lr is not None:  # None: the model keeps the learning rates it configured
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
         for name, param in self.parameters.items():
             # A copy: clipping scales .grad in place and must not touch the caller's arrays.
             param.grad = torch.tensor(gradients[name]).reshape(param.shape).to(param.device)
@@ -46,6 +48,9 @@ class Learner:
             norm = torch.linalg.vector_norm(torch.stack([
                 p.grad.norm() for p in self.parameters.values()]))
         self.optimizer.step()
+        after_update = getattr(self.model, "after_update", None)
+        if after_update is not None:  # e.g. SAC's polyak-averaged target critics
+            after_update()
         self.version += 1
         return float(norm)
 

@@ -41,6 +41,11 @@ class LocalHandle:
         return _LocalMethod(getattr(self.obj, name))
 
 
+def resolve(ref):
+    """The value behind a ref from either placement (for code that runs in both)."""
+    return ref.value if isinstance(ref, LocalRef) else ray.get(ref)
+
+
 _remote_classes = {}
 
 
@@ -78,6 +83,18 @@ class Placement:
         if self.local:
             return [r.value for r in refs] if isinstance(refs, list) else refs.value
         return ray.get(refs)
+
+    def wait_any(self, refs, timeout=None):
+        """The refs among ``refs`` that are done, waiting for at least one (or ``timeout`` s)."""
+        if not refs:
+            return []
+        if self.local:
+            return list(refs)
+        done, _ = ray.wait(list(refs), num_returns=1, timeout=timeout)
+        # Take everything else that is already done too, without waiting.
+        more, _ = ray.wait([r for r in refs if r not in done], num_returns=len(refs) - len(done),
+                           timeout=0) if len(refs) > len(done) else ([], [])
+        return done + more
 
     def ready(self, ref) -> bool:
         """True when ``ref`` is computed (never blocks)."""

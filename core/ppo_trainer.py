@@ -158,4 +158,5 @@ class PPOTrainer:
         return self.learner
 
     def checkpoint_state(self):
-        return self.learner.get_weights(), self.learner.optimizer.state_dict()
+        return (self.learner.get_weights(), self.learner.optimizer.state_dict(),
+                self.learner.version)

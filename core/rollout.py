@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from core.envs import EnvGroup
+from core.placement import resolve
 from core.plugins import load_plugins
 from core.process import setup_process
 from core.types import RolloutStats, Trajectory
@@ -36,6 +37,9 @@ class RolloutWorker:
         num_envs = len(self.envs)
         self.episode_return = np.zeros(num_envs)
         self.episode_length = np.zeros(num_envs, dtype=np.int64)
+        # Uniform random actions for this worker's share of --start_steps (SAC's warm-up).
+        self.random_steps_left = getattr(args, "start_steps", 0) // max(1, args.num_workers)
+        self.envs.action_space.seed(args.seed + 1_000 * (worker_index + 1))
 
     def collect(self, weights, weights_version, num_steps):
         """Run ``num_steps`` steps in each env with the given weights and pass the fragment to
@@ -53,11 +57,17 @@ class RolloutWorker:
 
         for t in range(num_steps):
             obs_buf[t] = self.observations
-            action, extras = self.model.choose_actions(self.observations)
+            if self.random_steps_left > 0:  # warm-up with uniform random actions (SAC)
+                action = np.stack([self.envs.action_space.sample() for _ in range(num_envs)])
+                extras = {}
+                self.random_steps_left -= num_envs
+            else:
+                action, extras = self.model.choose_actions(self.observations)
             result = self.envs.step(action)
             actions.append(action)
-            log_probs.append(extras["log_probs"])
-            values.append(extras["values"])
+            if "log_probs" in extras:
+                log_probs.append(extras["log_probs"])
+                values.append(extras["values"])
             rewards[t], terminated[t], truncated[t] = (result.rewards, result.terminated,
                                                        result.truncated)
             self.episode_return += result.rewards
@@ -74,8 +84,9 @@ class RolloutWorker:
 
         trajectory = Trajectory(
             observations=obs_buf, actions=np.stack(actions), rewards=rewards,
-            terminated=terminated, truncated=truncated, log_probs=np.stack(log_probs),
-            values=np.stack(values), last_observations=self.observations.astype(np.float32),
+            terminated=terminated, truncated=truncated,
+            log_probs=np.stack(log_probs) if len(log_probs) == num_steps else None,
+            values=np.stack(values) if len(values) == num_steps else None, last_observations=self.observations.astype(np.float32),
             truncated_index=np.array(truncated_index, dtype=np.int64).reshape(-1, 2),
             truncated_observations=np.array(truncated_obs, dtype=np.float32).reshape(
                 len(truncated_obs), *self.observations.shape[1:]),
@@ -84,6 +95,16 @@ class RolloutWorker:
         return RolloutStats(env_steps=trajectory.num_steps, episode_returns=finished_returns,
                             episode_lengths=finished_lengths, weights_version=weights_version,
                             sample_time_s=time.perf_counter() - start, agent_stats=agent_stats)
+
+    def collect_to_buffer(self, weights, weights_version, num_steps, buffer, prioritized=False):
+        """Collect a fragment and add it to the replay buffer as one block (never one call per
+        step: the seed design's bug). With prioritized replay the worker computes the new data's
+        initial priorities, |TD error| under its current weights, as in Ape-X."""
+        stats = self.collect(weights, weights_version, num_steps)
+        transitions = self.agent.pending
+        priorities = self.model.td_errors(transitions) if prioritized else None
+        resolve(buffer.add.remote(transitions, priorities))  # backpressure: one wait per block
+        return stats
 
     def fetch_grads(self, weights, request):
         return self.agent.fetch_grads(weights, request)

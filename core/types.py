@@ -1,6 +1,6 @@
 """Typed data contracts between rollout workers, agents and the learner."""
 from dataclasses import dataclass, field
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import numpy as np
 
@@ -18,8 +18,8 @@ class Trajectory:
     rewards: np.ndarray
     terminated: np.ndarray
     truncated: np.ndarray
-    log_probs: np.ndarray
-    values: np.ndarray
+    log_probs: Optional[np.ndarray]        # [T, E] when the policy reports them (PPO)
+    values: Optional[np.ndarray]           # [T, E] when the policy reports them (PPO)
     last_observations: np.ndarray          # [E, ...] observation after the last step
     truncated_index: np.ndarray            # [K, 2] (t, e) of truncated steps
     truncated_observations: np.ndarray     # [K, ...] their final observations

@@ -229,6 +229,11 @@ def parse_args(argv=None):
         add_args = getattr(unwrap_actor_class(cls), "add_args", None)
         if add_args is not None:
             add_args(parser.add_argument_group(f"{kind} {name!r}"))
+    # The training loop the model names may bring flags of its own (SAC: replay, learners).
+    from core.trainers import trainer_module
+    loop_args = getattr(trainer_module(chosen[1][1].trainer), "add_args", None)
+    if loop_args is not None:
+        loop_args(parser)
     _apply_config(parser, config, strict=True)
     preset = None
     if early.config is None:

@@ -1,0 +1,83 @@
+"""Parameter server and learner workers for the replay-based (SAC) loop, after OpenAI's Rapid.
+
+Learner workers sample nothing themselves: each gets a batch from the replay buffer and the
+newest weights (both by object reference), returns gradients, and sends the new |TD errors| to
+the buffer as priorities. The parameter server holds the only optimizer: it averages the
+gradients of all learners for one version (never the last pusher's alone, the seed design's
+bug), applies them, and hands out the weights with their version number.
+"""
+import numpy as np
+import torch
+
+from core.checkpoint import load_checkpoint, save_checkpoint
+from core.learner import Learner, average_gradients
+from core.plugins import load_plugins
+from core.process import setup_process
+
+
+class ParameterServer:
+    def __init__(self, spec, observation_space, action_space):
+        setup_process(spec.args)
+        plugins = load_plugins(spec)
+        torch.manual_seed(spec.args.seed)
+        self.model = plugins.model_cls(spec.args, observation_space, action_space)
+        self.learner = Learner(self.model)
+
+    @property
+    def version(self):
+        return self.learner.version
+
+    def get_weights(self):
+        return self.learner.get_weights()
+
+    def get_version(self):
+        return self.learner.version
+
+    def apply(self, *results):
+        """One update from the GradientResults of all learners, averaged by sample count."""
+        gradients = average_gradients([r.gradients for r in results],
+                                      [r.num_samples for r in results])
+        lags = [self.learner.version - r.weights_version for r in results]
+        grad_norm = self.learner.apply(gradients)
+        stats = {k: float(np.mean([r.stats[k] for r in results]))
+                 for k, v in results[0].stats.items() if np.isscalar(v)}
+        stats.update(grad_norm=grad_norm, gradient_lag=float(max(lags)),
+                     version=self.learner.version)
+        return stats
+
+    def state(self):
+        return (self.learner.get_weights(), self.learner.optimizer.state_dict(),
+                self.learner.version)
+
+    def save(self, path, meta=None):
+        save_checkpoint(path, self.learner.get_weights(), self.learner.optimizer.state_dict(),
+                        {"updates": self.learner.version, **(meta or {})})
+        return path
+
+    def restore(self, path):
+        payload, meta = load_checkpoint(path)
+        self.model.set_weights({k: v.numpy() for k, v in payload["model"].items()})
+        if "optimizer" in payload:
+            self.learner.optimizer.load_state_dict(payload["optimizer"])
+        self.learner.version = int(meta.get("updates", 0))
+        return meta
+
+
+class LearnerWorker:
+    """Computes gradients on replay batches for the parameter server."""
+
+    def __init__(self, spec, observation_space, action_space, learner_index=0):
+        setup_process(spec.args)
+        plugins = load_plugins(spec)
+        torch.manual_seed(spec.args.seed + 100 + learner_index)
+        self.model = plugins.model_cls(spec.args, observation_space, action_space)
+        self.agent = plugins.agent_cls(spec.args, self.model, seed=spec.args.seed + learner_index)
+
+    def compute(self, weights, weights_version, batch, buffer=None):
+        result = self.agent.fetch_grads(weights, batch, weights_version)
+        td_errors = result.stats.pop("td_errors", None)
+        if buffer is not None and td_errors is not None:
+            # Fire and forget: the buffer ignores updates for slots rewritten since sampling.
+            buffer.update_priorities.remote(batch.indices, batch.generations, td_errors)
+        return result
+
