@@ -1,0 +1,83 @@
+"""sac_agent: turns fragments into replay transitions, and replay batches into SAC gradients.
+
+On an explorer, ``send_trajectory`` flattens each fragment into a block of transitions and keeps
+it in ``self.pending`` until the trainer takes it (``take_transitions``) for the replay buffer.
+On a learner worker, ``fetch_grads(weights, batch, weights_version)`` loads the weights if they
+are new and returns the model's gradients on a sampled core.replay_buffer.ReplayBatch.
+"""
+import numpy as np
+
+from agents import register_agent
+from agents.base import BaseAgent
+from core.types import GradientResult, Trajectory
+
+
+@register_agent("sac_agent")
+class SACAgent(BaseAgent):
+    """Replay transitions from fragments (bootstrapping at truncation); SAC gradients on batches."""
+
+    def __init__(self, args, model, seed=0):
+        super().__init__(args, model, seed)
+        self.pending = None         # the Transitions of the last fragment, until taken
+        self.weights_version = None
+
+    @staticmethod
+    def transitions(trajectory: Trajectory):
+        """The fragment ([T, E] time-major) as N = T * E transitions, in row-major (t, e) order.
+
+        The next observation of step (t, e) is the observation stored at (t + 1, e), or
+        ``last_observations[e]`` for the fragment's last step. Where that step ended its episode
+        the stored one is the reset observation of the next episode: harmless after a
+        termination (terminated = 1 masks the bootstrap), wrong after a truncation, so truncated
+        steps get their final observation from ``truncated_observations`` instead (a time limit
+        is not a terminal state; they keep terminated = 0 and bootstrap).
+        """
+        from core.replay_buffer import Transitions  # imported here: only SAC runs need it
+        observations = np.asarray(trajectory.observations, dtype=np.float32)
+        num_steps, num_envs = observations.shape[:2]
+        n = num_steps * num_envs
+        next_observations = np.empty_like(observations)
+        next_observations[:-1] = observations[1:]
+        next_observations[-1] = trajectory.last_observations
+        if len(trajectory.truncated_index):
+            t, e = np.asarray(trajectory.truncated_index).T
+            next_observations[t, e] = trajectory.truncated_observations
+        actions = np.asarray(trajectory.actions, dtype=np.float32)
+
+        def flat(x):
+            return x.reshape(n, *x.shape[2:])
+
+        return Transitions(
+            observations=flat(observations),
+            actions=flat(actions),
+            rewards=np.asarray(trajectory.rewards, dtype=np.float32).reshape(n),
+            next_observations=flat(next_observations),
+            terminated=np.asarray(trajectory.terminated, dtype=np.float32).reshape(n))
+
+    def send_trajectory(self, trajectory: Trajectory):
+        """Keep the fragment's transitions in ``self.pending`` (replacing any not taken)."""
+        self.pending = self.transitions(trajectory)
+        return {"transitions": int(len(self.pending.rewards))}
+
+    def take_transitions(self):
+        """The pending Transitions (None if there are none), cleared."""
+        pending, self.pending = self.pending, None
+        return pending
+
+    def priorities(self, transitions):
+        """Initial replay priorities |TD| for a block, with the weights loaded now."""
+        return self.model.td_errors(transitions)
+
+    def fetch_grads(self, weights, batch, weights_version=None, progress=0.0):
+        """GradientResult of the SAC losses on ``batch`` (a core.replay_buffer.ReplayBatch).
+
+        ``weights`` (None: keep the loaded ones) are loaded unless ``weights_version`` is the
+        version loaded already; giving weights without their version is an error. The result
+        carries the version the gradients were computed with.
+        """
+        if weights is not None and weights_version is None:
+            raise ValueError("fetch_grads: give the weights_version of these weights")
+        self.sync_weights(weights, weights_version)
+        gradients, stats = self.model.step(batch, progress)
+        num_samples = int(len(np.asarray(getattr(batch, "transitions", batch).rewards)))
+        return GradientResult(gradients, num_samples, self.weights_version, stats)

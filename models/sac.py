@@ -1,0 +1,299 @@
+"""sac: Soft Actor-Critic with automatic entropy tuning (Haarnoja et al. 2018, arXiv:1801.01290;
+the learned temperature of arXiv:1812.05905), for 1-D Box actions.
+
+A tanh-squashed Gaussian actor, twin Q critics and their polyak-averaged targets, and a learned
+temperature alpha. ``step`` returns the gradients of all three losses, computed from the same
+weights (the learner applies them together, with one Adam of three parameter groups); the
+targets are not parameters but buffers, so they get no gradients, yet travel with
+``get_weights`` / ``set_weights`` and checkpoints, and the learner moves them in
+``after_update``.
+
+Actions: ``choose_actions`` returns them in the env's bounds. Replay batches hold actions as the
+env got them (env bounds, also for uniform warm-up actions); the critics see them rescaled to
+[-1, 1], the range of the actor's tanh.
+"""
+import copy
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from gymnasium import spaces
+from torch import nn
+
+from core.registry import ConfigError
+from models import register_model
+from models.base import BaseModel
+from models.ppo import hidden_sizes
+
+LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
+LOG_2 = math.log(2.0)
+HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+def target_entropy_type(text):
+    if str(text).lower() == "auto":
+        return "auto"
+    try:
+        return float(text)
+    except ValueError:
+        import argparse
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number or 'auto'")
+
+
+def relu_mlp(in_dim, sizes, out_dim=None):
+    """Linear+ReLU layers (PyTorch's default init, as SB3's SAC); a linear head if out_dim."""
+    layers, last = [], in_dim
+    for size in sizes:
+        layers += [nn.Linear(last, size), nn.ReLU()]
+        last = size
+    if out_dim is not None:
+        layers.append(nn.Linear(last, out_dim))
+    return nn.Sequential(*layers)
+
+
+def frozen_copy(module):
+    """A deep copy of ``module`` whose parameters are turned into buffers of the same names:
+    it runs like the original, is in state_dict() (so in get_weights, set_weights and
+    checkpoints) and is not in named_parameters() (so no gradient and no optimizer state)."""
+    target = copy.deepcopy(module)
+    for sub in target.modules():
+        for name, param in list(sub.named_parameters(recurse=False)):
+            delattr(sub, name)
+            sub.register_buffer(name, param.detach().clone())
+    return target
+
+
+def tanh_log_prob_correction(u):
+    """log(1 - tanh(u)^2) summed over the last dim, in the stable form 2(log 2 - u - softplus(-2u))
+    (the same as torch's TanhTransform.log_abs_det_jacobian)."""
+    return (2.0 * (LOG_2 - u - F.softplus(-2.0 * u))).sum(-1)
+
+
+class Actor(nn.Module):
+    """Gaussian over pre-squash actions u, with a state-dependent log std clamped to [-20, 2]."""
+
+    def __init__(self, obs_dim, sizes, action_dim):
+        super().__init__()
+        self.trunk = relu_mlp(obs_dim, sizes)
+        last = sizes[-1] if sizes else obs_dim
+        self.mu = nn.Linear(last, action_dim)
+        self.log_std = nn.Linear(last, action_dim)
+
+    def forward(self, obs):
+        latent = self.trunk(obs)
+        return self.mu(latent), self.log_std(latent).clamp(LOG_STD_MIN, LOG_STD_MAX)
+
+
+class TwinQ(nn.Module):
+    """Two independent Q(s, a) networks; ``forward`` returns both, each [B]."""
+
+    def __init__(self, obs_dim, sizes, action_dim):
+        super().__init__()
+        self.q1 = relu_mlp(obs_dim + action_dim, sizes, 1)
+        self.q2 = relu_mlp(obs_dim + action_dim, sizes, 1)
+
+    def forward(self, obs, actions):
+        x = torch.cat([obs, actions], dim=-1)
+        return self.q1(x).squeeze(-1), self.q2(x).squeeze(-1)
+
+
+def as_float_tensor(x):
+    if isinstance(x, torch.Tensor):
+        return x.float()
+    return torch.as_tensor(np.asarray(x), dtype=torch.float32)
+
+
+@register_model("sac")
+class SACModel(BaseModel):
+    """Soft Actor-Critic: tanh-Gaussian actor, twin Q critics with polyak targets, learned alpha."""
+    trainer = "sac"
+
+    @staticmethod
+    def add_args(parser):
+        parser.add_argument("--sac_hidden_sizes", type=hidden_sizes, default=[256, 256],
+                            help="widths of the actor's and each critic's hidden layers "
+                                 "(default: 256,256)")
+        parser.add_argument("--actor_lr", type=float, default=3e-4,
+                            help="Adam learning rate of the actor (default: %(default)s)")
+        parser.add_argument("--critic_lr", type=float, default=3e-4,
+                            help="Adam learning rate of the twin critics (default: %(default)s)")
+        parser.add_argument("--alpha_lr", type=float, default=3e-4,
+                            help="Adam learning rate of log(alpha), the entropy temperature "
+                                 "(default: %(default)s)")
+        parser.add_argument("--tau", type=float, default=0.005,
+                            help="polyak coefficient of the target critics after every update: "
+                                 "target = tau * online + (1 - tau) * target "
+                                 "(default: %(default)s)")
+        parser.add_argument("--init_alpha", type=float, default=1.0,
+                            help="initial entropy temperature alpha (default: %(default)s)")
+        parser.add_argument("--target_entropy", type=target_entropy_type, default="auto",
+                            help="entropy the temperature tuning aims at; 'auto' (default): "
+                                 "-dim(action space)")
+        parser.add_argument("--sac_gamma", type=float, default=0.99,
+                            help="discount factor of the soft Bellman target "
+                                 "(default: %(default)s)")
+
+    @classmethod
+    def check_spaces(cls, observation_space, action_space):
+        if not isinstance(observation_space, spaces.Box):
+            raise ConfigError(
+                f"model {cls.__name__} takes Box observations; this env's observation space is "
+                f"{observation_space}. Flatten or encode the observation in the env wrapper, or "
+                f"write a model for this space.")
+        if not isinstance(action_space, spaces.Box):
+            raise ConfigError(
+                f"model {cls.__name__} (SAC) needs continuous (Box) actions: its actor is a "
+                f"squashed Gaussian and its critics take the action as an input. This env's "
+                f"action space is {action_space}. For discrete actions use --model_name ppo, "
+                f"or pick a continuous env (e.g. --gym_id Pendulum-v1).")
+        if len(action_space.shape) != 1:
+            raise ConfigError(f"model {cls.__name__} takes 1-D Box actions, got {action_space}.")
+        if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
+            raise ConfigError(
+                f"model {cls.__name__} squashes actions into the Box bounds, which must be "
+                f"finite; got {action_space}. Give the env finite action bounds.")
+
+    def __init__(self, args, observation_space, action_space):
+        super().__init__(args, observation_space, action_space)
+        self.obs_dim = int(np.prod(observation_space.shape))
+        self.action_dim = int(action_space.shape[0])
+        low = np.asarray(action_space.low, dtype=np.float32)
+        high = np.asarray(action_space.high, dtype=np.float32)
+        # Not persistent: the bounds come from the env, not from weights or checkpoints.
+        self.register_buffer("action_scale", torch.as_tensor((high - low) / 2.0),
+                             persistent=False)
+        self.register_buffer("action_bias", torch.as_tensor((high + low) / 2.0),
+                             persistent=False)
+        self.target_entropy = (-float(self.action_dim) if args.target_entropy == "auto"
+                               else float(args.target_entropy))
+        self.build_networks(args)
+
+    def build_networks(self, args):
+        """Actor, twin critics, their target copy and log(alpha); a subclass may override."""
+        self.actor = Actor(self.obs_dim, args.sac_hidden_sizes, self.action_dim)
+        self.critic = TwinQ(self.obs_dim, args.sac_hidden_sizes, self.action_dim)
+        self.critic_target = frozen_copy(self.critic)
+        self.log_alpha = nn.Parameter(torch.full((1,), math.log(args.init_alpha)))
+
+    # -- policy -------------------------------------------------------------------------------
+    def flat_obs(self, obs):
+        return as_float_tensor(obs).reshape(-1, self.obs_dim)
+
+    def sample(self, obs, deterministic=False):
+        """Squashed actions in [-1, 1] and their log-probabilities (tanh-corrected), [B, A], [B].
+        Draws its noise with one torch.randn_like of shape [B, A]."""
+        mu, log_std = self.actor(obs)
+        noise = torch.zeros_like(mu) if deterministic else torch.randn_like(mu)
+        u = mu + log_std.exp() * noise
+        gaussian_log_prob = (-0.5 * noise.pow(2) - log_std - HALF_LOG_2PI).sum(-1)
+        return torch.tanh(u), gaussian_log_prob - tanh_log_prob_correction(u)
+
+    def to_env_actions(self, squashed):
+        return squashed * self.action_scale + self.action_bias
+
+    def from_env_actions(self, actions):
+        return (actions - self.action_bias) / self.action_scale
+
+    @torch.no_grad()
+    def choose_actions(self, obs, deterministic=False):
+        actions, _ = self.sample(self.flat_obs(obs), deterministic)
+        return self.to_env_actions(actions).numpy(), {}
+
+    # -- learning -----------------------------------------------------------------------------
+    @property
+    def alpha(self):
+        return self.log_alpha.detach().exp()
+
+    def unpack(self, batch):
+        """(obs, actions in [-1, 1], rewards, next_obs, terminated, weights) as float tensors.
+        ``batch`` is a core.replay_buffer.ReplayBatch or, with unit weights, a Transitions."""
+        t = getattr(batch, "transitions", batch)
+        weights = getattr(batch, "weights", None)
+        rewards = as_float_tensor(t.rewards).reshape(-1)
+        weights = (torch.ones_like(rewards) if weights is None
+                   else as_float_tensor(weights).reshape(-1))
+        actions = self.from_env_actions(as_float_tensor(t.actions).reshape(-1, self.action_dim))
+        return (self.flat_obs(t.observations), actions, rewards,
+                self.flat_obs(t.next_observations), as_float_tensor(t.terminated).reshape(-1),
+                weights)
+
+    @torch.no_grad()
+    def critic_targets(self, rewards, next_obs, terminated):
+        """r + gamma * (1 - terminated) * (min of the target critics at (s', a') - alpha *
+        log pi(a'|s')), with a' ~ pi(.|s') drawn from the current actor."""
+        next_actions, next_log_prob = self.sample(next_obs)
+        next_q = torch.min(*self.critic_target(next_obs, next_actions))
+        next_q = next_q - self.alpha * next_log_prob
+        return rewards + (1.0 - terminated) * self.args.sac_gamma * next_q
+
+    @torch.no_grad()
+    def td_errors(self, batch):
+        """|Q1(s, a) - target| per transition, numpy [B], without gradients (e.g. the initial
+        priorities of an Ape-X explorer's block). Draws next actions, so it is stochastic."""
+        obs, actions, rewards, next_obs, terminated, _ = self.unpack(batch)
+        target_q = self.critic_targets(rewards, next_obs, terminated)
+        return (self.critic(obs, actions)[0] - target_q).abs().numpy()
+
+    def step(self, batch, progress=0.0):
+        """Gradients of the critic, actor and alpha losses on a replay batch, all from the
+        current weights, by parameter name; plus statistics ("td_errors": numpy [B] |Q1 - target|
+        for priority updates, the rest floats)."""
+        obs, actions, rewards, next_obs, terminated, weights = self.unpack(batch)
+        alpha = self.alpha
+
+        # Critics: importance-weighted squared TD error of both (0.5 * sum, as SB3).
+        target_q = self.critic_targets(rewards, next_obs, terminated)
+        current_q_values = self.critic(obs, actions)
+        critic_loss = 0.5 * sum((weights * (q - target_q).pow(2)).mean()
+                                for q in current_q_values)
+
+        # Actor: the critics are evaluated with detached copies of their parameters, so the
+        # actor loss reaches the critics' weights only as constants and its gradient flows into
+        # the actor alone (through the reparameterized actions).
+        new_actions, log_prob = self.sample(obs)
+        detached = {name: p.detach() for name, p in self.critic.named_parameters()}
+        q_new = torch.min(*torch.func.functional_call(self.critic, detached, (obs, new_actions)))
+        actor_loss = (alpha * log_prob - q_new).mean()
+
+        # Temperature: gradient to log_alpha only.
+        alpha_loss = -(self.log_alpha * (log_prob + self.target_entropy).detach()).mean()
+
+        # The three losses share no parameters with a gradient path, so one backward pass of
+        # their sum gives each parameter the gradient of its own loss.
+        self.zero_grad(set_to_none=True)
+        (critic_loss + actor_loss + alpha_loss).backward()
+
+        with torch.no_grad():
+            td_errors = (current_q_values[0] - target_q).abs()
+        stats = {"critic_loss": critic_loss.item(), "actor_loss": actor_loss.item(),
+                 "alpha_loss": alpha_loss.item(), "alpha": alpha.item(),
+                 "q_mean": current_q_values[0].detach().mean().item(),
+                 "entropy": -log_prob.detach().mean().item(),
+                 "td_error_mean": td_errors.mean().item(),
+                 "td_errors": td_errors.numpy()}
+        return self.collect_gradients(), stats
+
+    def configure_optimizer(self):
+        return torch.optim.Adam([
+            {"params": list(self.critic.parameters()), "lr": self.args.critic_lr,
+             "name": "critic"},
+            {"params": list(self.actor.parameters()), "lr": self.args.actor_lr, "name": "actor"},
+            {"params": [self.log_alpha], "lr": self.args.alpha_lr, "name": "alpha"},
+        ], fused=True)  # the same update; several times faster on the CPU (see models/ppo.py)
+
+    def learning_rate(self, progress):
+        return None  # the three groups keep their own learning rates
+
+    def max_grad_norm(self):
+        return None
+
+    @torch.no_grad()
+    def after_update(self):
+        """Polyak averaging of the target critics: target = tau * online + (1 - tau) * target."""
+        tau = self.args.tau
+        targets = dict(self.critic_target.named_buffers())
+        for name, param in self.critic.named_parameters():
+            target = targets[name]
+            target.mul_(1.0 - tau)
+            target.add_(param, alpha=tau)
