@@ -1,0 +1,335 @@
+"""Replay buffers for off-policy agents: uniform and proportional prioritized, pure numpy.
+
+Blocks of transitions go in and batches come out in one vectorized call each: the distributed
+code wraps a buffer in a Ray actor, and a remote call per transition would cost ~1 ms each
+(design.md). As in cpprb's Ape-X setup (Horgan et al. 2018, arXiv:1803.00933), explorers send
+whole blocks with the initial |TD| priorities they computed, and the learner samples and sends
+back new priorities.
+
+Every slot counts how many times it has been written (its generation). A batch carries the
+generations of its slots, so a priority update that arrives after a slot was overwritten by new
+data is recognised as stale and dropped instead of being pinned on the newcomer.
+"""
+from typing import NamedTuple
+
+import numpy as np
+
+
+class Transitions(NamedTuple):
+    """A block of N transitions; every array's first dimension is N."""
+    observations: np.ndarray        # [N, *obs_shape]
+    actions: np.ndarray             # [N, *action_shape]
+    rewards: np.ndarray             # [N] float32
+    next_observations: np.ndarray   # [N, *obs_shape] (the final observation for a truncated step)
+    terminated: np.ndarray          # [N] float32: 1.0 = terminal, no bootstrap; truncation is 0.0
+
+
+class ReplayBatch(NamedTuple):
+    transitions: Transitions
+    indices: np.ndarray             # [B] int64 slots
+    generations: np.ndarray         # [B] int64 times each slot had been written when sampled
+    weights: np.ndarray             # [B] float32 importance weights (ones when uniform)
+
+
+class ReplayBuffer:
+    """A ring of `capacity` transitions stored column by column in their own dtypes."""
+
+    def __init__(self, capacity, observation_shape, action_shape,
+                 observation_dtype=np.float32, action_dtype=np.float32, seed=0):
+        if capacity < 1:
+            raise ValueError(f"capacity must be positive, got {capacity}")
+        self._capacity = int(capacity)
+        observation_shape, action_shape = tuple(observation_shape), tuple(action_shape)
+        # np.zeros maps untouched pages lazily: memory is committed as the ring fills.
+        self._columns = Transitions(
+            observations=np.zeros((capacity, *observation_shape), observation_dtype),
+            actions=np.zeros((capacity, *action_shape), action_dtype),
+            rewards=np.zeros(capacity, np.float32),
+            next_observations=np.zeros((capacity, *observation_shape), observation_dtype),
+            terminated=np.zeros(capacity, np.float32))
+        self._total_added = 0
+        self.rng = np.random.default_rng(seed)
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    @property
+    def total_added(self) -> int:
+        """Transitions added since creation, including those overwritten since."""
+        return self._total_added
+
+    def __len__(self) -> int:
+        return min(self._total_added, self._capacity)
+
+    def nbytes(self) -> int:
+        return sum(column.nbytes for column in self._columns)
+
+    def add(self, transitions: Transitions, priorities=None) -> int:
+        """Store a block (ring order, oldest overwritten first); returns how many were stored.
+
+        A block longer than the capacity keeps only its newest `capacity` transitions, in the
+        slots they would have reached had the block been added one transition at a time.
+        `priorities` is accepted for a common interface and ignored.
+        """
+        n = self._check_block(transitions)
+        kept = min(n, self._capacity)
+        start = (self._total_added + n - kept) % self._capacity
+        for column, data in zip(self._columns, transitions):
+            self._write(column, np.asarray(data)[n - kept:], start)
+        self._total_added += n
+        return kept
+
+    def sample(self, batch_size) -> ReplayBatch:
+        """Uniform over the stored slots, with replacement."""
+        self._check_not_empty()
+        indices = self.rng.integers(0, len(self), size=batch_size, dtype=np.int64)
+        return self._batch(indices, np.ones(batch_size, np.float32))
+
+    def update_priorities(self, indices, generations, priorities) -> int:
+        """Nothing to update in a uniform buffer; returns 0 updates applied."""
+        return 0
+
+    def generations(self, indices) -> np.ndarray:
+        """How many times each slot has been written so far.
+
+        Transition number i (counting from 0 since creation) goes to slot i % capacity, so after
+        T additions slot s has been written T // capacity times, plus one if s < T % capacity.
+        """
+        indices = np.asarray(indices, np.int64)
+        laps, position = divmod(self._total_added, self._capacity)
+        return laps + (indices < position).astype(np.int64)
+
+    def state_dict(self) -> dict:
+        """The stored rows (slot order) and counters, for checkpoints. The RNG state is not kept."""
+        size = len(self)
+        state = {name: column[:size].copy()
+                 for name, column in zip(Transitions._fields, self._columns)}
+        state.update(capacity=self._capacity, total_added=self._total_added)
+        return state
+
+    def load_state_dict(self, state: dict):
+        if int(state["capacity"]) != self._capacity:
+            raise ValueError(f"checkpoint capacity {state['capacity']} != {self._capacity}")
+        size = min(int(state["total_added"]), self._capacity)
+        for name, column in zip(Transitions._fields, self._columns):
+            data = np.asarray(state[name])
+            if data.shape != (size, *column.shape[1:]):
+                raise ValueError(f"checkpoint {name} has shape {data.shape}, "
+                                 f"expected {(size, *column.shape[1:])}")
+            column[:size] = data
+        self._total_added = int(state["total_added"])
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _check_block(self, transitions: Transitions) -> int:
+        n = len(transitions.rewards)
+        for name, column, data in zip(Transitions._fields, self._columns, transitions):
+            shape, expected = np.shape(data), (n, *column.shape[1:])
+            if shape != expected:
+                raise ValueError(f"{name} has shape {shape}, expected {expected}")
+        return n
+
+    def _write(self, column: np.ndarray, data: np.ndarray, start: int):
+        """Copy `data` (at most capacity rows) into the ring at `start`: two slices, no gather."""
+        first = min(len(data), self._capacity - start)
+        column[start:start + first] = data[:first]
+        column[:len(data) - first] = data[first:]
+
+    def _check_not_empty(self):
+        if len(self) == 0:
+            raise ValueError("cannot sample from an empty replay buffer")
+
+    def _batch(self, indices: np.ndarray, weights: np.ndarray) -> ReplayBatch:
+        return ReplayBatch(transitions=Transitions(*(column[indices] for column in self._columns)),
+                           indices=indices, generations=self.generations(indices),
+                           weights=weights)
+
+
+def _tree_capacity(capacity: int) -> int:
+    return 1 << max(0, int(capacity - 1).bit_length())
+
+
+class SegmentTree:
+    """An array-backed complete binary tree over `capacity` leaves (rounded up to a power of 2).
+
+    Node 1 is the root, node k has children 2k and 2k+1, the leaves are nodes
+    [capacity, 2 * capacity). Every operation works on many leaves at once with numpy: a loop
+    runs over the tree's depth, never over the items.
+    """
+    operation = None                 # a numpy ufunc combining two children
+    neutral = 0.0                    # its identity element, the value of an empty leaf
+
+    def __init__(self, capacity: int):
+        self.capacity = _tree_capacity(capacity)
+        self.depth = self.capacity.bit_length() - 1
+        self.tree = np.full(2 * self.capacity, self.neutral, np.float64)
+
+    def update(self, indices, values):
+        """Set leaves `indices` to `values`; for a repeated index the last write wins."""
+        indices = np.asarray(indices, np.int64).ravel()
+        values = np.broadcast_to(np.asarray(values, np.float64), indices.shape)
+        if indices.size == 0:
+            return
+        if not (indices[1:] > indices[:-1]).all():
+            # np.unique on the reversed indices finds each index's last occurrence (numpy does
+            # not promise an order for repeated indices in a fancy assignment).
+            indices, last = np.unique(indices[::-1], return_index=True)
+            values = values[::-1][last]
+        if indices[-1] - indices[0] == indices.size - 1:
+            return self._update_range(indices[0] + self.capacity, values)
+        nodes = indices + self.capacity
+        self.tree[nodes] = values
+        children = self.tree.reshape(-1, 2)          # row k: nodes 2k and 2k+1
+        for _ in range(self.depth):
+            # Parents repeat where siblings were both updated: each copy computes the same
+            # value from children already complete, so the repeats need no removal.
+            nodes >>= 1
+            pairs = children[nodes]
+            self.tree[nodes] = self.operation(pairs[:, 0], pairs[:, 1])
+
+    def _update_range(self, first: int, values: np.ndarray):
+        """The same for consecutive leaves (a block added to the ring): slices, no gathers."""
+        first, last = int(first), int(first) + values.size - 1
+        self.tree[first:last + 1] = values
+        for _ in range(self.depth):
+            first, last = first >> 1, last >> 1
+            self.tree[first:last + 1] = self.operation(self.tree[2 * first:2 * last + 2:2],
+                                                       self.tree[2 * first + 1:2 * last + 2:2])
+
+    def __getitem__(self, indices) -> np.ndarray:
+        return self.tree[np.asarray(indices, np.int64) + self.capacity]
+
+    def reduce(self) -> float:
+        return float(self.tree[1])
+
+
+class SumTree(SegmentTree):
+    """Sums of priorities: sampling proportional to priority in O(log n) per draw."""
+    operation = np.add
+    neutral = 0.0
+
+    def total(self) -> float:
+        return self.reduce()
+
+    def find(self, prefix_sums) -> np.ndarray:
+        """For each prefix sum u, the leaf i with sum(leaves[:i]) <= u < sum(leaves[:i + 1]).
+
+        A u at or beyond the total (float rounding) is clamped to just below it, so the descent
+        never ends on an empty leaf past the last nonzero one.
+        """
+        u = np.asarray(prefix_sums, np.float64).copy()
+        np.clip(u, 0.0, np.nextafter(self.total(), 0.0), out=u)
+        nodes = np.ones(u.shape, np.int64)
+        for _ in range(self.depth):
+            nodes <<= 1                              # the left child
+            left_sum = self.tree[nodes]
+            go_right = u >= left_sum
+            np.subtract(u, left_sum, out=u, where=go_right)
+            nodes += go_right
+        return nodes - self.capacity
+
+
+class MinTree(SegmentTree):
+    """Minimum priority: the largest importance weight, used to normalize the others."""
+    operation = np.minimum
+    neutral = np.inf
+
+    def min(self) -> float:
+        return self.reduce()
+
+
+class PrioritizedReplayBuffer(ReplayBuffer):
+    """Proportional prioritization (Schaul et al. 2016, arXiv:1511.05952).
+
+    Slot i is drawn with P(i) = p_i^alpha / sum_k p_k^alpha, p_i = |TD error_i| + epsilon, and
+    weighted by w_i = (N * P(i))^-beta / max_j w_j, the max over all N stored slots (as in
+    OpenAI baselines and cpprb: a batch's weights then do not depend on what else it drew).
+    beta is annealed linearly from beta0 to 1 over beta_steps calls to sample().
+    """
+
+    def __init__(self, capacity, observation_shape, action_shape, alpha=0.6, beta0=0.4,
+                 beta_steps=100_000, epsilon=1e-6, **kwargs):
+        super().__init__(capacity, observation_shape, action_shape, **kwargs)
+        self.alpha, self.beta0, self.beta_steps, self.epsilon = alpha, beta0, beta_steps, epsilon
+        self.sum_tree = SumTree(capacity)
+        self.min_tree = MinTree(capacity)
+        self.max_priority = 1.0          # for new data without priorities (p, before alpha)
+        self.sample_calls = 0
+
+    @property
+    def beta(self) -> float:
+        progress = min(1.0, self.sample_calls / self.beta_steps) if self.beta_steps > 0 else 1.0
+        return self.beta0 + (1.0 - self.beta0) * progress
+
+    def nbytes(self) -> int:
+        return super().nbytes() + self.sum_tree.tree.nbytes + self.min_tree.tree.nbytes
+
+    def add(self, transitions: Transitions, priorities=None) -> int:
+        """Store a block with the initial priorities (|TD|) the explorer computed, or the
+        largest priority seen so far when None, so new data is drawn at least once soon."""
+        n = self._check_block(transitions)
+        kept = min(n, self._capacity)
+        if priorities is None:
+            p = np.full(kept, self.max_priority)
+        else:   # checked (broadcast to [N]) before anything is written
+            p = np.abs(np.broadcast_to(np.asarray(priorities, np.float64), (n,))[n - kept:])
+            p = p + self.epsilon
+            self.max_priority = max(self.max_priority, float(p.max(initial=0.0)))
+        start = self._total_added % self._capacity
+        super().add(transitions)
+        slots = (start + (n - kept) + np.arange(kept)) % self._capacity
+        self._set_priorities(slots, p)
+        return kept
+
+    def sample(self, batch_size) -> ReplayBatch:
+        """Stratified: the total priority is cut into batch_size equal segments and one
+        prefix sum is drawn uniformly in each (Schaul et al., appendix B.2.1)."""
+        self._check_not_empty()
+        total = self.sum_tree.total()
+        segment = total / batch_size
+        prefix_sums = (np.arange(batch_size) + self.rng.random(batch_size)) * segment
+        indices = self.sum_tree.find(prefix_sums)
+        probabilities = self.sum_tree[indices] / total
+        beta = self.beta
+        # w_i / max_j w_j = (N P(i))^-beta / (N P_min)^-beta = (P(i) / P_min)^-beta
+        min_probability = self.min_tree.min() / total
+        weights = (probabilities / min_probability) ** -beta
+        self.sample_calls += 1
+        return self._batch(indices, weights.astype(np.float32))
+
+    def update_priorities(self, indices, generations, priorities) -> int:
+        """Set p = |priorities| + epsilon for the slots not overwritten since they were
+        sampled; returns how many updates were applied (stale ones are dropped)."""
+        indices = np.asarray(indices, np.int64).ravel()
+        if indices.size and (indices.min() < 0 or indices.max() >= len(self)):
+            raise ValueError(f"slots must be in [0, {len(self)}), got {indices.min()}.."
+                             f"{indices.max()}")
+        fresh = self.generations(indices) == np.asarray(generations, np.int64).ravel()
+        p = np.abs(np.asarray(priorities, np.float64).ravel()[fresh]) + self.epsilon
+        if p.size:
+            self.max_priority = max(self.max_priority, float(p.max()))
+            self._set_priorities(indices[fresh], p)
+        return int(fresh.sum())
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        state.update(priorities=self.sum_tree[np.arange(len(self))].copy(),
+                     max_priority=self.max_priority, sample_calls=self.sample_calls)
+        return state
+
+    def load_state_dict(self, state: dict):
+        super().load_state_dict(state)
+        self.sum_tree = SumTree(self._capacity)
+        self.min_tree = MinTree(self._capacity)
+        slots = np.arange(len(self))
+        leaves = np.asarray(state["priorities"], np.float64)   # already raised to alpha
+        self.sum_tree.update(slots, leaves)
+        self.min_tree.update(slots, leaves)
+        self.max_priority = float(state["max_priority"])
+        self.sample_calls = int(state["sample_calls"])
+
+    def _set_priorities(self, slots, priorities):
+        leaves = priorities ** self.alpha
+        self.sum_tree.update(slots, leaves)
+        self.min_tree.update(slots, leaves)
