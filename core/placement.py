@@ -60,10 +60,11 @@ class Placement:
     def __init__(self, local: bool):
         self.local = local
 
-    def spawn(self, cls, *args, num_cpus=1.0, num_gpus=0.0):
+    def spawn(self, cls, *args, num_cpus=1.0, num_gpus=0.0, **kwargs):
         if self.local:
-            return LocalHandle(cls(*args))
-        return remote_class(cls).options(num_cpus=num_cpus, num_gpus=num_gpus).remote(*args)
+            return LocalHandle(cls(*args, **kwargs))
+        return remote_class(cls).options(num_cpus=num_cpus, num_gpus=num_gpus).remote(*args,
+                                                                                     **kwargs)
 
     def put(self, value):
         return LocalRef(value) if self.local else ray.put(value)

@@ -101,8 +101,8 @@ class RolloutWorker:
         step: the seed design's bug). With prioritized replay the worker computes the new data's
         initial priorities, |TD error| under its current weights, as in Ape-X."""
         stats = self.collect(weights, weights_version, num_steps)
-        transitions = self.agent.pending
-        priorities = self.model.td_errors(transitions) if prioritized else None
+        transitions = self.agent.take_transitions()
+        priorities = self.agent.priorities(transitions) if prioritized else None
         resolve(buffer.add.remote(transitions, priorities))  # backpressure: one wait per block
         return stats
 
