@@ -10,7 +10,7 @@ FORMAT_VERSION = 1
 
 def save_checkpoint(path, model_state, optimizer_state=None, meta=None):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    payload = {"model": {k: torch.as_tensor(v) for k, v in model_state.items()},
+    payload = {"model": {k: torch.tensor(v) for k, v in model_state.items()},
                "format_version": FORMAT_VERSION}
     if optimizer_state is not None:
         payload["optimizer"] = optimizer_state

@@ -53,6 +53,11 @@ def add_args(parser):
     group.add_argument("--priority_beta", type=float, default=0.4,
                        help="initial importance-sampling exponent beta, annealed to 1 over "
                             "--total_steps updates (default: %(default)s)")
+    group.add_argument("--update_lag", type=int, choices=[0, 1], default=None,
+                       help="1: learners compute the next gradients on the weights one version "
+                            "old, overlapping with the parameter server's update (as Ape-X and "
+                            "Rapid do); 0: every gradient on the newest weights, strictly in turn "
+                            "(default: 1 with Ray workers, 0 with --num_workers 0)")
     group.add_argument("--log_steps", type=int, default=1000,
                        help="write a metrics row every this many env steps (default: "
                             "%(default)s)")
@@ -96,6 +101,8 @@ class SACTrainer:
     def train(self):
         args, run, placement = self.args, self.run, self.placement
         weights, version = self.server.get_weights.remote(), 0
+        update_lag = args.update_lag if args.update_lag is not None else int(not placement.local)
+        learner_weights, learner_version = weights, version
         rollouts = {}   # ref -> worker index
         updates = []    # refs of ParameterServer.apply, oldest first
         env_steps_submitted = updates_done = updates_submitted = 0
@@ -120,11 +127,13 @@ class SACTrainer:
                 for learner in self.learners:
                     batch = self.buffer.sample.remote(args.batch_size)
                     results.append(learner.compute.remote(
-                        weights, version, batch,
+                        learner_weights, learner_version, batch,
                         self.buffer if args.prioritized_replay else None))
                 updates.append(self.server.apply.remote(*results))
                 updates_submitted += 1
+                previous = weights, version
                 weights, version = self.server.get_weights.remote(), updates_submitted
+                learner_weights, learner_version = previous if update_lag else (weights, version)
 
             done = set(placement.wait_any(list(rollouts) + updates +
                                           ([pending_eval] if pending_eval is not None else [])))

@@ -13,6 +13,8 @@ Weights = Dict[str, np.ndarray]
 class BaseModel(nn.Module):
     #: which training loop drives this model ("ppo": gradient collecting; "sac": replay)
     trainer = None
+    #: the agent used when --agent_name is not given
+    default_agent = "default_agent"
 
     @staticmethod
     def add_args(parser):

@@ -108,6 +108,7 @@ def as_float_tensor(x):
 class SACModel(BaseModel):
     """Soft Actor-Critic: tanh-Gaussian actor, twin Q critics with polyak targets, learned alpha."""
     trainer = "sac"
+    default_agent = "sac_agent"
 
     @staticmethod
     def add_args(parser):

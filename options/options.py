@@ -82,8 +82,9 @@ def add_common_args(parser):
                        help="registered env wrapper (default: %(default)s; see envs/)")
     group.add_argument("--model_name", default="ppo",
                        help="registered model (default: %(default)s; see models/)")
-    group.add_argument("--agent_name", default="default_agent",
-                       help="registered agent (default: %(default)s; see agents/)")
+    group.add_argument("--agent_name", default=None,
+                       help="registered agent (default: the model's own, default_agent for "
+                            "ppo and sac_agent for sac; see agents/)")
     group.add_argument("--user_dir", default=None,
                        help="folder of your own plugins (.py files, or envs/ models/ agents/ "
                             "subfolders), imported before the flags are read")
@@ -222,6 +223,10 @@ def parse_args(argv=None):
     _apply_config(parser, config, strict=False)
     known, _ = parser.parse_known_args(argv)
 
+    model_cls = MODEL_REGISTRY.get(known.model_name)
+    if known.agent_name is None:
+        known.agent_name = getattr(model_cls, "default_agent", "default_agent")
+        parser.set_defaults(agent_name=known.agent_name)
     chosen = [("env", ENV_REGISTRY.get(known.env_name), known.env_name),
               ("model", MODEL_REGISTRY.get(known.model_name), known.model_name),
               ("agent", AGENT_REGISTRY.get(known.agent_name), known.agent_name)]
