@@ -99,3 +99,9 @@ def test_sac_runs_end_to_end(tmp_path, placement):
     assert int(last["replay_size"]) == summary["env_steps"]
     assert int(last["updates"]) > 0
     assert 0.5 <= float(last["utd_achieved"]) <= 1.5  # --utd_ratio 1 by default
+
+
+def test_sac_brings_its_own_agent_unless_one_is_named():
+    assert parse_args(["--model_name", "sac", "--gym_id", "Pendulum-v1"]).agent_name == "sac_agent"
+    assert parse_args([]).agent_name == "default_agent"
+    assert parse_args(["--model_name", "custom_model"]).agent_name == "default_agent"
