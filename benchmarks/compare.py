@@ -28,9 +28,19 @@ from importlib import metadata
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # commands run from the repo root
 
 # Placeholders: {python} (this interpreter), {seed}, {run_dir}, {target}, {max_steps}.
-# To add a suite (e.g. SAC), add an entry: target, max_steps, peer (the system ratios are taken
-# against), and the named commands. Systems run in the order listed.
-DDRL = "{python} main.py --env_name gym_env --model_name ppo --seed {seed} --run_dir {run_dir} --target_return {target}"
+# To add a suite, add an entry: target, max_steps, peer (the system ratios are taken against),
+# the named commands, and optionally timeout (seconds per run; --timeout overrides, default 600).
+# Systems run in the order listed.
+
+
+def ddrl(model, agent=None):
+    """ddrl's base command for one model (and agent); a suite appends the env and worker flags."""
+    return ("{python} main.py --env_name gym_env --model_name " + model + (f" --agent_name {agent}" if agent else "")
+            + " --seed {seed} --run_dir {run_dir} --target_return {target}")
+
+
+DDRL = ddrl("ppo")
+DDRL_SAC = ddrl("sac", "sac_agent")
 SUITES = {
     "cartpole": dict(
         target=475, max_steps=None, peer="sb3",
@@ -47,6 +57,26 @@ SUITES = {
             "ddrl-2workers": DDRL + " --gym_id Pendulum-v1 --num_workers 2 --num_envs_per_worker 4 --total_steps {max_steps}",
             "sb3": "{python} benchmarks/sb3_ppo.py --env Pendulum-v1 --target_return {target} --seed {seed}"
                    " --out_dir {run_dir} --max_steps {max_steps}",
+        }),
+    # SAC; both systems evaluate every 1000 env steps (ddrl --eval_interval, sb3 --eval_freq).
+    # sb3: SB3's default SAC settings; ddrl: its automatic preset configs/sac-Pendulum-v1.yaml.
+    "pendulum-sac": dict(
+        target=-200, max_steps=20_000, peer="sb3",
+        systems={
+            "ddrl-0workers": DDRL_SAC + " --gym_id Pendulum-v1 --num_workers 0 --total_steps {max_steps} --eval_interval 1000",
+            "ddrl-2workers": DDRL_SAC + " --gym_id Pendulum-v1 --num_workers 2 --total_steps {max_steps} --eval_interval 1000",
+            "sb3": "{python} benchmarks/sb3_sac.py --env Pendulum-v1 --target_return {target} --seed {seed}"
+                   " --out_dir {run_dir} --max_steps {max_steps} --eval_freq 1000",
+        }),
+    # SAC; sb3 with the RL-Zoo LunarLanderContinuous-v3 settings (its lin_ learning rate decays
+    # over max_steps = RL-Zoo's n_timesteps). Evaluations every 10000 env steps on both. Up to 1 h a run.
+    "lunar-sac": dict(
+        target=200, max_steps=500_000, peer="sb3", timeout=3600,
+        systems={
+            "ddrl-2workers": DDRL_SAC + " --gym_id LunarLanderContinuous-v3 --num_workers 2 --total_steps {max_steps}"
+                             " --eval_interval 10000",
+            "sb3": "{python} benchmarks/sb3_sac.py --env LunarLanderContinuous-v3 --target_return {target} --seed {seed}"
+                   " --out_dir {run_dir} --max_steps {max_steps} --eval_freq 10000",
         }),
 }
 
@@ -182,7 +212,8 @@ def main():
     p.add_argument("--system", action="append", default=[], metavar="NAME=COMMAND",
                    help="add an ad-hoc system to this invocation (same placeholders); repeatable")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    p.add_argument("--timeout", type=float, default=600, help="seconds per run; a timeout counts as not reached")
+    p.add_argument("--timeout", type=float, default=None,
+                   help="seconds per run (default: the suite's, else 600); a timeout counts as not reached")
     p.add_argument("--target", type=float, default=None, help="override the suite's target return")
     p.add_argument("--max_steps", type=int, default=None, help="override the suite's max env steps")
     p.add_argument("--results_dir", default=os.path.join(REPO, "benchmarks", "results"))
@@ -193,6 +224,7 @@ def main():
         cfg["target"] = args.target
     if args.max_steps is not None:
         cfg["max_steps"] = args.max_steps
+    timeout = args.timeout if args.timeout is not None else cfg.get("timeout", 600)
     systems = dict(cfg["systems"])
     for spec in args.system:
         name, cmd = spec.split("=", 1)
@@ -211,7 +243,7 @@ def main():
             run_dir = os.path.join(args.results_dir, args.suite, name, f"seed{seed}")
             cmd = template.format(seed=seed, run_dir=run_dir, **fill)
             print(f"[{args.suite}] {name} seed {seed}: {cmd}", flush=True)
-            rec = dict(system=name, seed=seed, cmd=cmd, run_dir=run_dir, **run_one(cmd, run_dir, args.timeout))
+            rec = dict(system=name, seed=seed, cmd=cmd, run_dir=run_dir, **run_one(cmd, run_dir, timeout))
             rec["curve"] = read_curve(run_dir)
             s = rec["summary"] or {}
             print(f"    reached={rec['reached']} time_to_target_s={s.get('time_to_target_s')} "
@@ -229,7 +261,7 @@ def main():
         clean = lambda o: {k: clean(v) for k, v in o.items()} if isinstance(o, dict) else \
             [clean(v) for v in o] if isinstance(o, list) else None if o == math.inf else o
         json.dump(clean(dict(suite=args.suite, target=cfg["target"], max_steps=cfg["max_steps"], peer=cfg["peer"],
-                             seeds=args.seeds, timeout_s=args.timeout, harness_cmd=" ".join(sys.argv),
+                             seeds=args.seeds, timeout_s=timeout, harness_cmd=" ".join(sys.argv),
                              commands=commands, machine=machine_info(), aggregates=agg, runs=records,
                              markdown=table)), f, indent=1)
     plot(out + ".png", args.suite, cfg, records, systems)

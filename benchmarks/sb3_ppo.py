@@ -42,9 +42,10 @@ class EvalStop(BaseCallback):
     """Every eval_freq env steps: 10 deterministic episodes on a separate env; stop at the target.
     Evaluation runs inside the training loop, so its time counts in wall time (as it does for ddrl)."""
 
-    def __init__(self, eval_env, eval_freq, n_episodes, target, csv_path):
+    def __init__(self, eval_env, eval_freq, n_episodes, target, csv_path, t0=None):
         super().__init__()
         self.eval_env, self.eval_freq, self.n_episodes, self.target = eval_env, eval_freq, n_episodes, target
+        self.t0 = T0 if t0 is None else t0  # a script importing this passes its own process-start time
         self.next_eval = eval_freq
         self.rows = []  # (env_steps, wall_time_s, eval_return)
         self.reached = None  # (wall_time_s, env_steps) of the first eval >= target
@@ -57,7 +58,7 @@ class EvalStop(BaseCallback):
             return True
         self.next_eval += self.eval_freq
         mean, _ = evaluate_policy(self.model, self.eval_env, n_eval_episodes=self.n_episodes, deterministic=True)
-        row = (self.num_timesteps, time.time() - T0, float(mean))
+        row = (self.num_timesteps, time.time() - self.t0, float(mean))
         self.rows.append(row)
         self.writer.writerow(row)
         self.csv.flush()
@@ -65,6 +66,33 @@ class EvalStop(BaseCallback):
             self.reached = (row[1], row[0])
             return False  # stops model.learn
         return True
+
+
+def make_eval_env(env_id, seed):
+    """The separate evaluation env, seeded apart from the training envs."""
+    eval_env = Monitor(gym.make(env_id))
+    eval_env.reset(seed=seed + 10_000)
+    return eval_env
+
+
+def write_summary(out_dir, model, cb, t0=None):
+    """OUT_DIR/summary.json with ddrl's keys (and system "sb3"); printed as one JSON line too."""
+    returns = [r[2] for r in cb.rows]
+    summary = dict(
+        env_steps=int(model.num_timesteps),
+        wall_time_s=time.time() - (T0 if t0 is None else t0),
+        best_eval_return=max(returns) if returns else None,
+        last_eval_return=returns[-1] if returns else None,
+        stopped_because="target_return" if cb.reached else "total_steps",
+        target_reached=cb.reached is not None,
+        time_to_target_s=cb.reached[0] if cb.reached else None,
+        steps_to_target=int(cb.reached[1]) if cb.reached else None,
+        system="sb3",
+    )
+    with open(os.path.join(out_dir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    print(json.dumps(summary))
+    return summary
 
 
 def main():
@@ -88,28 +116,12 @@ def main():
     os.makedirs(args.out_dir, exist_ok=True)
 
     env = make_vec_env(args.env, n_envs=preset["n_envs"], seed=args.seed, vec_env_cls=DummyVecEnv)
-    eval_env = Monitor(gym.make(args.env))
-    eval_env.reset(seed=args.seed + 10_000)  # seeded apart from the training envs
+    eval_env = make_eval_env(args.env, args.seed)
     model = PPO(env=env, seed=args.seed, device="cpu", verbose=0, **preset["ppo"])
     cb = EvalStop(eval_env, eval_freq, args.eval_episodes, target, os.path.join(args.out_dir, "eval.csv"))
     model.learn(total_timesteps=max_steps, callback=cb)
     cb.csv.close()
-
-    returns = [r[2] for r in cb.rows]
-    summary = dict(
-        env_steps=int(model.num_timesteps),
-        wall_time_s=time.time() - T0,
-        best_eval_return=max(returns) if returns else None,
-        last_eval_return=returns[-1] if returns else None,
-        stopped_because="target_return" if cb.reached else "total_steps",
-        target_reached=cb.reached is not None,
-        time_to_target_s=cb.reached[0] if cb.reached else None,
-        steps_to_target=int(cb.reached[1]) if cb.reached else None,
-        system="sb3",
-    )
-    with open(os.path.join(args.out_dir, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
-    print(json.dumps(summary))
+    write_summary(args.out_dir, model, cb)
 
 
 if __name__ == "__main__":
