@@ -4,10 +4,22 @@ from typing import Dict, Tuple
 
 import numpy as np
 import torch
+from gymnasium import spaces
 from torch import nn
+
+from core.registry import ConfigError
 
 Gradients = Dict[str, np.ndarray]
 Weights = Dict[str, np.ndarray]
+
+
+def require_box_observations(model_cls, observation_space):
+    """The MLP models take flat Box observations; anything else is a clear error."""
+    if not isinstance(observation_space, spaces.Box):
+        raise ConfigError(
+            f"model {model_cls.__name__} takes Box observations; this env's observation space is "
+            f"{observation_space}. Flatten or encode the observation in the env wrapper, or "
+            f"write a model for this space.")
 
 
 class BaseModel(nn.Module):

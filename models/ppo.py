@@ -15,7 +15,7 @@ from torch.distributions import Categorical, Normal
 
 from core.registry import ConfigError
 from models import register_model
-from models.base import BaseModel
+from models.base import BaseModel, require_box_observations
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
 
@@ -102,11 +102,7 @@ class PPOModel(BaseModel):
 
     @classmethod
     def check_spaces(cls, observation_space, action_space):
-        if not isinstance(observation_space, spaces.Box):
-            raise ConfigError(
-                f"model {cls.__name__} takes Box observations; this env's observation space is "
-                f"{observation_space}. Flatten or encode the observation in the env wrapper, or "
-                f"write a model for this space.")
+        require_box_observations(cls, observation_space)
         if isinstance(action_space, spaces.Box):
             if len(action_space.shape) != 1:
                 raise ConfigError(f"model {cls.__name__} takes 1-D Box actions, got "

@@ -23,7 +23,7 @@ from torch import nn
 
 from core.registry import ConfigError
 from models import register_model
-from models.base import BaseModel
+from models.base import BaseModel, require_box_observations
 from models.ppo import hidden_sizes
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
@@ -137,11 +137,7 @@ class SACModel(BaseModel):
 
     @classmethod
     def check_spaces(cls, observation_space, action_space):
-        if not isinstance(observation_space, spaces.Box):
-            raise ConfigError(
-                f"model {cls.__name__} takes Box observations; this env's observation space is "
-                f"{observation_space}. Flatten or encode the observation in the env wrapper, or "
-                f"write a model for this space.")
+        require_box_observations(cls, observation_space)
         if not isinstance(action_space, spaces.Box):
             raise ConfigError(
                 f"model {cls.__name__} (SAC) needs continuous (Box) actions: its actor is a "
