@@ -17,6 +17,8 @@ from core.parameter_server import LearnerWorker, ParameterServer
 from core.placement import Placement
 from core.replay_buffer import PrioritizedReplayBuffer, ReplayBuffer
 from core.rollout import RolloutWorker
+from options.options import (non_negative_float, non_negative_int, positive_float,
+                             positive_int)
 
 METRIC_COLUMNS = [
     "iteration", "env_steps", "wall_time_s", "steps_per_s", "updates", "updates_per_s",
@@ -28,29 +30,29 @@ METRIC_COLUMNS = [
 
 def add_args(parser):
     group = parser.add_argument_group("replay and learners (SAC)")
-    group.add_argument("--buffer_size", type=int, default=1_000_000,
+    group.add_argument("--buffer_size", type=positive_int, default=1_000_000,
                        help="replay buffer capacity, in transitions (default: %(default)s)")
-    group.add_argument("--learning_starts", type=int, default=1000,
+    group.add_argument("--learning_starts", type=non_negative_int, default=1000,
                        help="transitions in the buffer before the first update "
                             "(default: %(default)s)")
-    group.add_argument("--start_steps", type=int, default=1000,
+    group.add_argument("--start_steps", type=non_negative_int, default=1000,
                        help="env steps with uniform random actions at the start, shared by the "
                             "workers (default: %(default)s)")
-    group.add_argument("--utd_ratio", type=float, default=1.0,
+    group.add_argument("--utd_ratio", type=positive_float, default=1.0,
                        help="gradient updates per env step, held in both directions "
                             "(default: %(default)s)")
-    group.add_argument("--num_learners", type=int, default=1,
+    group.add_argument("--num_learners", type=positive_int, default=1,
                        help="learner workers; their gradients for one version are averaged by "
                             "the parameter server (default: %(default)s)")
-    group.add_argument("--weight_sync_interval", type=int, default=64,
+    group.add_argument("--weight_sync_interval", type=positive_int, default=64,
                        help="env steps a rollout worker takes between weight pulls "
                             "(default: %(default)s)")
     group.add_argument("--prioritized_replay", action="store_true",
                        help="proportional prioritized replay (Schaul et al. 2016) with priorities "
                             "from |TD error|, new data prioritized by the workers (Ape-X)")
-    group.add_argument("--priority_alpha", type=float, default=0.6,
+    group.add_argument("--priority_alpha", type=non_negative_float, default=0.6,
                        help="prioritization exponent alpha (default: %(default)s)")
-    group.add_argument("--priority_beta", type=float, default=0.4,
+    group.add_argument("--priority_beta", type=non_negative_float, default=0.4,
                        help="initial importance-sampling exponent beta, annealed to 1 over "
                             "--total_steps updates (default: %(default)s)")
     group.add_argument("--update_lag", type=int, choices=[0, 1], default=None,
@@ -58,7 +60,7 @@ def add_args(parser):
                             "old, overlapping with the parameter server's update (as Ape-X and "
                             "Rapid do); 0: every gradient on the newest weights, strictly in turn "
                             "(default: 1 with Ray workers, 0 with --num_workers 0)")
-    group.add_argument("--log_steps", type=int, default=1000,
+    group.add_argument("--log_steps", type=positive_int, default=1000,
                        help="write a metrics row every this many env steps (default: "
                             "%(default)s)")
 

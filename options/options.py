@@ -57,6 +57,17 @@ def positive_int(text):
     return _number(int, 1, text)
 
 
+def positive_float(text):
+    value = _number(float, 0, text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
+    return value
+
+
+def non_negative_float(text):
+    return _number(float, 0, text)
+
+
 def positive_float_or_none(text):
     return _number(float, 0, text, allow_none=True)
 
