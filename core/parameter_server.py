@@ -22,6 +22,8 @@ class ParameterServer:
         torch.manual_seed(spec.args.seed)
         self.model = plugins.model_cls(spec.args, observation_space, action_space)
         self.learner = Learner(self.model)
+        # For --num_learners 1 the server is the learner as well: no weights travel per update.
+        self.agent = plugins.agent_cls(spec.args, self.model, seed=spec.args.seed)
 
     @property
     def version(self):
@@ -44,6 +46,13 @@ class ParameterServer:
         stats.update(grad_norm=grad_norm, gradient_lag=float(max(lags)),
                      version=self.learner.version)
         return stats
+
+    def update(self, batch, buffer=None):
+        """The single-learner path: gradients on the server's own, newest weights, applied."""
+        result = self.agent.fetch_grads(None, batch)
+        result.weights_version = self.learner.version
+        _send_priorities(result, batch, buffer)
+        return self.apply(result)
 
     def state(self):
         return (self.learner.get_weights(), self.learner.optimizer.state_dict(),
@@ -75,9 +84,14 @@ class LearnerWorker:
 
     def compute(self, weights, weights_version, batch, buffer=None):
         result = self.agent.fetch_grads(weights, batch, weights_version)
-        td_errors = result.stats.pop("td_errors", None)
-        if buffer is not None and td_errors is not None:
-            # Fire and forget: the buffer ignores updates for slots rewritten since sampling.
-            buffer.update_priorities.remote(batch.indices, batch.generations, td_errors)
+        _send_priorities(result, batch, buffer)
         return result
+
+
+def _send_priorities(result, batch, buffer):
+    """New |TD errors| become the sampled slots' priorities (dropped from the stats)."""
+    td_errors = result.stats.pop("td_errors", None)
+    if buffer is not None and td_errors is not None:
+        # Fire and forget: the buffer ignores updates for slots rewritten since sampling.
+        buffer.update_priorities.remote(batch.indices, batch.generations, td_errors)
 

@@ -79,8 +79,10 @@ class SACTrainer:
         self.buffer = placement.spawn(buffer_cls, args.buffer_size, observation_space.shape,
                                       action_space.shape, num_cpus=0, **buffer_kwargs)
         self.server = placement.spawn(ParameterServer, spec, *spaces, num_cpus=0)
-        self.learners = [placement.spawn(LearnerWorker, spec, *spaces, i, num_cpus=0)
-                         for i in range(max(1, args.num_learners))]
+        # One learner: the parameter server computes the gradients itself (no weights travel
+        # per update). Several: learner workers, averaged by the server.
+        self.learners = ([placement.spawn(LearnerWorker, spec, *spaces, i, num_cpus=0)
+                          for i in range(args.num_learners)] if args.num_learners > 1 else [])
         self.num_workers = max(1, args.num_workers)
         cpus = run.cpus_per_actor(self.num_workers)
         self.workers = [placement.spawn(RolloutWorker, spec, i, num_cpus=cpus)
@@ -117,6 +119,9 @@ class SACTrainer:
         while True:
             # Rollouts: every idle worker gets a fragment while the data budget allows.
             while idle and self.may_collect(env_steps_submitted, updates_done):
+                if not self.learners and version != updates_submitted:
+                    # Single learner: weights leave the server only when a worker needs them.
+                    weights, version = self.server.get_weights.remote(), updates_submitted
                 i = idle.pop(0)
                 ref = self.workers[i].collect_to_buffer.remote(
                     weights, version, self.steps_per_env, self.buffer, args.prioritized_replay)
@@ -125,17 +130,22 @@ class SACTrainer:
             # Updates: while the update budget allows, with at most two in flight.
             while (updates_submitted < self.updates_allowed(run.env_steps, replay_size)
                    and len(updates) < 2):
-                results = []
-                for learner in self.learners:
-                    batch = self.buffer.sample.remote(args.batch_size)
-                    results.append(learner.compute.remote(
-                        learner_weights, learner_version, batch,
-                        self.buffer if args.prioritized_replay else None))
-                updates.append(self.server.apply.remote(*results))
+                buffer = self.buffer if args.prioritized_replay else None
+                if self.learners:
+                    results = [learner.compute.remote(learner_weights, learner_version,
+                                                      self.buffer.sample.remote(args.batch_size),
+                                                      buffer)
+                               for learner in self.learners]
+                    updates.append(self.server.apply.remote(*results))
+                else:
+                    updates.append(self.server.update.remote(
+                        self.buffer.sample.remote(args.batch_size), buffer))
                 updates_submitted += 1
-                previous = weights, version
-                weights, version = self.server.get_weights.remote(), updates_submitted
-                learner_weights, learner_version = previous if update_lag else (weights, version)
+                if self.learners:
+                    previous = weights, version
+                    weights, version = self.server.get_weights.remote(), updates_submitted
+                    learner_weights, learner_version = (previous if update_lag
+                                                        else (weights, version))
 
             done = set(placement.wait_any(list(rollouts) + updates +
                                           ([pending_eval] if pending_eval is not None else [])))
@@ -159,6 +169,8 @@ class SACTrainer:
                 if self.evaluator is None:
                     self.evaluator = placement.spawn(Evaluator, self.spec, args.eval_episodes,
                                                      num_cpus=0)
+                if not self.learners and version != updates_submitted:
+                    weights, version = self.server.get_weights.remote(), updates_submitted
                 pending_eval = self.evaluator.evaluate.remote(weights, version, run.env_steps)
                 next_eval = run.env_steps + args.eval_interval
                 if placement.local:
