@@ -108,7 +108,7 @@ class SACTrainer:
         update_lag = args.update_lag if args.update_lag is not None else int(not placement.local)
         learner_weights, learner_version = weights, version
         rollouts = {}   # ref -> worker index
-        updates = []    # refs of ParameterServer.apply, oldest first
+        updates = []    # refs of ParameterServer.apply / update, oldest first
         env_steps_submitted = updates_done = updates_submitted = 0
         replay_size = 0
         episode_returns, episode_lengths, lags, update_stats = [], [], [], []
@@ -116,15 +116,19 @@ class SACTrainer:
         last_log_time, last_log_updates, iteration = time.time(), 0, 0
         idle = list(range(self.num_workers))
 
+        def newest_weights():
+            """With one learner, weights leave the server only when someone needs them."""
+            nonlocal weights, version
+            if not self.learners and version != updates_submitted:
+                weights, version = self.server.get_weights.remote(), updates_submitted
+            return weights, version
+
         while True:
             # Rollouts: every idle worker gets a fragment while the data budget allows.
             while idle and self.may_collect(env_steps_submitted, updates_done):
-                if not self.learners and version != updates_submitted:
-                    # Single learner: weights leave the server only when a worker needs them.
-                    weights, version = self.server.get_weights.remote(), updates_submitted
                 i = idle.pop(0)
                 ref = self.workers[i].collect_to_buffer.remote(
-                    weights, version, self.steps_per_env, self.buffer, args.prioritized_replay)
+                    *newest_weights(), self.steps_per_env, self.buffer, args.prioritized_replay)
                 rollouts[ref] = i
                 env_steps_submitted += self.fragment
             # Updates: while the update budget allows, with at most two in flight.
@@ -169,9 +173,7 @@ class SACTrainer:
                 if self.evaluator is None:
                     self.evaluator = placement.spawn(Evaluator, self.spec, args.eval_episodes,
                                                      num_cpus=0)
-                if not self.learners and version != updates_submitted:
-                    weights, version = self.server.get_weights.remote(), updates_submitted
-                pending_eval = self.evaluator.evaluate.remote(weights, version, run.env_steps)
+                pending_eval = self.evaluator.evaluate.remote(*newest_weights(), run.env_steps)
                 next_eval = run.env_steps + args.eval_interval
                 if placement.local:
                     eval_result, pending_eval = placement.get(pending_eval), None

@@ -85,6 +85,7 @@ def test_sac_on_discrete_actions_is_a_clear_error(tmp_path):
 
 @pytest.mark.parametrize("placement", [
     ["--num_workers", "0"],
+    ["--num_workers", "1", "--prioritized_replay", "--num_cpus", "2"],  # the server learns
     ["--num_workers", "2", "--num_learners", "2", "--prioritized_replay", "--num_cpus", "2"],
 ])
 def test_sac_runs_end_to_end(tmp_path, placement):
