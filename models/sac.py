@@ -101,7 +101,8 @@ class TwinQ(nn.Module):
 def as_float_tensor(x):
     if isinstance(x, torch.Tensor):
         return x.float()
-    return torch.as_tensor(np.asarray(x), dtype=torch.float32)
+    # A copy: batches from Ray's object store are read-only arrays (a few KB here).
+    return torch.tensor(np.asarray(x), dtype=torch.float32)
 
 
 @register_model("sac")
