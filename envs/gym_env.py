@@ -55,6 +55,3 @@ class GymEnv:
 
     def close(self):
         self.env.close()
-
-    def get_spaces(self):
-        return self.observation_space, self.action_space
