@@ -74,9 +74,9 @@ SUITES = {
         target=200, max_steps=500_000, peer="sb3", timeout=3600,
         systems={
             "ddrl-2workers": DDRL_SAC + " --gym_id LunarLanderContinuous-v3 --num_workers 2 --total_steps {max_steps}"
-                             " --eval_interval 10000",
+                             " --eval_interval 10000",  # the rest from configs/sac-LunarLanderContinuous-v3.yaml
             "sb3": "{python} benchmarks/sb3_sac.py --env LunarLanderContinuous-v3 --target_return {target} --seed {seed}"
-                   " --out_dir {run_dir} --max_steps {max_steps} --eval_freq 10000",
+                   " --out_dir {run_dir} --max_steps {max_steps} --eval_freq 10000 --torch_threads 2",
         }),
 }
 
@@ -205,6 +205,25 @@ def machine_info():
                 sb3=version("stable-baselines3"), numpy=version("numpy"))
 
 
+def without_inf(o):
+    """inf is not JSON: failed runs appear as null."""
+    if isinstance(o, dict):
+        return {k: without_inf(v) for k, v in o.items()}
+    if isinstance(o, list):
+        return [without_inf(v) for v in o]
+    return None if o == math.inf else o
+
+
+def finished_run(run_dir, cmd):
+    """The record of a run that finished with this very command, or None."""
+    try:
+        with open(os.path.join(run_dir, "harness.json")) as f:
+            rec = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return rec if rec.get("cmd") == cmd else None
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--suite", default="cartpole", choices=sorted(SUITES))
@@ -217,6 +236,9 @@ def main():
     p.add_argument("--target", type=float, default=None, help="override the suite's target return")
     p.add_argument("--max_steps", type=int, default=None, help="override the suite's max env steps")
     p.add_argument("--results_dir", default=os.path.join(REPO, "benchmarks", "results"))
+    p.add_argument("--resume", action="store_true",
+                   help="reuse the runs already finished with the same command (their run_dir holds "
+                        "harness.json), e.g. after an interrupted multi-hour suite")
     args = p.parse_args()
 
     cfg = dict(SUITES[args.suite])
@@ -243,8 +265,14 @@ def main():
             run_dir = os.path.join(args.results_dir, args.suite, name, f"seed{seed}")
             cmd = template.format(seed=seed, run_dir=run_dir, **fill)
             print(f"[{args.suite}] {name} seed {seed}: {cmd}", flush=True)
-            rec = dict(system=name, seed=seed, cmd=cmd, run_dir=run_dir, **run_one(cmd, run_dir, timeout))
-            rec["curve"] = read_curve(run_dir)
+            rec = finished_run(run_dir, cmd) if args.resume else None
+            if rec is not None:
+                print("    (finished before: reused)", flush=True)
+            else:
+                rec = dict(system=name, seed=seed, cmd=cmd, run_dir=run_dir, **run_one(cmd, run_dir, timeout))
+                rec["curve"] = read_curve(run_dir)
+                with open(os.path.join(run_dir, "harness.json"), "w") as f:
+                    json.dump(without_inf(rec), f)
             s = rec["summary"] or {}
             print(f"    reached={rec['reached']} time_to_target_s={s.get('time_to_target_s')} "
                   f"steps_to_target={s.get('steps_to_target')} process_wall_s={rec['process_wall_s']:.1f}"
@@ -258,9 +286,7 @@ def main():
     os.makedirs(args.results_dir, exist_ok=True)
     out = os.path.join(args.results_dir, args.suite)
     with open(out + ".json", "w") as f:  # inf is not JSON: failed runs appear as null there
-        clean = lambda o: {k: clean(v) for k, v in o.items()} if isinstance(o, dict) else \
-            [clean(v) for v in o] if isinstance(o, list) else None if o == math.inf else o
-        json.dump(clean(dict(suite=args.suite, target=cfg["target"], max_steps=cfg["max_steps"], peer=cfg["peer"],
+        json.dump(without_inf(dict(suite=args.suite, target=cfg["target"], max_steps=cfg["max_steps"], peer=cfg["peer"],
                              seeds=args.seeds, timeout_s=timeout, harness_cmd=" ".join(sys.argv),
                              commands=commands, machine=machine_info(), aggregates=agg, runs=records,
                              markdown=table)), f, indent=1)

@@ -46,9 +46,13 @@ def main():
     p.add_argument("--max_steps", type=int, default=None,
                    help="default: RL-Zoo n_timesteps (2e4 Pendulum, 5e5 LunarLander). "
                         "LunarLander's lin_ learning rate decays over max_steps.")
+    p.add_argument("--torch_threads", type=int, default=1,
+                   help="torch threads (default 1: on 2 cores, 2 threads made SB3's PPO 6.5x slower, "
+                        "design.md; SB3's SAC with RL-Zoo's 400x300 LunarLander nets is ~1.35x faster "
+                        "with 2, so the lunar-sac suite gives it 2)")
     args = p.parse_args()
 
-    torch.set_num_threads(1)  # as sb3_ppo.py: 2 threads on 2 cores made SB3 6.5x slower (design.md)
+    torch.set_num_threads(args.torch_threads)
     preset = PRESETS[args.env]
     target = preset["target_return"] if args.target_return is None else args.target_return
     eval_freq = args.eval_freq or preset["eval_freq"]

@@ -17,9 +17,13 @@ from core.plugins import load_plugins
 from core.process import setup_process
 
 
+def learner_threads(args):
+    return getattr(args, "learner_threads", None) or getattr(args, "torch_threads", 1)
+
+
 class ParameterServer:
     def __init__(self, spec, observation_space, action_space):
-        setup_process(spec.args)
+        setup_process(spec.args, learner_threads(spec.args))
         plugins = load_plugins(spec)
         torch.manual_seed(spec.args.seed)
         self.model = plugins.model_cls(spec.args, observation_space, action_space)
@@ -49,12 +53,25 @@ class ParameterServer:
                      version=self.learner.version)
         return stats
 
-    def update(self, batch, buffer=None):
-        """The single-learner path: gradients on the server's own, newest weights, applied."""
-        result = self.agent.fetch_grads(None, batch)
-        result.weights_version = self.learner.version
-        _send_priorities(result, batch, buffer)
-        return self.apply(result)
+    def update(self, batches, buffer=None):
+        """The single-learner path: for each batch in turn, gradients on the server's own,
+        newest weights, applied. Several batches per call spread one Ray round trip (and one
+        wake-up of the driver) over several updates. Returns one stats dict per update."""
+        stats, priorities = [], []
+        for batch in batches:
+            result = self.agent.fetch_grads(None, batch)
+            result.weights_version = self.learner.version
+            td_errors = result.stats.pop("td_errors", None)
+            if td_errors is not None:
+                priorities.append((batch, td_errors))
+            stats.append(self.apply(result))
+        if buffer is not None and priorities:
+            # One fire-and-forget call for all; the buffer ignores slots rewritten since.
+            buffer.update_priorities.remote(
+                np.concatenate([b.indices for b, _ in priorities]),
+                np.concatenate([b.generations for b, _ in priorities]),
+                np.concatenate([p for _, p in priorities]))
+        return stats
 
     def state(self):
         return (self.learner.get_weights(), self.learner.optimizer.state_dict(),
@@ -78,7 +95,7 @@ class LearnerWorker:
     """Computes gradients on replay batches for the parameter server."""
 
     def __init__(self, spec, observation_space, action_space, learner_index=0):
-        setup_process(spec.args)
+        setup_process(spec.args, learner_threads(spec.args))
         plugins = load_plugins(spec)
         torch.manual_seed(spec.args.seed + 100 + learner_index)
         self.model = plugins.model_cls(spec.args, observation_space, action_space)

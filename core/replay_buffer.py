@@ -86,6 +86,10 @@ class ReplayBuffer:
         indices = self.rng.integers(0, len(self), size=batch_size, dtype=np.int64)
         return self._batch(indices, np.ones(batch_size, np.float32))
 
+    def sample_batches(self, batch_size, count):
+        """``count`` independent batches in one call (one actor call for several updates)."""
+        return [self.sample(batch_size) for _ in range(count)]
+
     def update_priorities(self, indices, generations, priorities) -> int:
         """Nothing to update in a uniform buffer; returns 0 updates applied."""
         return 0

@@ -60,6 +60,16 @@ def add_args(parser):
                             "old, overlapping with the parameter server's update (as Ape-X and "
                             "Rapid do); 0: every gradient on the newest weights, strictly in turn "
                             "(default: 1 with Ray workers, 0 with --num_workers 0)")
+    group.add_argument("--learner_threads", type=positive_int, default=None,
+                       help="torch threads of the process that computes SAC updates (the "
+                            "parameter server and each learner worker; with --num_workers 0 the "
+                            "whole process). A 400x300 update is ~1.5x faster with 2 threads "
+                            "than 1 on 2 cores (benchmarks/update_threads.py) (default: "
+                            "--torch_threads)")
+    group.add_argument("--updates_per_call", type=positive_int, default=4,
+                       help="with one learner, updates the parameter server makes per call, "
+                            "on as many batches sampled in one buffer call: fewer Ray round "
+                            "trips and driver wake-ups per update (default: %(default)s)")
     group.add_argument("--log_steps", type=positive_int, default=1000,
                        help="write a metrics row every this many env steps (default: "
                             "%(default)s)")
@@ -109,6 +119,7 @@ class SACTrainer:
         learner_weights, learner_version = weights, version
         rollouts = {}   # ref -> worker index
         updates = []    # refs of ParameterServer.apply / update, oldest first
+        update_counts = {}  # ref -> updates it makes
         env_steps_submitted = updates_done = updates_submitted = 0
         replay_size = 0
         episode_returns, episode_lengths, lags, update_stats = [], [], [], []
@@ -135,6 +146,7 @@ class SACTrainer:
             while (updates_submitted < self.updates_allowed(run.env_steps, replay_size)
                    and len(updates) < 2):
                 buffer = self.buffer if args.prioritized_replay else None
+                count = 1
                 if self.learners:
                     results = [learner.compute.remote(learner_weights, learner_version,
                                                       self.buffer.sample.remote(args.batch_size),
@@ -142,9 +154,12 @@ class SACTrainer:
                                for learner in self.learners]
                     updates.append(self.server.apply.remote(*results))
                 else:
+                    count = min(args.updates_per_call, self.updates_allowed(
+                        run.env_steps, replay_size) - updates_submitted)
                     updates.append(self.server.update.remote(
-                        self.buffer.sample.remote(args.batch_size), buffer))
-                updates_submitted += 1
+                        self.buffer.sample_batches.remote(args.batch_size, count), buffer))
+                update_counts[updates[-1]] = count
+                updates_submitted += count
                 if self.learners:
                     previous = weights, version
                     weights, version = self.server.get_weights.remote(), updates_submitted
@@ -163,8 +178,9 @@ class SACTrainer:
                 lags.append(updates_done - stats.weights_version)
             for ref in [r for r in updates if r in done]:
                 updates.remove(ref)
-                update_stats.append(placement.get(ref))
-                updates_done += 1
+                result = placement.get(ref)
+                update_stats += result if isinstance(result, list) else [result]
+                updates_done += update_counts.pop(ref)
 
             eval_result = None
             if pending_eval is not None and pending_eval in done:
