@@ -70,6 +70,8 @@ def run(args):
     trainer = trainer_class(trainer_name)(args, spec, plugins, (observation_space, action_space),
                                           context)
     checkpoint_dir = os.path.join(run_dir, "checkpoints")
+    if args.restore:
+        restore(args, trainer, context)
 
     def save(name, extra=None):
         weights, optimizer_state, updates = trainer.checkpoint_state()
@@ -102,6 +104,27 @@ def run(args):
     if ray.is_initialized() and not args.address:
         ray.shutdown()
     return 130 if summary["stopped_because"] == "interrupted" else 0
+
+
+def restore(args, trainer, context):
+    """Continue from --restore: weights, optimizer state and counters (core/checkpoint.py)."""
+    from core.checkpoint import load_for_restore
+    from core.registry import ConfigError
+    path, payload, meta = load_for_restore(args.restore, args)
+    weights = {k: v.numpy() for k, v in payload["model"].items()}
+    try:
+        trainer.restore(weights, payload.get("optimizer"), int(meta.get("updates", 0)))
+    except Exception as exc:  # noqa: BLE001 - wrong shapes or names: say which file and why
+        if unwrap_config_error(exc) is not None:
+            raise
+        raise ConfigError(f"--restore {path}: the checkpoint does not fit this model "
+                          f"({type(exc).__name__}: {str(exc).splitlines()[0][:300]}). Restore "
+                          f"with the model flags it was trained with (its run's config.yaml)."
+                          ) from None
+    context.env_steps = int(meta.get("env_steps", 0))
+    if not args.quiet:
+        print(f"ddrl: restored {path} ({context.env_steps:,} env steps, "
+              f"{int(meta.get('updates', 0)):,} updates)", flush=True)
 
 
 def unwrap_config_error(exc):

@@ -11,7 +11,7 @@ then never travel per update, only when a rollout or test worker asks for them.
 import numpy as np
 import torch
 
-from core.checkpoint import load_checkpoint, save_checkpoint
+from core.checkpoint import save_checkpoint
 from core.learner import Learner, average_gradients
 from core.plugins import load_plugins
 from core.process import setup_process
@@ -82,13 +82,13 @@ class ParameterServer:
                         {"updates": self.learner.version, **(meta or {})})
         return path
 
-    def restore(self, path):
-        payload, meta = load_checkpoint(path)
-        self.model.set_weights({k: v.numpy() for k, v in payload["model"].items()})
-        if "optimizer" in payload:
-            self.learner.optimizer.load_state_dict(payload["optimizer"])
-        self.learner.version = int(meta.get("updates", 0))
-        return meta
+    def load_state(self, weights, optimizer_state=None, version=0):
+        """Continue from saved state (a checkpoint's model and optimizer state dicts)."""
+        self.model.set_weights(weights)
+        if optimizer_state is not None:
+            self.learner.optimizer.load_state_dict(optimizer_state)
+        self.learner.version = int(version)
+        return self.learner.version
 
 
 class LearnerWorker:

@@ -157,6 +157,13 @@ class PPOTrainer:
             run.record_eval(placement.get(pending_eval))
         return self.learner
 
+    def restore(self, weights, optimizer_state, updates):
+        """Continue from a checkpoint: the learner's weights, optimizer state and version."""
+        self.model.set_weights(weights)
+        if optimizer_state is not None:
+            self.learner.optimizer.load_state_dict(optimizer_state)
+        self.learner.version = int(updates)
+
     def checkpoint_state(self):
         return (self.learner.get_weights(), self.learner.optimizer.state_dict(),
                 self.learner.version)

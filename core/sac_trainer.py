@@ -75,6 +75,10 @@ def add_args(parser):
                             "%(default)s)")
 
 
+def mean_or_none(values):
+    return float(np.mean(values)) if values else None
+
+
 class SACTrainer:
     def __init__(self, args, spec, plugins, spaces, run):
         self.args, self.run, self.spec, self.spaces = args, run, spec, spaces
@@ -100,6 +104,7 @@ class SACTrainer:
         self.evaluator = None
         self.steps_per_env = max(1, args.weight_sync_interval // args.num_envs_per_worker)
         self.fragment = self.steps_per_env * args.num_envs_per_worker
+        self.updates_done = 0
 
     # -- the two budgets of the update-to-data ratio -------------------------------------------
     def updates_allowed(self, env_steps, replay_size):
@@ -112,114 +117,170 @@ class SACTrainer:
         slack = self.num_workers * self.fragment
         return env_steps_submitted < warm_up + updates_done / self.args.utd_ratio + slack
 
+    # -- the loop: the driver only submits work and books results ------------------------------
     def train(self):
-        args, run, placement = self.args, self.run, self.placement
-        weights, version = self.server.get_weights.remote(), 0
-        update_lag = args.update_lag if args.update_lag is not None else int(not placement.local)
-        learner_weights, learner_version = weights, version
-        rollouts = {}   # ref -> worker index
-        updates = []    # refs of ParameterServer.apply / update, oldest first
-        update_counts = {}  # ref -> updates it makes
-        env_steps_submitted = updates_done = updates_submitted = 0
-        replay_size = 0
-        episode_returns, episode_lengths, lags, update_stats = [], [], [], []
-        pending_eval, next_eval, next_log = None, args.eval_interval, args.log_steps
-        last_log_time, last_log_updates, iteration = time.time(), 0, 0
-        idle = list(range(self.num_workers))
-
-        def newest_weights():
-            """With one learner, weights leave the server only when someone needs them."""
-            nonlocal weights, version
-            if not self.learners and version != updates_submitted:
-                weights, version = self.server.get_weights.remote(), updates_submitted
-            return weights, version
-
+        self.start_loop()
         while True:
-            # Rollouts: every idle worker gets a fragment while the data budget allows.
-            while idle and self.may_collect(env_steps_submitted, updates_done):
-                i = idle.pop(0)
-                ref = self.workers[i].collect_to_buffer.remote(
-                    *newest_weights(), self.steps_per_env, self.buffer, args.prioritized_replay)
-                rollouts[ref] = i
-                env_steps_submitted += self.fragment
-            # Updates: while the update budget allows, with at most two in flight.
-            while (updates_submitted < self.updates_allowed(run.env_steps, replay_size)
-                   and len(updates) < 2):
-                buffer = self.buffer if args.prioritized_replay else None
-                count = 1
-                if self.learners:
-                    results = [learner.compute.remote(learner_weights, learner_version,
-                                                      self.buffer.sample.remote(args.batch_size),
-                                                      buffer)
-                               for learner in self.learners]
-                    updates.append(self.server.apply.remote(*results))
-                else:
-                    count = min(args.updates_per_call, self.updates_allowed(
-                        run.env_steps, replay_size) - updates_submitted)
-                    updates.append(self.server.update.remote(
-                        self.buffer.sample_batches.remote(args.batch_size, count), buffer))
-                update_counts[updates[-1]] = count
-                updates_submitted += count
-                if self.learners:
-                    previous = weights, version
-                    weights, version = self.server.get_weights.remote(), updates_submitted
-                    learner_weights, learner_version = (previous if update_lag
-                                                        else (weights, version))
-
-            done = set(placement.wait_any(list(rollouts) + updates +
-                                          ([pending_eval] if pending_eval is not None else [])))
-            for ref in [r for r in rollouts if r in done]:
-                stats = placement.get(ref)
-                idle.append(rollouts.pop(ref))
-                run.env_steps += stats.env_steps
-                replay_size = min(args.buffer_size, run.env_steps)  # every fragment is stored
-                episode_returns += stats.episode_returns
-                episode_lengths += stats.episode_lengths
-                lags.append(updates_done - stats.weights_version)
-            for ref in [r for r in updates if r in done]:
-                updates.remove(ref)
-                result = placement.get(ref)
-                update_stats += result if isinstance(result, list) else [result]
-                updates_done += update_counts.pop(ref)
-
-            eval_result = None
-            if pending_eval is not None and pending_eval in done:
-                eval_result, pending_eval = placement.get(pending_eval), None
-            if pending_eval is None and run.env_steps >= next_eval:
-                if self.evaluator is None:
-                    self.evaluator = placement.spawn(Evaluator, self.spec, args.eval_episodes,
-                                                     num_cpus=0)
-                pending_eval = self.evaluator.evaluate.remote(*newest_weights(), run.env_steps)
-                next_eval = run.env_steps + args.eval_interval
-                if placement.local:
-                    eval_result, pending_eval = placement.get(pending_eval), None
-
-            if run.env_steps >= next_log or eval_result is not None:
-                iteration += 1
-                now = time.time()
-                row = {
-                    "iteration": iteration, "updates": updates_done,
-                    "updates_per_s": (updates_done - last_log_updates) / max(now - last_log_time,
-                                                                             1e-9),
-                    "utd_achieved": updates_done / max(1, run.env_steps - args.learning_starts),
-                    "replay_size": replay_size,
-                    "train_return": float(np.mean(episode_returns)) if episode_returns else None,
-                    "train_length": float(np.mean(episode_lengths)) if episode_lengths else None,
-                    "episodes": len(episode_returns),
-                    "policy_lag": float(np.mean(lags)) if lags else None,
-                }
-                for key in update_stats[0] if update_stats else ():
-                    row[key] = float(np.mean([s[key] for s in update_stats]))
-                episode_returns, episode_lengths, lags, update_stats = [], [], [], []
-                last_log_time, last_log_updates = now, updates_done
-                next_log = run.env_steps + args.log_steps
-                if run.record(row, eval_result):
-                    break
+            self.submit_rollouts()
+            self.submit_updates()
+            done = set(self.placement.wait_any(self.in_flight()))
+            self.book_rollouts(done)
+            self.book_updates(done)
+            eval_result = self.evaluate(done)
+            if ((self.run.env_steps >= self.next_log or eval_result is not None)
+                    and self.run.record(self.metrics_row(), eval_result)):
+                break
         # Let in-flight work finish so the parameter server's state is consistent.
-        placement.get(updates)
-        if pending_eval is not None:
-            run.record_eval(placement.get(pending_eval))
-        self.updates_done = updates_done
+        self.placement.get(self.updates)
+        if self.pending_eval is not None:
+            self.run.record_eval(self.placement.get(self.pending_eval))
+
+    def start_loop(self):
+        args = self.args
+        self.update_lag = (args.update_lag if args.update_lag is not None
+                           else int(not self.placement.local))
+        # Counters start from a restored checkpoint's (0 for a new run).
+        self.base_env_steps, self.base_updates = self.run.env_steps, self.updates_done
+        self.env_steps_submitted = self.run.env_steps
+        self.updates_submitted = self.updates_done
+        self.weights, self.version = self.server.get_weights.remote(), self.updates_done
+        self.learner_weights, self.learner_version = self.weights, self.version
+        self.rollouts = {}        # ref -> worker index
+        self.updates = []         # refs of ParameterServer.apply / update, oldest first
+        self.update_counts = {}   # ref -> updates it makes
+        self.idle = list(range(self.num_workers))
+        self.replay_size = 0
+        self.pending_eval, self.next_eval = None, self.run.env_steps + args.eval_interval
+        self.next_log = self.run.env_steps + args.log_steps
+        self.last_log_time, self.last_log_updates = time.time(), self.updates_done
+        self.iteration = 0
+        self.reset_window()
+
+    def reset_window(self):
+        """What one metrics row averages over."""
+        self.episode_returns, self.episode_lengths, self.lags, self.update_stats = [], [], [], []
+
+    def in_flight(self):
+        return (list(self.rollouts) + self.updates
+                + ([self.pending_eval] if self.pending_eval is not None else []))
+
+    def newest_weights(self):
+        """(ref, version) of the newest weights. With one learner they leave the server only
+        when a rollout or test worker needs them, not after every update."""
+        if not self.learners and self.version != self.updates_submitted:
+            self.weights, self.version = (self.server.get_weights.remote(),
+                                          self.updates_submitted)
+        return self.weights, self.version
+
+    def submit_rollouts(self):
+        """Every idle worker gets a fragment while the data budget allows."""
+        while self.idle and self.may_collect(self.env_steps_submitted - self.base_env_steps,
+                                             self.updates_done - self.base_updates):
+            i = self.idle.pop(0)
+            ref = self.workers[i].collect_to_buffer.remote(
+                *self.newest_weights(), self.steps_per_env, self.buffer,
+                self.args.prioritized_replay)
+            self.rollouts[ref] = i
+            self.env_steps_submitted += self.fragment
+
+    def submit_updates(self):
+        """Updates while the update budget allows, with at most two calls in flight (one
+        computing, one queued: the server never idles waiting for the driver)."""
+        args = self.args
+        buffer = self.buffer if args.prioritized_replay else None
+        while len(self.updates) < 2:
+            # The budgets count from the restored checkpoint (the buffer starts empty then).
+            allowed = self.base_updates + self.updates_allowed(
+                self.run.env_steps - self.base_env_steps, self.replay_size)
+            if self.updates_submitted >= allowed:
+                return
+            if self.learners:
+                count = 1
+                ref = self.server.apply.remote(*[
+                    learner.compute.remote(self.learner_weights, self.learner_version,
+                                           self.buffer.sample.remote(args.batch_size), buffer)
+                    for learner in self.learners])
+            else:
+                count = min(args.updates_per_call, allowed - self.updates_submitted)
+                ref = self.server.update.remote(
+                    self.buffer.sample_batches.remote(args.batch_size, count), buffer)
+            self.updates.append(ref)
+            self.update_counts[ref] = count
+            self.updates_submitted += count
+            if self.learners:
+                # Learners compute the next gradients on the weights one version old
+                # (update_lag 1) while the server applies this update, or on the newest (0).
+                previous = self.weights, self.version
+                self.weights, self.version = (self.server.get_weights.remote(),
+                                              self.updates_submitted)
+                self.learner_weights, self.learner_version = (
+                    previous if self.update_lag else (self.weights, self.version))
+
+    def book_rollouts(self, done):
+        for ref in [r for r in self.rollouts if r in done]:
+            stats = self.placement.get(ref)
+            self.idle.append(self.rollouts.pop(ref))
+            self.run.env_steps += stats.env_steps
+            self.replay_size = min(self.args.buffer_size,
+                                   self.replay_size + stats.env_steps)  # every step is stored
+            self.episode_returns += stats.episode_returns
+            self.episode_lengths += stats.episode_lengths
+            self.lags.append(self.updates_done - stats.weights_version)
+
+    def book_updates(self, done):
+        for ref in [r for r in self.updates if r in done]:
+            self.updates.remove(ref)
+            result = self.placement.get(ref)
+            self.update_stats += result if isinstance(result, list) else [result]
+            self.updates_done += self.update_counts.pop(ref)
+
+    def evaluate(self, done):
+        """The result of an evaluation that finished, if any; starts the next one when due
+        (one at a time: backpressure instead of a growing queue)."""
+        eval_result = None
+        if self.pending_eval is not None and self.pending_eval in done:
+            eval_result, self.pending_eval = self.placement.get(self.pending_eval), None
+        if self.pending_eval is None and self.run.env_steps >= self.next_eval:
+            if self.evaluator is None:
+                self.evaluator = self.placement.spawn(Evaluator, self.spec,
+                                                      self.args.eval_episodes, num_cpus=0)
+            self.pending_eval = self.evaluator.evaluate.remote(*self.newest_weights(),
+                                                               self.run.env_steps)
+            self.next_eval = self.run.env_steps + self.args.eval_interval
+            if self.placement.local:
+                eval_result, self.pending_eval = self.placement.get(self.pending_eval), None
+        return eval_result
+
+    def metrics_row(self):
+        now = time.time()
+        self.iteration += 1
+        row = {
+            "iteration": self.iteration, "updates": self.updates_done,
+            "updates_per_s": ((self.updates_done - self.last_log_updates)
+                              / max(now - self.last_log_time, 1e-9)),
+            "utd_achieved": ((self.updates_done - self.base_updates)
+                             / max(1, self.run.env_steps - self.base_env_steps
+                                   - self.args.learning_starts)),
+            "replay_size": self.replay_size,
+            "train_return": mean_or_none(self.episode_returns),
+            "train_length": mean_or_none(self.episode_lengths),
+            "episodes": len(self.episode_returns),
+            "policy_lag": mean_or_none(self.lags),
+        }
+        for key in self.update_stats[0] if self.update_stats else ():
+            row[key] = float(np.mean([s[key] for s in self.update_stats]))
+        self.reset_window()
+        self.last_log_time, self.last_log_updates = now, self.updates_done
+        self.next_log = self.run.env_steps + self.args.log_steps
+        return row
+
+    # -- checkpoints ---------------------------------------------------------------------------
+    def restore(self, weights, optimizer_state, updates):
+        """Continue from a checkpoint: the server's weights, optimizer state and version. The
+        replay buffer starts empty (it is not in the checkpoint), so learning waits for
+        --learning_starts new transitions again."""
+        self.placement.get(self.server.load_state.remote(weights, optimizer_state, updates))
+        self.updates_done = int(updates)
 
     def checkpoint_state(self):
         return self.placement.get(self.server.state.remote())

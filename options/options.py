@@ -163,6 +163,10 @@ def add_common_args(parser):
     group.add_argument("--run_dir", default=None,
                        help="where metrics.csv, summary.json and checkpoints go "
                             "(default: runs/<env>-<model>-<time>)")
+    group.add_argument("--restore", default=None, metavar="PATH",
+                       help="continue from a checkpoint: a .pt file, or a run directory (its "
+                            "checkpoints/last.pt). Model and optimizer state, env-step and "
+                            "update counters continue; the model and agent must match")
     group.add_argument("--log_interval", type=positive_int, default=1,
                        help="print a progress line every this many iterations "
                             "(default: %(default)s; metrics.csv gets every one)")
