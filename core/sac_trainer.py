@@ -63,9 +63,10 @@ def add_args(parser):
     group.add_argument("--learner_threads", type=positive_int, default=None,
                        help="torch threads of the process that computes SAC updates (the "
                             "parameter server and each learner worker; with --num_workers 0 the "
-                            "whole process). A 400x300 update is ~1.5x faster with 2 threads "
-                            "than 1 on 2 cores (benchmarks/update_threads.py) (default: "
-                            "--torch_threads)")
+                            "whole process). Alone, a 400x300 update is ~1.6x faster with 2 "
+                            "threads than 1 (benchmarks/update_cost.py); in the 2-worker "
+                            "loop on 2 cores it was not (60 against 58 updates/s): the other "
+                            "processes need the second core (default: --torch_threads)")
     group.add_argument("--updates_per_call", type=positive_int, default=4,
                        help="with one learner, updates the parameter server makes per call, "
                             "on as many batches sampled in one buffer call: fewer Ray round "

@@ -1,8 +1,8 @@
 """Cost of one SAC update (ddrl's models/sac.py step + the learner's fused Adam and polyak), by
-network size and torch threads, on LunarLanderContinuous-v3 shapes. Behind --learner_threads and
-the LunarLander preset's network size.
+network size, torch threads and --sac_precision, on LunarLanderContinuous-v3 shapes. Behind
+--learner_threads, --sac_precision and the LunarLander preset's network size.
 
-    .venv/bin/python benchmarks/update_threads.py --out benchmarks/results/update_threads.json
+    .venv/bin/python benchmarks/update_cost.py --out benchmarks/results/update_cost.json
 
 Each configuration runs in its own process (torch's thread pool is set once per process).
 """
@@ -16,7 +16,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def measure(threads, sizes, batch_size, n):
+def measure(threads, sizes, batch_size, n, precision):
     import numpy as np
     import torch
     torch.set_num_threads(threads)
@@ -28,7 +28,7 @@ def measure(threads, sizes, batch_size, n):
     env = gym.make("LunarLanderContinuous-v3")
     args = argparse.Namespace(sac_hidden_sizes=sizes, actor_lr=7.3e-4, critic_lr=7.3e-4,
                               alpha_lr=7.3e-4, tau=0.01, init_alpha=1.0, target_entropy="auto",
-                              sac_gamma=0.99, num_gpus=0)
+                              sac_gamma=0.99, num_gpus=0, sac_precision=precision)
     model = SACModel(args, env.observation_space, env.action_space)
     learner = Learner(model)
     rng = np.random.default_rng(0)
@@ -55,23 +55,26 @@ def main():
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=None, help="write the results here as JSON")
     p.add_argument("--updates", type=int, default=300)
-    p.add_argument("--one", nargs=3, metavar=("THREADS", "SIZES", "BATCH"), help=argparse.SUPPRESS)
+    p.add_argument("--one", nargs=4, metavar=("THREADS", "SIZES", "BATCH", "PRECISION"),
+                   help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one:
         threads, sizes, batch = int(args.one[0]), [int(s) for s in args.one[1].split(",")], int(args.one[2])
-        print(json.dumps(measure(threads, sizes, batch, args.updates)))
+        print(json.dumps(measure(threads, sizes, batch, args.updates, args.one[3])))
         return
     load_before, rows = os.getloadavg()[0], []
-    for sizes in ("256,256", "400,300"):
-        for threads in (1, 2):
-            out = subprocess.run([sys.executable, __file__, "--updates", str(args.updates),
-                                  "--one", str(threads), sizes, "256"],
-                                 capture_output=True, text=True, check=True).stdout
-            ms = float(out.strip().splitlines()[-1])
-            rows.append(dict(hidden_sizes=sizes, threads=threads, batch_size=256,
-                             ms_per_update=round(ms, 2), updates_per_s=round(1e3 / ms, 1)))
-            print(f"hidden {sizes:>8}  threads {threads}: {ms:6.2f} ms/update  "
-                  f"{1e3 / ms:6.1f} updates/s", flush=True)
+    for precision in ("fp32", "bf16"):
+        for sizes in ("256,256", "400,300"):
+            for threads in (1, 2):
+                out = subprocess.run([sys.executable, __file__, "--updates", str(args.updates),
+                                      "--one", str(threads), sizes, "256", precision],
+                                     capture_output=True, text=True, check=True).stdout
+                ms = float(out.strip().splitlines()[-1])
+                rows.append(dict(precision=precision, hidden_sizes=sizes, threads=threads,
+                                 batch_size=256, ms_per_update=round(ms, 2),
+                                 updates_per_s=round(1e3 / ms, 1)))
+                print(f"{precision}  hidden {sizes:>8}  threads {threads}: {ms:6.2f} ms/update  "
+                      f"{1e3 / ms:6.1f} updates/s", flush=True)
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"load_average_before": load_before, "results": rows}, f, indent=1)
