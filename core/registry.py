@@ -25,6 +25,8 @@ class ConfigError(ValueError):
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
 
+BUILTIN_PACKAGES = ("envs", "models", "agents")
+
 # Where plugins come from, shown by --list and in errors: "built-in" or the --user_dir path.
 _current_source = "built-in"
 
@@ -37,7 +39,7 @@ class Entry:
 
     @property
     def summary(self) -> str:
-        doc = inspect.getdoc(self.cls) or ""
+        doc = inspect.getdoc(unwrap_actor_class(self.cls)) or ""
         return doc.strip().splitlines()[0] if doc.strip() else ""
 
 
@@ -74,7 +76,9 @@ class Registry:
                     f"cannot register {self.kind} {name!r} for {_identity(target)}: the name is "
                     f"already taken by {_identity(unwrap_actor_class(old.cls))} "
                     f"({old.source}). Pick another name.")
-            self.entries[name] = Entry(name, cls, _current_source)
+            # A built-in imported while a --user_dir module runs is still built-in.
+            builtin = target.__module__.split(".")[0] in BUILTIN_PACKAGES
+            self.entries[name] = Entry(name, cls, "built-in" if builtin else _current_source)
             return cls
 
         return decorator

@@ -163,6 +163,9 @@ def add_common_args(parser):
     group.add_argument("--run_dir", default=None,
                        help="where metrics.csv, summary.json and checkpoints go "
                             "(default: runs/<env>-<model>-<time>)")
+    group.add_argument("--list", action="store_true",
+                       help="print the registered envs, models and agents (with --user_dir: "
+                            "also its plugins) and the presets, then exit")
     group.add_argument("--restore", default=None, metavar="PATH",
                        help="continue from a checkpoint: a .pt file, or a run directory (its "
                             "checkpoints/last.pt). Model and optimizer state, env-step and "
@@ -215,6 +218,27 @@ def _apply_config(parser, config, strict):
     parser.set_defaults(**defaults)
 
 
+def plugin_listing(registries):
+    """--list: every registered plugin with its one-line docstring and where it came from,
+    then the presets in configs/ with their first comment line."""
+    lines = []
+    for registry in registries:
+        lines.append(f"{registry.kind}s (--{registry.kind}_name):")
+        width = max((len(n) for n in registry.names()), default=0)
+        for name in registry.names():
+            entry = registry.entries[name]
+            lines.append(f"  {name:<{width}}  {entry.summary}  [{entry.source}]")
+    lines.append("presets (configs/, applied automatically for their --model_name and "
+                 "--gym_id unless --config is given):")
+    for file in sorted(os.listdir(CONFIG_DIR)) if os.path.isdir(CONFIG_DIR) else []:
+        if file.endswith((".yaml", ".yml")):
+            with open(os.path.join(CONFIG_DIR, file)) as f:
+                first = next((line.lstrip("# ").strip() for line in f
+                              if line.startswith("#")), "")
+            lines.append(f"  {file}  {first}")
+    return "\n".join(lines)
+
+
 def parse_args(argv=None):
     """Parse the command line; returns the argparse.Namespace. Raises ConfigError."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -222,6 +246,7 @@ def parse_args(argv=None):
     pre = Parser(add_help=False)
     pre.add_argument("--user_dir", default=None)
     pre.add_argument("--config", default=None)
+    pre.add_argument("--list", action="store_true")
     early, _ = pre.parse_known_args(argv)
     no_preset = early.config is not None and early.config.lower() == "none"
     config = load_config(early.config) if early.config and not no_preset else {}
@@ -231,6 +256,9 @@ def parse_args(argv=None):
     from envs import ENV_REGISTRY       # importing the packages registers the built-ins
     from models import MODEL_REGISTRY
     from agents import AGENT_REGISTRY
+    if early.list:
+        print(plugin_listing([ENV_REGISTRY, MODEL_REGISTRY, AGENT_REGISTRY]))
+        raise SystemExit(0)
 
     parser = Parser(description="ddrl: distributed deep RL on Ray", add_help=False)
     add_common_args(parser)

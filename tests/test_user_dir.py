@@ -44,3 +44,18 @@ def test_user_plugins_train_in_process(tmp_path):
                     "--run_dir", run_dir, cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     assert read_run(run_dir)[0]["env_steps"] >= 512
+
+
+def test_list_names_every_plugin_its_docstring_and_origin(tmp_path):
+    folder = copy_out(tmp_path)
+    proc = run_main("--list", "--user_dir", folder, cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    lines = {line.split()[0]: line for line in proc.stdout.splitlines() if line.startswith("  ")}
+    for name in ("gym_env", "custom_env", "ppo", "sac", "default_agent", "sac_agent"):
+        assert lines[name].endswith("[built-in]"), lines[name]
+    for name in ("noisy_cartpole", "layer_norm_ppo", "scaled_reward_agent"):
+        assert lines[name].endswith(f"[{folder}]"), lines[name]
+    assert "Wraps gymnasium.make(--gym_id)" in lines["gym_env"]  # the docstring behind @ray.remote
+    assert "Gaussian noise" in lines["noisy_cartpole"]
+    for preset in ("ppo-CartPole-v1.yaml", "sac-LunarLanderContinuous-v3.yaml"):
+        assert preset in lines
