@@ -15,6 +15,29 @@ def atomic_write_text(path, text):
     os.replace(tmp, path)
 
 
+class TensorBoardLogger:
+    """Every numeric metrics column as a TensorBoard scalar (tag "ddrl/<column>"), at step =
+    env steps and the row's own wall-clock time, in the run directory's event files."""
+
+    def __init__(self, log_dir, start_time):
+        from torch.utils.tensorboard import SummaryWriter
+        self.writer = SummaryWriter(log_dir=log_dir)
+        self.start_time = start_time
+
+    def log(self, row):
+        step = int(row["env_steps"])
+        walltime = self.start_time + float(row.get("wall_time_s") or 0.0)
+        for key, value in row.items():
+            if key == "env_steps" or isinstance(value, bool) or value is None:
+                continue
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                self.writer.add_scalar(f"ddrl/{key}", value, step, walltime=walltime)
+
+    def close(self):
+        self.writer.flush()
+        self.writer.close()
+
+
 def write_json(path, data):
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 

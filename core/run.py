@@ -4,7 +4,8 @@ import time
 
 import ray
 
-from core.metrics import MetricsLogger, write_json
+from core.metrics import MetricsLogger, TensorBoardLogger, write_json
+from core.plots import LearningCurves
 
 
 class RunContext:
@@ -23,8 +24,14 @@ class RunContext:
         self.last_row_steps = 0
         self.on_new_best = None               # callback(eval_result), e.g. save best weights
         os.makedirs(run_dir, exist_ok=True)
-        self.logger = MetricsLogger(os.path.join(run_dir, "metrics.csv"), columns,
+        metrics_path = os.path.join(run_dir, "metrics.csv")
+        self.curves = LearningCurves(run_dir, target_return, args.plot_interval,
+                                     title=os.path.basename(os.path.normpath(run_dir)))
+        self.curves.load_csv(metrics_path)  # a restored run into the same directory continues
+        self.logger = MetricsLogger(metrics_path, columns,
                                     log_interval=args.log_interval, quiet=args.quiet)
+        self.tensorboard = (TensorBoardLogger(os.path.join(run_dir, "tensorboard"), start_time)
+                            if args.tensorboard else None)
 
     def elapsed(self):
         return time.time() - self.start_time
@@ -62,6 +69,10 @@ class RunContext:
             row["eval_return"] = eval_result["eval_return"]
             row["eval_return_std"] = eval_result["eval_return_std"]
         self.logger.log(row)
+        if self.tensorboard is not None:
+            self.tensorboard.log(row)
+        self.curves.add(row)
+        self.curves.maybe_draw()
         if self.time_to_target_s is not None:
             self.stopped_because = "target_return"
         elif self.env_steps >= self.args.total_steps:
@@ -89,6 +100,9 @@ class RunContext:
 
     def finish(self, **extra):
         self.logger.close()
+        if self.tensorboard is not None:
+            self.tensorboard.close()
+        self.curves.maybe_draw(force=True)
         summary = self.summary(**extra)
         write_json(os.path.join(self.run_dir, "summary.json"), summary)
         return summary

@@ -175,6 +175,12 @@ def add_common_args(parser):
                             "(default: %(default)s; metrics.csv gets every one)")
     group.add_argument("--quiet", action="store_true",
                        help="print only the final summary line")
+    group.add_argument("--tensorboard", action=argparse.BooleanOptionalAction, default=True,
+                       help="write every metrics column to TensorBoard event files in "
+                            "RUN_DIR/tensorboard (default: on; --no-tensorboard to skip)")
+    group.add_argument("--plot_interval", type=positive_float, default=30.0,
+                       help="seconds between redrawings of RUN_DIR/learning_curves.png "
+                            "(also drawn at the end) (default: %(default)s)")
     return parser
 
 

@@ -1,0 +1,60 @@
+"""What a run leaves in its directory besides metrics.csv: TensorBoard event files (read back
+with tensorboard's own reader) and the learning-curve PNG."""
+import csv
+import os
+
+import pytest
+
+from test_e2e import run_main
+
+
+@pytest.fixture(scope="module")
+def cartpole_run(tmp_path_factory):
+    run_dir = str(tmp_path_factory.mktemp("outputs") / "run")
+    proc = run_main("--num_workers", "0", "--total_steps", "3000", "--eval_interval", "1000",
+                    "--eval_episodes", "2", "--target_return", "none", "--run_dir", run_dir,
+                    "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    with open(os.path.join(run_dir, "metrics.csv")) as f:
+        rows = list(csv.DictReader(f))
+    return run_dir, rows
+
+
+def test_tensorboard_reads_back_the_metrics(cartpole_run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    run_dir, rows = cartpole_run
+    events = EventAccumulator(os.path.join(run_dir, "tensorboard"))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"ddrl/eval_return", "ddrl/train_return", "ddrl/policy_loss",
+            "ddrl/steps_per_s"} <= tags
+    evals = [(int(r["env_steps"]), float(r["eval_return"])) for r in rows if r["eval_return"]]
+    assert len(evals) >= 2
+    read = [(e.step, e.value) for e in events.Scalars("ddrl/eval_return")]
+    assert [s for s, _ in read] == [s for s, _ in evals]
+    assert [v for _, v in read] == pytest.approx([v for _, v in evals], rel=1e-6)
+    losses = events.Scalars("ddrl/policy_loss")
+    assert len(losses) == len(rows)
+
+
+def test_learning_curves_png_is_an_image_of_both_axes(cartpole_run):
+    from matplotlib import image
+    run_dir, _ = cartpole_run
+    picture = image.imread(os.path.join(run_dir, "learning_curves.png"))
+    assert picture.shape[:2] == (420, 1100)
+    # The curves are drawn, in both panels: pixels of the evaluation (tab:orange) and
+    # training (tab:blue at alpha 0.6 on white) colours left and right of the middle.
+    rgb = picture[..., :3]
+    blue_on_white = tuple(0.6 * c + 0.4 for c in (0.122, 0.467, 0.706))
+    for colour in ((1.0, 0.498, 0.055), blue_on_white):
+        close = (abs(rgb - colour) < 0.03).all(axis=-1)
+        assert close[:, :550].sum() > 100 and close[:, 550:].sum() > 100, colour
+
+
+def test_no_tensorboard_writes_no_event_files(tmp_path):
+    run_dir = str(tmp_path / "run")
+    proc = run_main("--num_workers", "0", "--total_steps", "500", "--eval_interval", "500",
+                    "--eval_episodes", "1", "--run_dir", run_dir, "--quiet", "--no-tensorboard")
+    assert proc.returncode == 0, proc.stderr
+    assert not os.path.exists(os.path.join(run_dir, "tensorboard"))
+    assert os.path.exists(os.path.join(run_dir, "learning_curves.png"))
