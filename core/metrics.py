@@ -3,6 +3,7 @@ import csv
 import json
 import math
 import os
+import sys
 
 
 def atomic_write_text(path, text):
@@ -49,15 +50,24 @@ def _fmt(value, spec):
 
 
 class MetricsLogger:
-    """One CSV row per iteration (fixed columns, empty cells where a value is absent) and a
-    short terminal line every ``log_interval`` rows."""
+    """One CSV row per iteration (fixed columns, empty cells where a value is absent). On a
+    terminal, a progress bar (env steps of --total_steps, steps/s, ETA, last train and eval
+    return) with a line kept for every evaluation; otherwise (a file, a pipe, CI) a plain line
+    every ``log_interval`` rows and at every evaluation. Nothing with ``quiet``."""
 
-    def __init__(self, path, columns, log_interval=1, quiet=False, printer=print):
+    def __init__(self, path, columns, log_interval=1, quiet=False, printer=print,
+                 total_steps=None, progress_bar=None):
         self.columns = list(columns)
         self.log_interval = log_interval
         self.quiet = quiet
         self.printer = printer
         self.rows = 0
+        if progress_bar is None:
+            progress_bar = sys.stdout.isatty()
+        self.use_bar = bool(progress_bar) and not quiet
+        self.total_steps = total_steps
+        self.bar = None  # made at the first row, after the run's header line is printed
+        self.last_eval = None
         new = not os.path.exists(path) or os.path.getsize(path) == 0
         self.file = open(path, "a", newline="")
         self.writer = csv.DictWriter(self.file, fieldnames=self.columns, extrasaction="ignore")
@@ -68,8 +78,21 @@ class MetricsLogger:
         self.writer.writerow({k: ("" if row.get(k) is None else row[k]) for k in self.columns})
         self.file.flush()
         self.rows += 1
-        if not self.quiet and (self.rows % self.log_interval == 0 or row.get("eval_return")
-                               is not None):
+        evaluated = row.get("eval_return") is not None
+        if self.use_bar and self.bar is None:
+            from tqdm import tqdm
+            self.bar = tqdm(total=self.total_steps, unit="step", unit_scale=True,
+                            dynamic_ncols=True, smoothing=0.1)
+            self.printer = self.bar.write
+        if self.bar is not None:
+            steps = min(int(row["env_steps"]), self.total_steps or int(row["env_steps"]))
+            self.bar.update(max(0, steps - self.bar.n))
+            if evaluated:
+                self.last_eval = row["eval_return"]
+                self.printer(self.format_line(row))
+            self.bar.set_postfix_str(f"train {_fmt(row.get('train_return'), '.1f')} | "
+                                     f"eval {_fmt(self.last_eval, '.1f')}", refresh=False)
+        elif not self.quiet and (self.rows % self.log_interval == 0 or evaluated):
             self.printer(self.format_line(row))
 
     @staticmethod
@@ -86,4 +109,6 @@ class MetricsLogger:
         return " | ".join(parts)
 
     def close(self):
+        if self.bar is not None:
+            self.bar.close()
         self.file.close()

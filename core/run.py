@@ -29,7 +29,8 @@ class RunContext:
                                      title=os.path.basename(os.path.normpath(run_dir)))
         self.curves.load_csv(metrics_path)  # a restored run into the same directory continues
         self.logger = MetricsLogger(metrics_path, columns,
-                                    log_interval=args.log_interval, quiet=args.quiet)
+                                    log_interval=args.log_interval, quiet=args.quiet,
+                                    total_steps=args.total_steps)
         self.tensorboard = (TensorBoardLogger(os.path.join(run_dir, "tensorboard"), start_time)
                             if args.tensorboard else None)
 

@@ -58,3 +58,31 @@ def test_no_tensorboard_writes_no_event_files(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert not os.path.exists(os.path.join(run_dir, "tensorboard"))
     assert os.path.exists(os.path.join(run_dir, "learning_curves.png"))
+
+
+def log_rows(logger):
+    for steps, eval_return in ((40, None), (80, 5.0), (120, None)):
+        logger.log({"env_steps": steps, "steps_per_s": 10.0, "wall_time_s": steps / 10,
+                    "train_return": 1.0, "eval_return": eval_return})
+    logger.close()
+
+
+def test_progress_bar_on_a_terminal_plain_lines_otherwise_nothing_when_quiet(tmp_path, capsys):
+    from core.metrics import MetricsLogger
+    columns = ["env_steps", "steps_per_s", "wall_time_s", "train_return", "eval_return"]
+
+    log_rows(MetricsLogger(str(tmp_path / "a.csv"), columns, total_steps=100,
+                           progress_bar=True))
+    out, err = capsys.readouterr()
+    assert "100/100" in err and "eval 5.0" in err        # the bar: capped at the total
+    assert "steps        80" in out + err and "steps        40" not in out + err
+
+    log_rows(MetricsLogger(str(tmp_path / "b.csv"), columns, total_steps=100,
+                           progress_bar=False, log_interval=2))
+    out, err = capsys.readouterr()
+    assert "100/100" not in err
+    assert [line.split("|")[0].split()[1] for line in out.splitlines()] == ["80"]
+
+    log_rows(MetricsLogger(str(tmp_path / "c.csv"), columns, total_steps=100,
+                           progress_bar=True, quiet=True))
+    assert capsys.readouterr() == ("", "")
