@@ -30,14 +30,18 @@ def probe_env(plugins, args):
 def save_resolved_config(args, run_dir):
     import yaml
     from core.metrics import atomic_write_text
-    config = {k: v for k, v in vars(args).items() if k != "config"}
+    from options.options import RUN_ONLY_KEYS
+    # Re-runnable with --config: a new run (its own directory), not a resume.
+    config = {k: v for k, v in vars(args).items() if k not in RUN_ONLY_KEYS + ("run_dir",)}
     atomic_write_text(os.path.join(run_dir, "config.yaml"),
                       yaml.safe_dump(config, sort_keys=False))
 
 
 def run(args):
     import ray
-    from core.checkpoint import save_checkpoint
+    import signal
+    import torch
+    from core.checkpoint import CheckpointManager
     from core.placement import start_ray
     from core.plugins import PluginSpec, load_plugins
     from core.trainers import trainer_class, trainer_module
@@ -69,29 +73,64 @@ def run(args):
     save_resolved_config(args, run_dir)
     trainer = trainer_class(trainer_name)(args, spec, plugins, (observation_space, action_space),
                                           context)
-    checkpoint_dir = os.path.join(run_dir, "checkpoints")
+    checkpoints = CheckpointManager(os.path.join(run_dir, "checkpoints"),
+                                    keep=args.keep_checkpoints)
+
+    def meta(extra=None):
+        return {"env_steps": context.env_steps, "wall_time_s": round(context.elapsed(), 3),
+                "env_name": args.env_name, "model_name": args.model_name,
+                "agent_name": args.agent_name, "gym_id": getattr(args, "gym_id", None),
+                "best_eval_return": context.best_eval_return,
+                "last_eval_return": context.last_eval_return, "run_dir": run_dir,
+                "config": {k: v for k, v in vars(args).items() if k != "config"},
+                **(extra or {})}
+
+    def save(reason):
+        weights, optimizer_state, updates = trainer.checkpoint_state()
+        state = trainer.get_state()
+        state["driver_torch_rng"] = torch.get_rng_state()
+        checkpoints.save(context.env_steps, weights, optimizer_state,
+                         meta({"updates": updates, "reason": reason}), state)
+
+    def save_best(result):
+        weights, _, updates = trainer.checkpoint_state()
+        checkpoints.save_best(weights, meta({"updates": updates,
+                                             "eval_return": result["eval_return"]}))
+
+    next_checkpoint = [0]
+
+    def periodic_checkpoint():
+        if context.env_steps >= next_checkpoint[0]:
+            if next_checkpoint[0]:
+                save("checkpoint_interval")
+            next_checkpoint[0] = (context.env_steps // args.checkpoint_interval + 1) * \
+                args.checkpoint_interval
+
     if args.restore:
         restore(args, trainer, context)
-
-    def save(name, extra=None):
-        weights, optimizer_state, updates = trainer.checkpoint_state()
-        save_checkpoint(os.path.join(checkpoint_dir, name), weights, optimizer_state,
-                        {"env_steps": context.env_steps, "updates": updates,
-                         "env_name": args.env_name, "model_name": args.model_name,
-                         "agent_name": args.agent_name, **(extra or {})})
-
-    context.on_new_best = lambda result: save("best.pt", {"eval_return": result["eval_return"]})
+    context.on_new_best = save_best
+    context.after_row = periodic_checkpoint
     if not args.quiet:
         print(f"ddrl: {args.env_name}{'/' + args.gym_id if getattr(args, 'gym_id', None) else ''}"
               f" + {args.model_name} + {args.agent_name}, {args.num_workers} workers x "
               f"{args.num_envs_per_worker} envs, target {target}, run dir {run_dir}"
               + (f", preset {os.path.relpath(args.config)}" if args.config else ""), flush=True)
+    # SIGTERM (a scheduler's stop, `kill`) ends the run like Ctrl-C: with a checkpoint.
+    previous_sigterm = signal.signal(signal.SIGTERM, raise_terminated)
     try:
         trainer.train()
+    except Terminated:
+        context.stopped_because = "terminated"
     except KeyboardInterrupt:
         context.stopped_because = "interrupted"
     finally:
-        save("last.pt")
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one checkpoint, not two
+        try:
+            save(context.stopped_because or "error")
+        except Exception as exc:  # noqa: BLE001 - a crash's own error must not be masked
+            print(f"ddrl: could not write the final checkpoint: {type(exc).__name__}: {exc}",
+                  file=sys.stderr)
+        signal.signal(signal.SIGTERM, previous_sigterm)
     summary = context.finish(run_dir=run_dir)
     def show(value, unit=""):
         return "-" if value is None else f"{value:.1f}{unit}" if isinstance(value, float) \
@@ -103,17 +142,34 @@ def run(args):
           f"{os.path.join(run_dir, 'summary.json')}", flush=True)
     if ray.is_initialized() and not args.address:
         ray.shutdown()
-    return 130 if summary["stopped_because"] == "interrupted" else 0
+    return EXIT_CODES.get(summary["stopped_because"], 0)
+
+
+EXIT_CODES = {"interrupted": 130, "terminated": 143}  # 128 + SIGINT / SIGTERM, as a shell
+
+
+class Terminated(Exception):
+    """SIGTERM arrived."""
+
+
+def raise_terminated(signum, frame):
+    raise Terminated()
 
 
 def restore(args, trainer, context):
-    """Continue from --restore: weights, optimizer state and counters (core/checkpoint.py)."""
+    """Continue from --restore: weights, optimizer state, counters, the workers' episodes and
+    RNGs, evaluation records (core/checkpoint.py)."""
+    import torch
     from core.checkpoint import load_for_restore
     from core.registry import ConfigError
+    from core.state import from_payload
     path, payload, meta = load_for_restore(args.restore, args)
     weights = {k: v.numpy() for k, v in payload["model"].items()}
+    state = from_payload(payload.get("state") or {})
+    env_steps = int(meta.get("env_steps", 0))
     try:
         trainer.restore(weights, payload.get("optimizer"), int(meta.get("updates", 0)))
+        exact = trainer.set_state(state, fresh_episode_seed=args.seed + 7_919 * env_steps)
     except Exception as exc:  # noqa: BLE001 - wrong shapes or names: say which file and why
         if unwrap_config_error(exc) is not None:
             raise
@@ -121,10 +177,17 @@ def restore(args, trainer, context):
                           f"({type(exc).__name__}: {str(exc).splitlines()[0][:300]}). Restore "
                           f"with the model flags it was trained with (its run's config.yaml)."
                           ) from None
-    context.env_steps = int(meta.get("env_steps", 0))
+    if state.get("driver_torch_rng") is not None:
+        torch.set_rng_state(torch.as_tensor(state["driver_torch_rng"], dtype=torch.uint8))
+        if args.num_workers == 0 and state.get("workers"):
+            # In-process, the worker's RNG is the driver's: the worker's is the later one.
+            torch.set_rng_state(torch.as_tensor(state["workers"][0]["torch_rng"],
+                                                dtype=torch.uint8))
+    context.restore(meta)
     if not args.quiet:
-        print(f"ddrl: restored {path} ({context.env_steps:,} env steps, "
-              f"{int(meta.get('updates', 0)):,} updates)", flush=True)
+        print(f"ddrl: restored {path} ({env_steps:,} env steps, "
+              f"{int(meta.get('updates', 0)):,} updates; episodes "
+              f"{'continue exactly' if exact else 'start afresh'})", flush=True)
 
 
 def unwrap_config_error(exc):

@@ -26,3 +26,14 @@ class BaseAgent:
         if weights is not None and version != getattr(self, "weights_version", None):
             self.model.set_weights(weights)
             self.weights_version = version
+
+    def get_state(self):
+        """What a checkpoint keeps of this agent between fragments: its RNG, if it has one
+        (``self.rng``, a numpy Generator). Override to keep more."""
+        rng = getattr(self, "rng", None)
+        return {"rng": None if rng is None else rng.bit_generator.state}
+
+    def set_state(self, state):
+        rng = getattr(self, "rng", None)
+        if rng is not None and state.get("rng") is not None:
+            rng.bit_generator.state = state["rng"]

@@ -83,6 +83,29 @@ class EnvGroup:
                 observations[e] = obs
         return StepResult(np.stack(observations), rewards, terminated, truncated, final)
 
+    def get_state(self):
+        """Every env's state (see envs/gym_env.py:get_state), or None if one of them cannot
+        give it (a wrapper without get_state, or a simulator that is not plain data)."""
+        if self.placement == "actor":
+            states = ray.get([env.__ray_call__.remote(
+                lambda env: env.get_state() if hasattr(env, "get_state") else None)
+                for env in self.envs])
+        else:
+            states = [env.get_state() if hasattr(env, "get_state") else None
+                      for env in self.envs]
+        return None if any(s is None for s in states) else states
+
+    def set_state(self, states):
+        if self.placement == "actor":
+            ray.get([env.set_state.remote(s) for env, s in zip(self.envs, states)])
+        else:
+            for env, state in zip(self.envs, states):
+                env.set_state(state)
+
+    def reset_all(self, seeds):
+        """Reset every env with these seeds; the new first observations, stacked."""
+        return np.stack(self._reset(range(len(self.envs)), list(seeds)))
+
     def close(self):
         for env in self.envs:
             if self.placement == "actor":

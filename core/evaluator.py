@@ -29,8 +29,9 @@ class Evaluator:
         """Mean, spread and list of the returns of one deterministic episode per env."""
         if weights is not None:
             self.model.set_weights(weights)
-        # Each evaluation draws fresh starts: round r seeds env k with seed + k + 1000 r.
-        seeds = [self.seed + k + 1_000 * self.rounds for k in range(len(self.envs))]
+        # Each evaluation draws fresh starts, a function of the env-step count only (env k:
+        # seed + k + 1000 * env_steps), so a restored run evaluates as the uninterrupted one.
+        seeds = [self.seed + k + 1_000 * int(env_steps) for k in range(len(self.envs))]
         self.rounds += 1
         observations = [env.reset(seed=s)[0] for env, s in zip(self.envs, seeds)]
         returns = np.zeros(len(self.envs))

@@ -16,7 +16,7 @@ import torch
 from core.evaluator import Evaluator
 from core.learner import Learner, average_gradients
 from core.placement import Placement
-from core.rollout import RolloutWorker
+from core.rollout import RolloutWorker, restore_workers
 from core.types import GradientRequest
 
 METRIC_COLUMNS = [
@@ -90,7 +90,9 @@ class PPOTrainer:
     def _train(self):
         args, run, placement = self.args, self.run, self.placement
         weights = placement.share(self.learner.get_weights())
-        pending_eval, next_eval = None, args.eval_interval
+        # Evaluations at multiples of --eval_interval, also after a restore.
+        pending_eval = None
+        next_eval = (run.env_steps // args.eval_interval + 1) * args.eval_interval
         iteration = 0
         while True:
             iteration += 1
@@ -156,6 +158,14 @@ class PPOTrainer:
         if pending_eval is not None:  # the last evaluation counts
             run.record_eval(placement.get(pending_eval))
         return self.learner
+
+    def get_state(self):
+        """The workers' states between iterations (core/rollout.py:RolloutWorker.get_state)."""
+        return {"workers": self.placement.get([w.get_state.remote() for w in self.workers])}
+
+    def set_state(self, state, fresh_episode_seed):
+        """Returns True if every worker continues its episodes exactly."""
+        return restore_workers(self.placement, self.workers, state, fresh_episode_seed)
 
     def restore(self, weights, optimizer_state, updates):
         """Continue from a checkpoint: the learner's weights, optimizer state and version."""

@@ -12,6 +12,7 @@ from core.envs import EnvGroup
 from core.placement import resolve
 from core.plugins import load_plugins
 from core.process import setup_process
+from core.state import generator_state, set_generator_state
 from core.types import RolloutStats, Trajectory
 
 
@@ -106,6 +107,42 @@ class RolloutWorker:
         resolve(buffer.add.remote(transitions, priorities))  # backpressure: one wait per block
         return stats
 
+    # -- checkpoints ---------------------------------------------------------------------------
+    def get_state(self):
+        """Where this worker stands between fragments, as plain data (core/state.py): the
+        current observations and unfinished episodes, the warm-up left, the RNGs (torch's of
+        this process, the action space's, the agent's) and the envs' own states (None when an
+        env cannot give one; a restore then starts fresh episodes)."""
+        return {"observations": self.observations.copy(),
+                "episode_return": self.episode_return.copy(),
+                "episode_length": self.episode_length.copy(),
+                "random_steps_left": int(self.random_steps_left),
+                "torch_rng": torch.get_rng_state(),
+                "action_space_rng": generator_state(self.envs.action_space.np_random),
+                "agent": self.agent.get_state(),
+                "envs": self.envs.get_state()}
+
+    def set_state(self, state, fresh_episode_seed=None):
+        """Continue from ``get_state``'s result. Returns True if the episodes continue exactly
+        where they were, False if the envs could not be restored and were reset (seeded with
+        ``fresh_episode_seed`` + env index, so a resumed run does not replay its first
+        episodes)."""
+        torch.set_rng_state(torch.as_tensor(state["torch_rng"], dtype=torch.uint8))
+        set_generator_state(self.envs.action_space.np_random, state["action_space_rng"])
+        self.agent.set_state(state["agent"])
+        self.random_steps_left = int(state["random_steps_left"])
+        if state["envs"] is not None and len(state["envs"]) == len(self.envs):
+            self.envs.set_state(state["envs"])
+            self.observations = np.asarray(state["observations"])
+            self.episode_return = np.asarray(state["episode_return"], dtype=np.float64).copy()
+            self.episode_length = np.asarray(state["episode_length"], dtype=np.int64).copy()
+            return True
+        seed = fresh_episode_seed if fresh_episode_seed is not None else 0
+        self.observations = self.envs.reset_all(seed + j for j in range(len(self.envs)))
+        self.episode_return[:] = 0.0
+        self.episode_length[:] = 0
+        return False
+
     def fetch_grads(self, weights, request):
         return self.agent.fetch_grads(weights, request)
 
@@ -114,3 +151,13 @@ class RolloutWorker:
 
     def close(self):
         self.envs.close()
+
+
+def restore_workers(placement, workers, state, fresh_episode_seed):
+    """Hand each worker its saved state. Returns True if all episodes continue exactly; with
+    another number of workers than saved the workers keep their new episodes (False)."""
+    saved = state.get("workers") or []
+    if len(saved) != len(workers):
+        return False
+    return all(placement.get([w.set_state.remote(s, fresh_episode_seed + 100 * i)
+                              for i, (w, s) in enumerate(zip(workers, saved))]))

@@ -23,6 +23,7 @@ class RunContext:
         self.last_row_time = time.time()
         self.last_row_steps = 0
         self.on_new_best = None               # callback(eval_result), e.g. save best weights
+        self.after_row = None                 # callback() after every metrics row
         os.makedirs(run_dir, exist_ok=True)
         metrics_path = os.path.join(run_dir, "metrics.csv")
         self.curves = LearningCurves(run_dir, target_return, args.plot_interval,
@@ -74,13 +75,26 @@ class RunContext:
             self.tensorboard.log(row)
         self.curves.add(row)
         self.curves.maybe_draw()
+        if self.after_row is not None:
+            self.after_row()
         if self.time_to_target_s is not None:
             self.stopped_because = "target_return"
         elif self.env_steps >= self.args.total_steps:
             self.stopped_because = "total_steps"
         elif self.args.max_time is not None and self.elapsed() >= self.args.max_time:
             self.stopped_because = "max_time"
+        elif self.args.pause_at_steps is not None and self.env_steps >= self.args.pause_at_steps:
+            self.stopped_because = "paused"
         return self.stopped_because is not None
+
+    def restore(self, meta):
+        """Continue a checkpoint's counters: env steps, evaluation records, and the wall clock
+        (time axes go on from where the run stopped, without the time it was not running)."""
+        self.env_steps = self.last_row_steps = int(meta.get("env_steps", 0))
+        self.best_eval_return = meta.get("best_eval_return")
+        self.last_eval_return = meta.get("last_eval_return")
+        self.start_time -= float(meta.get("wall_time_s", 0.0))  # restarting counts as time
+        self.last_row_time = time.time()
 
     def summary(self, **extra):
         wall = self.elapsed()

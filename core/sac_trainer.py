@@ -16,7 +16,7 @@ from core.evaluator import Evaluator
 from core.parameter_server import LearnerWorker, ParameterServer
 from core.placement import Placement
 from core.replay_buffer import PrioritizedReplayBuffer, ReplayBuffer
-from core.rollout import RolloutWorker
+from core.rollout import RolloutWorker, restore_workers
 from options.options import (non_negative_float, non_negative_int, positive_float,
                              positive_int)
 
@@ -71,6 +71,9 @@ def add_args(parser):
                        help="with one learner, updates the parameter server makes per call, "
                             "on as many batches sampled in one buffer call: fewer Ray round "
                             "trips and driver wake-ups per update (default: %(default)s)")
+    group.add_argument("--checkpoint_buffer", action="store_true",
+                       help="keep the replay buffer's contents in checkpoints (1M LunarLander "
+                            "transitions: ~80 MB), so a restored run learns on at once")
     group.add_argument("--log_steps", type=positive_int, default=1000,
                        help="write a metrics row every this many env steps (default: "
                             "%(default)s)")
@@ -106,6 +109,7 @@ class SACTrainer:
         self.steps_per_env = max(1, args.weight_sync_interval // args.num_envs_per_worker)
         self.fragment = self.steps_per_env * args.num_envs_per_worker
         self.updates_done = 0
+        self.restored_replay_size = 0
 
     # -- the two budgets of the update-to-data ratio -------------------------------------------
     def updates_allowed(self, env_steps, replay_size):
@@ -150,8 +154,13 @@ class SACTrainer:
         self.updates = []         # refs of ParameterServer.apply / update, oldest first
         self.update_counts = {}   # ref -> updates it makes
         self.idle = list(range(self.num_workers))
-        self.replay_size = 0
-        self.pending_eval, self.next_eval = None, self.run.env_steps + args.eval_interval
+        # A restored buffer keeps the budgets running as if the run had never stopped; an empty
+        # one starts them (and the warm-up) again from the restore point.
+        self.replay_size = self.restored_replay_size
+        if self.restored_replay_size:
+            self.base_env_steps = self.base_updates = 0
+        self.pending_eval = None
+        self.next_eval = (self.run.env_steps // args.eval_interval + 1) * args.eval_interval
         self.next_log = self.run.env_steps + args.log_steps
         self.last_log_time, self.last_log_updates = time.time(), self.updates_done
         self.iteration = 0
@@ -276,6 +285,21 @@ class SACTrainer:
         return row
 
     # -- checkpoints ---------------------------------------------------------------------------
+    def get_state(self):
+        """Workers' states (episodes, RNGs, warm-up left) and, with --checkpoint_buffer, the
+        replay buffer's contents."""
+        state = {"workers": self.placement.get([w.get_state.remote() for w in self.workers])}
+        if self.args.checkpoint_buffer:
+            state["buffer"] = self.placement.get(self.buffer.state_dict.remote())
+        return state
+
+    def set_state(self, state, fresh_episode_seed):
+        if state.get("buffer") is not None:
+            self.placement.get(self.buffer.load_state_dict.remote(state["buffer"]))
+            self.restored_replay_size = min(self.args.buffer_size,
+                                            int(state["buffer"]["total_added"]))
+        return restore_workers(self.placement, self.workers, state, fresh_episode_seed)
+
     def restore(self, weights, optimizer_state, updates):
         """Continue from a checkpoint: the server's weights, optimizer state and version. The
         replay buffer starts empty (it is not in the checkpoint), so learning waits for

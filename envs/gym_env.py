@@ -4,6 +4,8 @@ import numpy as np
 import ray
 
 from core.registry import ConfigError
+from core.state import (generator_state, plain_attributes, set_attributes,
+                        set_generator_state)
 from envs import register_env, OBSERVATION
 
 
@@ -49,6 +51,35 @@ class GymEnv:
             action = int(np.asarray(action).reshape(()))
         obs, reward, terminated, truncated, info = self.env.step(action)
         return OBSERVATION(obs, float(reward), bool(terminated), bool(truncated), info)
+
+    # -- exact resume ----------------------------------------------------------------------
+    # A checkpoint can hold an env's state only if it is plain data. For gymnasium's classic
+    # control envs it is (CartPole's `state` array, the time limit's step count, the RNG); a
+    # Box2D or MuJoCo env keeps it in a simulator object, so those return None and a restored
+    # run starts their episodes afresh.
+    def get_state(self):
+        """The env's state as plain data, or None where it cannot be captured."""
+        base = self.env.unwrapped
+        if not type(base).__module__.startswith("gymnasium.envs.classic_control"):
+            return None
+        layers, env = [], self.env
+        while True:
+            layers.append(plain_attributes(env))
+            if env is base:
+                break
+            env = env.env
+        return {"layers": layers, "np_random": generator_state(base.np_random),
+                "action_space_rng": generator_state(self.action_space.np_random)}
+
+    def set_state(self, state):
+        env = self.env
+        for attributes in state["layers"]:
+            set_attributes(env, attributes)
+            if env is self.env.unwrapped:
+                break
+            env = env.env
+        set_generator_state(self.env.unwrapped.np_random, state["np_random"])
+        set_generator_state(self.action_space.np_random, state["action_space_rng"])
 
     def render(self):
         return self.env.render()

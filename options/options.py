@@ -6,6 +6,7 @@ chosen --env_name, --model_name, --agent_name. Then every chosen class adds its 
 (``add_args``) in its own argument group, -h is added, and a strict parse rejects misspellings.
 """
 import argparse
+import json
 import math
 import os
 import sys
@@ -168,8 +169,20 @@ def add_common_args(parser):
                             "also its plugins) and the presets, then exit")
     group.add_argument("--restore", default=None, metavar="PATH",
                        help="continue from a checkpoint: a .pt file, or a run directory (its "
-                            "checkpoints/last.pt). Model and optimizer state, env-step and "
-                            "update counters continue; the model and agent must match")
+                            "checkpoints/last.pt). The run goes on with that run's "
+                            "configuration (flags given here win) in its directory: weights, "
+                            "optimizer, counters, schedules, RNGs and metrics.csv continue")
+    group.add_argument("--checkpoint_interval", type=positive_int, default=100_000,
+                       help="write RUN_DIR/checkpoints/step-<N>.pt every this many env steps; "
+                            "one is also written at the end, on Ctrl-C and on SIGTERM "
+                            "(default: %(default)s)")
+    group.add_argument("--keep_checkpoints", type=positive_int, default=3,
+                       help="how many step-<N>.pt to keep, newest first; best.pt (best "
+                            "evaluation) is kept apart (default: %(default)s)")
+    group.add_argument("--pause_at_steps", type=positive_int, default=None,
+                       help="stop once this many env steps are done, with a checkpoint, as if "
+                            "interrupted: --restore RUN_DIR then continues the same schedule "
+                            "to --total_steps (e.g. for time-sliced jobs)")
     group.add_argument("--log_interval", type=positive_int, default=1,
                        help="print a progress line every this many iterations "
                             "(default: %(default)s; metrics.csv gets every one)")
@@ -217,11 +230,29 @@ def _apply_config(parser, config, strict):
                 value = action.type(text)
             except (argparse.ArgumentTypeError, TypeError, ValueError) as exc:
                 raise ConfigError(f"--config: {key}: {exc}") from exc
-        if action.choices is not None and value not in action.choices:
+        if action.choices is not None and value is not None and value not in action.choices:
             raise ConfigError(f"--config: {key}: {value!r} is not one of "
                               f"{', '.join(map(str, action.choices))}")
         defaults[key] = value
     parser.set_defaults(**defaults)
+
+
+RUN_ONLY_KEYS = ("config", "restore", "list", "pause_at_steps")
+
+
+def restored_config(path):
+    """The resolved configuration saved with a checkpoint (its .json sidecar), minus what only
+    concerned that process; run_dir stays, so the run goes on in its own directory."""
+    from core.checkpoint import checkpoint_path
+    meta_path = checkpoint_path(path) + ".json"
+    try:
+        with open(meta_path) as f:
+            config = json.load(f).get("config") or {}
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--restore {path}: cannot read {meta_path} ({exc}); it holds the "
+                          f"run's configuration. Give --config explicitly to restore without "
+                          f"it.") from None
+    return {k: v for k, v in config.items() if k not in RUN_ONLY_KEYS}
 
 
 def plugin_listing(registries):
@@ -253,9 +284,14 @@ def parse_args(argv=None):
     pre.add_argument("--user_dir", default=None)
     pre.add_argument("--config", default=None)
     pre.add_argument("--list", action="store_true")
+    pre.add_argument("--restore", default=None)
     early, _ = pre.parse_known_args(argv)
     no_preset = early.config is not None and early.config.lower() == "none"
     config = load_config(early.config) if early.config and not no_preset else {}
+    if early.restore and early.config is None:
+        # Resume with the configuration the checkpoint was trained with; flags given win.
+        early.config, no_preset = "none", True
+        config = restored_config(early.restore)
     user_dir = early.user_dir or config.get("user_dir")
     if user_dir:
         import_user_dir(user_dir)
@@ -271,6 +307,13 @@ def parse_args(argv=None):
     get_custom_args(parser)
     _apply_config(parser, config, strict=False)
     known, _ = parser.parse_known_args(argv)
+    if early.restore:
+        for key in ("env_name", "model_name", "agent_name"):
+            saved, wanted = config.get(key), getattr(known, key)
+            if saved is not None and wanted is not None and saved != wanted:
+                raise ConfigError(f"--restore {early.restore}: saved with --{key} {saved}, "
+                                  f"this run has --{key} {wanted}. A checkpoint continues "
+                                  f"with the plugins it was trained with.")
 
     model_cls = MODEL_REGISTRY.get(known.model_name)
     if known.agent_name is None:

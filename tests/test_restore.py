@@ -55,29 +55,23 @@ def test_restored_weights_are_the_checkpoint_weights(tmp_path):
 
 def test_restore_errors_name_the_file(tmp_path):
     run = str(tmp_path / "run")
-    assert run_main(*PPO_FLAGS, "--total_steps", "300", "--run_dir", run).returncode == 0
-    last = os.path.join(run, "checkpoints", "last.pt")
+    assert run_main(*PPO_FLAGS, "--total_steps", "1100", "--checkpoint_interval", "500",
+                    "--run_dir", run).returncode == 0
+    checkpoints = os.path.join(run, "checkpoints")
+    steps = sorted(f for f in os.listdir(checkpoints) if f.startswith("step-") and
+                   f.endswith(".pt"))
+    assert len(steps) >= 2
 
     missing = run_main(*PPO_FLAGS, "--restore", str(tmp_path / "nope.pt"))
     assert missing.returncode == 2 and "nope.pt" in missing.stderr
     assert "Traceback" not in missing.stderr
 
-    truncated = str(tmp_path / "truncated.pt")
-    with open(last, "rb") as f:
-        data = f.read()
-    with open(truncated, "wb") as f:
-        f.write(data[: len(data) // 2])
-    proc = run_main(*PPO_FLAGS, "--restore", truncated)
-    assert proc.returncode == 2, proc.stderr
-    assert "truncated.pt" in proc.stderr and "not a readable ddrl checkpoint" in proc.stderr
-    assert "Traceback" not in proc.stderr
-    load_checkpoint(last)  # the good one still loads
-
     other_model = run_main(*SAC_FLAGS, "--total_steps", "10", "--restore", run)
     assert other_model.returncode == 2
     assert "--model_name ppo" in other_model.stderr and "--model_name sac" in other_model.stderr
 
-    wrong_shape = run_main(*PPO_FLAGS, "--hidden_sizes", "8", "--restore", run)
+    wrong_shape = run_main("--hidden_sizes", "8", "--restore", run, "--run_dir",
+                           str(tmp_path / "other"))
     assert wrong_shape.returncode == 2, wrong_shape.stderr
     assert "does not fit this model" in wrong_shape.stderr
 
@@ -85,3 +79,89 @@ def test_restore_errors_name_the_file(tmp_path):
     empty_dir.mkdir()
     proc = run_main(*PPO_FLAGS, "--restore", str(empty_dir))
     assert proc.returncode == 2 and "checkpoints/last.pt" in proc.stderr
+
+    # The newest checkpoint cut short (a full disk, a crash of the machine): a clear error
+    # naming it, and the one before still restores.
+    newest = os.path.join(checkpoints, steps[-1])
+    with open(newest, "rb") as f:
+        data = f.read()
+    with open(newest, "wb") as f:  # last.pt is a hard link to it: cut as well
+        f.write(data[: len(data) // 2])
+    proc = run_main("--restore", run)
+    assert proc.returncode == 2, proc.stderr
+    assert "last.pt" in proc.stderr and "not a readable ddrl checkpoint" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    proc = run_main("--restore", os.path.join(checkpoints, steps[-2]), "--total_steps", "1500",
+                    "--run_dir", str(tmp_path / "from_previous"), "--quiet")
+    assert proc.returncode == 0, proc.stderr
+
+
+def read_csv(path):
+    import csv
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def test_pause_then_restore_ends_at_the_weights_of_the_straight_run(tmp_path):
+    """--num_workers 0, fixed seed: 2N steps straight == N steps, stop, --restore to 2N (same
+    weights bit for bit: episodes, RNGs, optimizer and schedules all continue), with the
+    metrics.csv of the resumed run appended, not restarted."""
+    common = ("--num_workers", "0", "--seed", "3", "--total_steps", "6144",
+              "--eval_interval", "2048", "--eval_episodes", "2", "--target_return", "none",
+              "--checkpoint_interval", "1000", "--keep_checkpoints", "2", "--quiet")
+    straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
+    assert run_main(*common, "--run_dir", straight).returncode == 0
+    paused = run_main(*common, "--run_dir", resumed, "--pause_at_steps", "3000")
+    assert paused.returncode == 0, paused.stderr
+    rows_before = read_csv(os.path.join(resumed, "metrics.csv"))
+    proc = run_main("--restore", resumed, "--quiet")  # its own config and run directory
+    assert proc.returncode == 0, proc.stderr
+
+    a, _ = load_checkpoint(os.path.join(straight, "checkpoints", "last.pt"))
+    b, meta = load_checkpoint(os.path.join(resumed, "checkpoints", "last.pt"))
+    assert meta["env_steps"] >= 6144
+    for name in a["model"]:
+        assert torch.equal(a["model"][name], b["model"][name]), name
+
+    rows_straight = read_csv(os.path.join(straight, "metrics.csv"))
+    rows_resumed = read_csv(os.path.join(resumed, "metrics.csv"))
+    assert rows_resumed[:len(rows_before)] == rows_before      # appended, not rewritten
+    assert ([r["env_steps"] for r in rows_resumed] == [r["env_steps"] for r in rows_straight])
+    assert ([r["eval_return"] for r in rows_resumed] == [r["eval_return"] for r in rows_straight])
+    walls = [float(r["wall_time_s"]) for r in rows_resumed]
+    assert walls == sorted(walls)                                 # the clock goes on
+    files = sorted(os.listdir(os.path.join(resumed, "checkpoints")))
+    assert [f for f in files if f.endswith(".pt")] == [
+        "best.pt", "last.pt", "step-000006016.pt", "step-000006144.pt"]
+
+
+@pytest.mark.parametrize("signal_name, code, reason", [("SIGTERM", 143, "terminated"),
+                                                        ("SIGINT", 130, "interrupted")])
+def test_a_signal_leaves_a_checkpoint_that_restores(tmp_path, signal_name, code, reason):
+    import signal
+    import subprocess
+    import sys
+    import time
+    from tests.test_e2e import REPO
+    run_dir = str(tmp_path / "run")
+    proc = subprocess.Popen([sys.executable, os.path.join(REPO, "main.py"), *PPO_FLAGS,
+                             "--total_steps", "10000000", "--run_dir", run_dir],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = os.path.join(run_dir, "metrics.csv")
+    deadline = time.time() + 120
+    while time.time() < deadline and not (os.path.exists(metrics)
+                                          and len(read_csv(metrics)) >= 5):
+        time.sleep(0.2)
+    proc.send_signal(getattr(signal, signal_name))
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == code, err
+    summary, rows = read_run(run_dir)
+    assert summary["stopped_because"] == reason
+    _, meta = load_checkpoint(os.path.join(run_dir, "checkpoints", "last.pt"))
+    assert meta["env_steps"] == summary["env_steps"] > 0
+
+    again = run_main("--restore", run_dir, "--total_steps", str(meta["env_steps"] + 1000))
+    assert again.returncode == 0, again.stderr
+    rows_after = read_csv(metrics)
+    assert int(rows_after[len(rows)]["env_steps"]) > meta["env_steps"]  # counters continue
+    assert len(rows_after) > len(rows)
