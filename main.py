@@ -95,7 +95,8 @@ def run(args):
     def save_best(result):
         weights, _, updates = trainer.checkpoint_state()
         checkpoints.save_best(weights, meta({"updates": updates,
-                                             "eval_return": result["eval_return"]}))
+                                             "eval_return": result["eval_return"]}),
+                              trainer.evaluation_state())
 
     next_checkpoint = [0]
 
@@ -207,6 +208,13 @@ def main(argv=None):
     from options.options import parse_args
     try:
         args = parse_args(argv)
+        if args.evaluate:
+            from core.playback import evaluate_saved_model
+            evaluate_saved_model(args)
+            return 0
+        if args.record_video:
+            raise ConfigError("--record_video goes with --evaluate PATH (the saved model to "
+                              "film); training runs do not record.")
         return run(args)
     except KeyboardInterrupt:  # before training started: nothing learned to save
         print("ddrl: interrupted", file=sys.stderr)

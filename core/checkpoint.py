@@ -51,37 +51,37 @@ def load_checkpoint(path):
     return payload, meta
 
 
-def checkpoint_path(path):
+def checkpoint_path(path, flag="--restore"):
     """A checkpoint file, or a run directory meaning its newest (checkpoints/last.pt)."""
     if os.path.isdir(path):
         for candidate in (os.path.join(path, "checkpoints", "last.pt"),
                           os.path.join(path, "last.pt")):
             if os.path.isfile(candidate):
                 return candidate
-        raise ConfigError(f"--restore {path}: a directory without checkpoints/last.pt; give a "
+        raise ConfigError(f"{flag} {path}: a directory without checkpoints/last.pt; give a "
                           f"run directory of ddrl or a checkpoint file (.pt).")
     if not os.path.isfile(path):
-        raise ConfigError(f"--restore {path}: no such file or directory.")
+        raise ConfigError(f"{flag} {path}: no such file or directory.")
     return path
 
 
-def load_for_restore(path, args):
+def load_for_restore(path, args, flag="--restore"):
     """(checkpoint file, payload, meta) for --restore, with one-paragraph errors for a file
     that is not a readable ddrl checkpoint or was saved by another model or agent."""
-    path = checkpoint_path(path)
+    path = checkpoint_path(path, flag)
     try:
         payload, meta = load_checkpoint(path)
     except Exception as exc:  # truncated, corrupted or crafted: never half-loaded
-        raise ConfigError(f"--restore {path}: not a readable ddrl checkpoint "
+        raise ConfigError(f"{flag} {path}: not a readable ddrl checkpoint "
                           f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]}). "
                           f"The file may be truncated or corrupted; an older checkpoint "
                           f"(e.g. checkpoints/best.pt) may still load.") from None
     if not isinstance(payload, dict) or "model" not in payload:
-        raise ConfigError(f"--restore {path}: not a ddrl checkpoint (no model state).")
+        raise ConfigError(f"{flag} {path}: not a ddrl checkpoint (no model state).")
     for key in ("model_name", "agent_name"):
         saved, wanted = meta.get(key), getattr(args, key, None)
         if saved is not None and saved != wanted:
-            raise ConfigError(f"--restore {path}: saved with --{key} {saved}, this run has "
+            raise ConfigError(f"{flag} {path}: saved with --{key} {saved}, this run has "
                               f"--{key} {wanted}. Use the same {key.split('_')[0]}.")
     return path, payload, meta
 
@@ -127,7 +127,7 @@ class CheckpointManager:
                     pass
         return path
 
-    def save_best(self, model_state, meta):
+    def save_best(self, model_state, meta, state=None):
         path = os.path.join(self.directory, "best.pt")
-        save_checkpoint(path, model_state, None, meta)
+        save_checkpoint(path, model_state, None, meta, state)
         return path

@@ -3,6 +3,7 @@ import numpy as np
 import torch
 
 from core.envs import to_env_action
+from core.normalizer import normalize
 from core.plugins import load_plugins, make_env
 from core.process import setup_process
 
@@ -23,10 +24,13 @@ class Evaluator:
             self.model = plugins.model_cls(args, self.envs[0].observation_space,
                                            self.action_space)
         self.rounds = 0
+        self.normalize_obs = bool(getattr(args, "normalize_obs", False))
+        self.obs_clip = float(getattr(args, "obs_clip", 10.0))
 
     @torch.no_grad()
-    def evaluate(self, weights, weights_version=0, env_steps=0):
-        """Mean, spread and list of the returns of one deterministic episode per env."""
+    def evaluate(self, weights, weights_version=0, env_steps=0, obs_statistics=None):
+        """Mean, spread and list of the returns of one deterministic episode per env; with
+        --normalize_obs, observations normalized with ``obs_statistics`` (never updated here)."""
         if weights is not None:
             self.model.set_weights(weights)
         # Each evaluation draws fresh starts, a function of the env-step count only (env k:
@@ -38,8 +42,10 @@ class Evaluator:
         lengths = np.zeros(len(self.envs), dtype=np.int64)
         running = list(range(len(self.envs)))
         while running:
-            actions, _ = self.model.choose_actions(np.stack([observations[i] for i in running]),
-                                                   deterministic=True)
+            batch = np.stack([observations[i] for i in running])
+            if self.normalize_obs:
+                batch = normalize(batch, obs_statistics, self.obs_clip)
+            actions, _ = self.model.choose_actions(batch, deterministic=True)
             still_running = []
             for i, action in zip(running, actions):
                 obs, reward, terminated, truncated, _ = self.envs[i].step(

@@ -14,6 +14,7 @@ import ray
 import torch
 
 from core.evaluator import Evaluator
+from core.normalizer import ObsNormalizer
 from core.learner import Learner, average_gradients
 from core.placement import Placement
 from core.rollout import RolloutWorker, restore_workers
@@ -57,6 +58,8 @@ class PPOTrainer:
         if args.num_gpus and torch.cuda.is_available():
             self.model.to("cuda")  # the learner's update on the GPU; workers act on the CPU
         self.learner = Learner(self.model)
+        self.obs_normalizer = (ObsNormalizer(spaces[0].shape, clip=args.obs_clip)
+                               if args.normalize_obs else None)
         self.num_epochs = int(getattr(args, "num_epochs", 1))
         self.graph = (self.compile_graph() if args.compiled_graph and not self.placement.local
                       else None)
@@ -99,10 +102,12 @@ class PPOTrainer:
             t0 = time.perf_counter()
             progress = min(1.0, run.env_steps / args.total_steps)
             acting_version = self.learner.version
+            obs_statistics = self.obs_statistics()
             rollouts = placement.get([w.collect.remote(weights, acting_version,
-                                                       args.rollout_steps)
+                                                       args.rollout_steps, obs_statistics)
                                       for w in self.workers])
             run.env_steps += sum(r.env_steps for r in rollouts)
+            self.merge_obs_moments(rollouts)
             sample_time = time.perf_counter() - t0
             mean, std = advantage_moments(rollouts)
 
@@ -130,7 +135,8 @@ class PPOTrainer:
                     self.evaluator = placement.spawn(Evaluator, self.spec, args.eval_episodes,
                                                      num_cpus=0)
                 pending_eval = self.evaluator.evaluate.remote(weights, self.learner.version,
-                                                              run.env_steps)
+                                                              run.env_steps,
+                                                              self.obs_statistics())
                 next_eval = run.env_steps + args.eval_interval
                 if placement.local:
                     eval_result, pending_eval = placement.get(pending_eval), None
@@ -159,12 +165,31 @@ class PPOTrainer:
             run.record_eval(placement.get(pending_eval))
         return self.learner
 
+    # -- observation normalization (--normalize_obs) ---------------------------------------
+    def obs_statistics(self):
+        return None if self.obs_normalizer is None else self.obs_normalizer.statistics()
+
+    def merge_obs_moments(self, rollouts):
+        if self.obs_normalizer is not None:
+            for r in rollouts:
+                self.obs_normalizer.update(r.obs_moments)
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def evaluation_state(self):
+        """What evaluating the weights needs besides them (the normalizer's statistics)."""
+        return ({} if self.obs_normalizer is None
+                else {"obs_normalizer": self.obs_normalizer.state_dict()})
+
     def get_state(self):
-        """The workers' states between iterations (core/rollout.py:RolloutWorker.get_state)."""
-        return {"workers": self.placement.get([w.get_state.remote() for w in self.workers])}
+        """The workers' states between iterations (core/rollout.py:RolloutWorker.get_state)
+        and the observation normalizer."""
+        return {"workers": self.placement.get([w.get_state.remote() for w in self.workers]),
+                **self.evaluation_state()}
 
     def set_state(self, state, fresh_episode_seed):
         """Returns True if every worker continues its episodes exactly."""
+        if self.obs_normalizer is not None and state.get("obs_normalizer") is not None:
+            self.obs_normalizer.load_state_dict(state["obs_normalizer"])
         return restore_workers(self.placement, self.workers, state, fresh_episode_seed)
 
     def restore(self, weights, optimizer_state, updates):

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from core.envs import EnvGroup
+from core.normalizer import Moments, normalize
 from core.placement import resolve
 from core.plugins import load_plugins
 from core.process import setup_process
@@ -41,10 +42,14 @@ class RolloutWorker:
         # Uniform random actions for this worker's share of --start_steps (SAC's warm-up).
         self.random_steps_left = getattr(args, "start_steps", 0) // max(1, args.num_workers)
         self.envs.action_space.seed(args.seed + 1_000 * (worker_index + 1))
+        self.normalize_obs = bool(getattr(args, "normalize_obs", False))
+        self.obs_clip = float(getattr(args, "obs_clip", 10.0))
 
-    def collect(self, weights, weights_version, num_steps):
+    def collect(self, weights, weights_version, num_steps, obs_statistics=None):
         """Run ``num_steps`` steps in each env with the given weights and pass the fragment to
-        the agent. Returns core.types.RolloutStats."""
+        the agent. With --normalize_obs, the policy, the fragment and the agent see observations
+        normalized with ``obs_statistics`` (mean, var), and the stats carry the moments of the
+        raw ones. Returns core.types.RolloutStats."""
         start = time.perf_counter()
         self.agent.sync_weights(weights, weights_version)
         num_envs = len(self.envs)
@@ -55,15 +60,21 @@ class RolloutWorker:
         actions, log_probs, values = [], [], []
         truncated_index, truncated_obs = [], []
         finished_returns, finished_lengths = [], []
+        raw_seen = np.empty_like(obs_buf) if self.normalize_obs else None
+
+        def seen(obs):  # what the policy sees
+            return normalize(obs, obs_statistics, self.obs_clip) if self.normalize_obs else obs
 
         for t in range(num_steps):
-            obs_buf[t] = self.observations
+            if raw_seen is not None:
+                raw_seen[t] = self.observations
+            obs_buf[t] = seen(self.observations)
             if self.random_steps_left > 0:  # warm-up with uniform random actions (SAC)
                 action = np.stack([self.envs.action_space.sample() for _ in range(num_envs)])
                 extras = {}
                 self.random_steps_left -= num_envs
             else:
-                action, extras = self.model.choose_actions(self.observations)
+                action, extras = self.model.choose_actions(obs_buf[t])
             result = self.envs.step(action)
             actions.append(action)
             if "log_probs" in extras:
@@ -76,7 +87,7 @@ class RolloutWorker:
             for e, final_obs in result.final_observations.items():
                 if result.truncated[e] and not result.terminated[e]:
                     truncated_index.append((t, e))
-                    truncated_obs.append(final_obs)
+                    truncated_obs.append(seen(final_obs))
                 finished_returns.append(float(self.episode_return[e]))
                 finished_lengths.append(int(self.episode_length[e]))
                 self.episode_return[e] = 0.0
@@ -87,7 +98,7 @@ class RolloutWorker:
             observations=obs_buf, actions=np.stack(actions), rewards=rewards,
             terminated=terminated, truncated=truncated,
             log_probs=np.stack(log_probs) if len(log_probs) == num_steps else None,
-            values=np.stack(values) if len(values) == num_steps else None, last_observations=self.observations.astype(np.float32),
+            values=np.stack(values) if len(values) == num_steps else None, last_observations=np.asarray(seen(self.observations), dtype=np.float32),
             truncated_index=np.array(truncated_index, dtype=np.int64).reshape(-1, 2),
             truncated_observations=np.array(truncated_obs, dtype=np.float32).reshape(
                 len(truncated_obs), *self.observations.shape[1:]),
@@ -95,13 +106,16 @@ class RolloutWorker:
         agent_stats = self.agent.send_trajectory(trajectory) or {}
         return RolloutStats(env_steps=trajectory.num_steps, episode_returns=finished_returns,
                             episode_lengths=finished_lengths, weights_version=weights_version,
-                            sample_time_s=time.perf_counter() - start, agent_stats=agent_stats)
+                            sample_time_s=time.perf_counter() - start, agent_stats=agent_stats,
+                            obs_moments=(Moments.of(raw_seen.reshape(-1, *obs_buf.shape[2:]))
+                                         if raw_seen is not None else None))
 
-    def collect_to_buffer(self, weights, weights_version, num_steps, buffer, prioritized=False):
+    def collect_to_buffer(self, weights, weights_version, num_steps, buffer, prioritized=False,
+                          obs_statistics=None):
         """Collect a fragment and add it to the replay buffer as one block (never one call per
         step: the seed design's bug). With prioritized replay the worker computes the new data's
         initial priorities, |TD error| under its current weights, as in Ape-X."""
-        stats = self.collect(weights, weights_version, num_steps)
+        stats = self.collect(weights, weights_version, num_steps, obs_statistics)
         transitions = self.agent.take_transitions()
         priorities = self.agent.priorities(transitions) if prioritized else None
         resolve(buffer.add.remote(transitions, priorities))  # backpressure: one wait per block

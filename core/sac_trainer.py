@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 from core.evaluator import Evaluator
+from core.normalizer import ObsNormalizer
 from core.parameter_server import LearnerWorker, ParameterServer
 from core.placement import Placement
 from core.replay_buffer import PrioritizedReplayBuffer, ReplayBuffer
@@ -110,6 +111,10 @@ class SACTrainer:
         self.fragment = self.steps_per_env * args.num_envs_per_worker
         self.updates_done = 0
         self.restored_replay_size = 0
+        # Replay holds observations as the policy saw them (normalized with the statistics
+        # of their fragment), as RLlib's MeanStdFilter does.
+        self.obs_normalizer = (ObsNormalizer(observation_space.shape, clip=args.obs_clip)
+                               if args.normalize_obs else None)
 
     # -- the two budgets of the update-to-data ratio -------------------------------------------
     def updates_allowed(self, env_steps, replay_size):
@@ -189,7 +194,7 @@ class SACTrainer:
             i = self.idle.pop(0)
             ref = self.workers[i].collect_to_buffer.remote(
                 *self.newest_weights(), self.steps_per_env, self.buffer,
-                self.args.prioritized_replay)
+                self.args.prioritized_replay, self.obs_statistics())
             self.rollouts[ref] = i
             self.env_steps_submitted += self.fragment
 
@@ -236,6 +241,8 @@ class SACTrainer:
             self.episode_returns += stats.episode_returns
             self.episode_lengths += stats.episode_lengths
             self.lags.append(self.updates_done - stats.weights_version)
+            if self.obs_normalizer is not None:
+                self.obs_normalizer.update(stats.obs_moments)
 
     def book_updates(self, done):
         for ref in [r for r in self.updates if r in done]:
@@ -255,7 +262,8 @@ class SACTrainer:
                 self.evaluator = self.placement.spawn(Evaluator, self.spec,
                                                       self.args.eval_episodes, num_cpus=0)
             self.pending_eval = self.evaluator.evaluate.remote(*self.newest_weights(),
-                                                               self.run.env_steps)
+                                                               self.run.env_steps,
+                                                               self.obs_statistics())
             self.next_eval = self.run.env_steps + self.args.eval_interval
             if self.placement.local:
                 eval_result, self.pending_eval = self.placement.get(self.pending_eval), None
@@ -285,15 +293,26 @@ class SACTrainer:
         return row
 
     # -- checkpoints ---------------------------------------------------------------------------
+    def obs_statistics(self):
+        return None if self.obs_normalizer is None else self.obs_normalizer.statistics()
+
+    def evaluation_state(self):
+        """What evaluating the weights needs besides them (the normalizer's statistics)."""
+        return ({} if self.obs_normalizer is None
+                else {"obs_normalizer": self.obs_normalizer.state_dict()})
+
     def get_state(self):
-        """Workers' states (episodes, RNGs, warm-up left) and, with --checkpoint_buffer, the
-        replay buffer's contents."""
-        state = {"workers": self.placement.get([w.get_state.remote() for w in self.workers])}
+        """Workers' states (episodes, RNGs, warm-up left), the observation normalizer and,
+        with --checkpoint_buffer, the replay buffer's contents."""
+        state = {"workers": self.placement.get([w.get_state.remote() for w in self.workers]),
+                 **self.evaluation_state()}
         if self.args.checkpoint_buffer:
             state["buffer"] = self.placement.get(self.buffer.state_dict.remote())
         return state
 
     def set_state(self, state, fresh_episode_seed):
+        if self.obs_normalizer is not None and state.get("obs_normalizer") is not None:
+            self.obs_normalizer.load_state_dict(state["obs_normalizer"])
         if state.get("buffer") is not None:
             self.placement.get(self.buffer.load_state_dict.remote(state["buffer"]))
             self.restored_replay_size = min(self.args.buffer_size,

@@ -1,6 +1,6 @@
 """Typed data contracts between rollout workers, agents and the learner."""
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -58,3 +58,4 @@ class RolloutStats:
     weights_version: int
     sample_time_s: float = 0.0
     agent_stats: Dict[str, float] = field(default_factory=dict)  # what send_trajectory returned
+    obs_moments: Any = None  # core.normalizer.Moments of the raw observations (--normalize_obs)

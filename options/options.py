@@ -128,6 +128,13 @@ def add_common_args(parser):
     group.add_argument("--gpu", type=gpu_list, default=[],
                        help="comma-separated GPU ids made visible (CUDA_VISIBLE_DEVICES); "
                             "ignored when --num_gpus is 0")
+    group.add_argument("--normalize_obs", action="store_true",
+                       help="normalize observations by their running mean and variance, "
+                            "merged across workers, the same in rollout, learning and "
+                            "evaluation, saved in checkpoints")
+    group.add_argument("--obs_clip", type=positive_float, default=10.0,
+                       help="with --normalize_obs, clip normalized observations to "
+                            "[-obs_clip, obs_clip] (default: %(default)s)")
     group.add_argument("--compiled_graph", action="store_true",
                        help="run the lock-step gradient round trip as a Ray Compiled Graph "
                             "(shared-memory channels, lower overhead per minibatch step)")
@@ -172,6 +179,15 @@ def add_common_args(parser):
                             "checkpoints/last.pt). The run goes on with that run's "
                             "configuration (flags given here win) in its directory: weights, "
                             "optimizer, counters, schedules, RNGs and metrics.csv continue")
+    group.add_argument("--evaluate", default=None, metavar="PATH",
+                       help="do not train: run --eval_episodes deterministic episodes with a "
+                            "saved model (a .pt file, or a run directory: its best.pt) and "
+                            "print the mean and spread of their returns")
+    group.add_argument("--record_video", default=None, metavar="DIR",
+                       help="with --evaluate: also write --video_episodes episodes to "
+                            "DIR/episode-<k>.gif from the env's rgb_array rendering")
+    group.add_argument("--video_episodes", type=positive_int, default=1,
+                       help="episodes --record_video writes (default: %(default)s)")
     group.add_argument("--checkpoint_interval", type=positive_int, default=100_000,
                        help="write RUN_DIR/checkpoints/step-<N>.pt every this many env steps; "
                             "one is also written at the end, on Ctrl-C and on SIGTERM "
@@ -237,10 +253,11 @@ def _apply_config(parser, config, strict):
     parser.set_defaults(**defaults)
 
 
-RUN_ONLY_KEYS = ("config", "restore", "list", "pause_at_steps")
+RUN_ONLY_KEYS = ("config", "restore", "list", "pause_at_steps", "evaluate", "record_video",
+                 "video_episodes")
 
 
-def restored_config(path):
+def restored_config(path, flag="--restore"):
     """The resolved configuration saved with a checkpoint (its .json sidecar), minus what only
     concerned that process; run_dir stays, so the run goes on in its own directory."""
     from core.checkpoint import checkpoint_path
@@ -249,7 +266,7 @@ def restored_config(path):
         with open(meta_path) as f:
             config = json.load(f).get("config") or {}
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"--restore {path}: cannot read {meta_path} ({exc}); it holds the "
+        raise ConfigError(f"{flag} {path}: cannot read {meta_path} ({exc}); it holds the "
                           f"run's configuration. Give --config explicitly to restore without "
                           f"it.") from None
     return {k: v for k, v in config.items() if k not in RUN_ONLY_KEYS}
@@ -285,13 +302,17 @@ def parse_args(argv=None):
     pre.add_argument("--config", default=None)
     pre.add_argument("--list", action="store_true")
     pre.add_argument("--restore", default=None)
+    pre.add_argument("--evaluate", default=None)
     early, _ = pre.parse_known_args(argv)
+    if early.evaluate and not early.restore:
+        from core.playback import saved_model_path
+        early.restore = saved_model_path(early.evaluate)  # the same configuration rules
     no_preset = early.config is not None and early.config.lower() == "none"
     config = load_config(early.config) if early.config and not no_preset else {}
     if early.restore and early.config is None:
         # Resume with the configuration the checkpoint was trained with; flags given win.
         early.config, no_preset = "none", True
-        config = restored_config(early.restore)
+        config = restored_config(early.restore, "--evaluate" if early.evaluate else "--restore")
     user_dir = early.user_dir or config.get("user_dir")
     if user_dir:
         import_user_dir(user_dir)
@@ -311,7 +332,8 @@ def parse_args(argv=None):
         for key in ("env_name", "model_name", "agent_name"):
             saved, wanted = config.get(key), getattr(known, key)
             if saved is not None and wanted is not None and saved != wanted:
-                raise ConfigError(f"--restore {early.restore}: saved with --{key} {saved}, "
+                raise ConfigError(f"{'--evaluate' if early.evaluate else '--restore'} "
+                                  f"{early.restore}: saved with --{key} {saved}, "
                                   f"this run has --{key} {wanted}. A checkpoint continues "
                                   f"with the plugins it was trained with.")
 

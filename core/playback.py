@@ -1,0 +1,97 @@
+"""--evaluate PATH: the returns of a saved model; --record_video DIR: episodes as GIFs.
+
+Runs in this process, without Ray: the checkpoint's weights go into the model its run trained
+(the plugins and flags come from the checkpoint's configuration, core/checkpoint.py), then
+--eval_episodes deterministic episodes run on fresh envs, as the test worker runs them.
+Videos come from the env's rgb_array rendering (gymnasium's render_mode="rgb_array"), written
+as animated GIFs with Pillow at the env's own frame rate.
+"""
+import os
+
+import numpy as np
+
+from core.checkpoint import checkpoint_path, load_for_restore
+from core.envs import to_env_action
+from core.evaluator import EVAL_SEED_OFFSET, Evaluator
+from core.normalizer import ObsNormalizer, normalize
+from core.plugins import PluginSpec, load_plugins, make_env
+from core.registry import ConfigError
+from core.state import from_payload
+
+
+def saved_model_path(path):
+    """A checkpoint file, or a run directory meaning its best model (else its newest)."""
+    if os.path.isdir(path):
+        best = os.path.join(path, "checkpoints", "best.pt")
+        if os.path.isfile(best):
+            return best
+    return checkpoint_path(path, "--evaluate")
+
+
+def evaluate_saved_model(args):
+    path, payload, meta = load_for_restore(saved_model_path(args.evaluate), args, "--evaluate")
+    spec = PluginSpec(args.env_name, args.model_name, args.agent_name, args, args.user_dir)
+    weights = {k: v.numpy() for k, v in payload["model"].items()}
+    evaluator = Evaluator(spec, args.eval_episodes)
+    try:
+        evaluator.model.set_weights(weights)
+    except (KeyError, RuntimeError) as exc:
+        raise ConfigError(f"--evaluate {path}: the checkpoint does not fit this model "
+                          f"({type(exc).__name__}: {exc}). Evaluate with the model flags it was "
+                          f"trained with (its run's config.yaml).") from None
+    statistics = None
+    saved = (payload.get("state") or {}).get("obs_normalizer")
+    if args.normalize_obs:
+        if saved is None:
+            raise ConfigError(f"--evaluate {path}: the run used --normalize_obs but this "
+                              f"checkpoint holds no normalizer statistics.")
+        normalizer = ObsNormalizer(evaluator.envs[0].observation_space.shape, args.obs_clip)
+        normalizer.load_state_dict(from_payload(saved))
+        statistics = normalizer.statistics()
+    result = evaluator.evaluate(None, meta.get("updates", 0), meta.get("env_steps", 0),
+                                statistics)
+    returns = np.asarray(result["returns"])
+    print(f"ddrl: {path} ({meta.get('env_steps', '?')} env steps): "
+          f"{len(returns)} deterministic episodes, return {returns.mean():.2f} "
+          f"+- {returns.std():.2f} (min {returns.min():.2f}, max {returns.max():.2f}, "
+          f"mean length {result['eval_length']:.1f})", flush=True)
+    if args.record_video:
+        for k in range(args.video_episodes):
+            file = record_episode(spec, evaluator.model, args, k, args.record_video, statistics)
+            print(f"ddrl: wrote {file}", flush=True)
+    return result
+
+
+def record_episode(spec, model, args, k, directory, obs_statistics=None):
+    """One deterministic episode, rendered to DIRECTORY/episode-<k>.gif; returns the path."""
+    from PIL import Image
+    args.render_mode = "rgb_array"
+    env = make_env(load_plugins(spec), args, seed=args.seed + EVAL_SEED_OFFSET + k)
+    render = getattr(env, "render", None)
+    if render is None:
+        raise ConfigError(f"--record_video: env {args.env_name!r} has no render() method; its "
+                          f"wrapper must render rgb_array frames (see envs/gym_env.py).")
+    obs, _ = env.reset(seed=args.seed + EVAL_SEED_OFFSET + k)
+    frames = [render()]
+    if frames[0] is None:
+        raise ConfigError(f"--record_video: env {args.env_name!r} rendered nothing; it must "
+                          f"accept render_mode='rgb_array' (gymnasium's) and return frames.")
+    done = False
+    while not done:
+        seen = np.asarray(obs)[None]
+        if obs_statistics is not None:
+            seen = normalize(seen, obs_statistics, args.obs_clip)
+        action, _ = model.choose_actions(seen, deterministic=True)
+        obs, _, terminated, truncated, _ = env.step(to_env_action(env.action_space, action[0]))
+        frames.append(render())
+        done = terminated or truncated
+    getattr(env, "close", lambda: None)()
+    fps = (getattr(getattr(env, "env", None), "metadata", None) or {}).get("render_fps") or 30
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, f"episode-{k}.gif")
+    images = [Image.fromarray(np.asarray(f, dtype=np.uint8)) for f in frames]
+    tmp = f"{path}.tmp-{os.getpid()}.gif"
+    images[0].save(tmp, save_all=True, append_images=images[1:], loop=0,
+                   duration=max(20, int(round(1000 / fps))))
+    os.replace(tmp, path)
+    return path
