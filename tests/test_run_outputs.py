@@ -86,3 +86,17 @@ def test_progress_bar_on_a_terminal_plain_lines_otherwise_nothing_when_quiet(tmp
     log_rows(MetricsLogger(str(tmp_path / "c.csv"), columns, total_steps=100,
                            progress_bar=True, quiet=True))
     assert capsys.readouterr() == ("", "")
+
+
+def test_evaluate_prints_returns_and_record_video_writes_a_gif(cartpole_run, tmp_path):
+    from PIL import Image
+    run_dir, _ = cartpole_run
+    videos = str(tmp_path / "videos")
+    proc = run_main("--evaluate", run_dir, "--eval_episodes", "3", "--record_video", videos)
+    assert proc.returncode == 0, proc.stderr
+    assert "best.pt" in proc.stdout and "3 deterministic episodes, return" in proc.stdout
+    with Image.open(os.path.join(videos, "episode-0.gif")) as gif:
+        assert gif.n_frames > 5 and gif.size == (600, 400)  # CartPole's rgb_array frames
+
+    misplaced = run_main("--record_video", videos, "--num_workers", "0")
+    assert misplaced.returncode == 2 and "--evaluate" in misplaced.stderr
