@@ -165,3 +165,36 @@ def test_a_signal_leaves_a_checkpoint_that_restores(tmp_path, signal_name, code,
     rows_after = read_csv(metrics)
     assert int(rows_after[len(rows)]["env_steps"]) > meta["env_steps"]  # counters continue
     assert len(rows_after) > len(rows)
+
+
+def test_sac_checkpoint_buffer_restores_the_replay_and_learning_goes_on(tmp_path):
+    first, second = str(tmp_path / "first"), str(tmp_path / "second")
+    proc = run_main(*SAC_FLAGS, "--total_steps", "600", "--checkpoint_buffer", "--run_dir", first)
+    assert proc.returncode == 0, proc.stderr
+    payload, meta = load_checkpoint(os.path.join(first, "checkpoints", "last.pt"))
+    buffer = payload["state"]["buffer"]
+    assert buffer["total_added"] == meta["env_steps"]
+    assert buffer["observations"].shape == (meta["env_steps"], 3)
+    proc = run_main("--restore", first, "--run_dir", second, "--total_steps", "700",
+                    "--log_steps", "64")
+    assert proc.returncode == 0, proc.stderr
+    _, rows = read_run(second)
+    # With the replay restored there is no new warm-up: updates go on from the first fragment.
+    assert int(rows[0]["updates"]) > meta["updates"]
+    assert int(rows[0]["replay_size"]) > meta["env_steps"]
+
+
+def test_restore_with_ray_workers_continues_counters(tmp_path):
+    run = str(tmp_path / "run")
+    flags = ("--num_workers", "2", "--eval_interval", "1000", "--eval_episodes", "1",
+             "--target_return", "none", "--quiet", "--run_dir", run)
+    assert run_main(*flags, "--total_steps", "1024").returncode == 0
+    _, meta = load_checkpoint(os.path.join(run, "checkpoints", "last.pt"))
+    rows_before = len(read_csv(os.path.join(run, "metrics.csv")))
+    proc = run_main("--restore", run, "--total_steps", "2048")
+    assert proc.returncode == 0, proc.stderr
+    rows = read_csv(os.path.join(run, "metrics.csv"))
+    assert int(rows[rows_before]["env_steps"]) > meta["env_steps"]
+    assert int(rows[-1]["updates"]) > meta["updates"]
+    _, meta_after = load_checkpoint(os.path.join(run, "checkpoints", "last.pt"))
+    assert meta_after["env_steps"] >= 2048
