@@ -236,6 +236,9 @@ def main():
     p.add_argument("--target", type=float, default=None, help="override the suite's target return")
     p.add_argument("--max_steps", type=int, default=None, help="override the suite's max env steps")
     p.add_argument("--results_dir", default=os.path.join(REPO, "benchmarks", "results"))
+    p.add_argument("--report_only", action="store_true",
+                   help="run nothing: report the finished runs (harness.json) and, as not reached, "
+                        "runs that were started but never finished (their curve so far)")
     p.add_argument("--resume", action="store_true",
                    help="reuse the runs already finished with the same command (their run_dir holds "
                         "harness.json), e.g. after an interrupted multi-hour suite")
@@ -265,8 +268,17 @@ def main():
             run_dir = os.path.join(args.results_dir, args.suite, name, f"seed{seed}")
             cmd = template.format(seed=seed, run_dir=run_dir, **fill)
             print(f"[{args.suite}] {name} seed {seed}: {cmd}", flush=True)
-            rec = finished_run(run_dir, cmd) if args.resume else None
-            if rec is not None:
+            rec = finished_run(run_dir, cmd) if args.resume or args.report_only else None
+            if rec is None and args.report_only:
+                if not os.path.isdir(run_dir):
+                    continue
+                rec = dict(system=name, seed=seed, cmd=cmd, run_dir=run_dir, returncode=None,
+                           timed_out=False, unfinished=True, reached=False, summary=None,
+                           process_wall_s=max((t for t, _ in read_curve(run_dir)), default=0.0),
+                           curve=read_curve(run_dir))
+                print(f"    unfinished: stopped before the end, counted as not reached "
+                      f"(last evaluation at {rec['process_wall_s']:.0f} s)", flush=True)
+            elif rec is not None:
                 print("    (finished before: reused)", flush=True)
             else:
                 rec = dict(system=name, seed=seed, cmd=cmd, run_dir=run_dir, **run_one(cmd, run_dir, timeout))
