@@ -14,7 +14,7 @@ import ray
 import torch
 
 from core.evaluator import Evaluator
-from core.normalizer import ObsNormalizer
+from core.normalizer import NormalizedTrainer
 from core.learner import Learner, average_gradients
 from core.placement import Placement
 from core.rollout import RolloutWorker, restore_workers
@@ -39,7 +39,7 @@ def advantage_moments(rollouts):
     return float(mean), float(np.sqrt(var))
 
 
-class PPOTrainer:
+class PPOTrainer(NormalizedTrainer):
     def __init__(self, args, spec, plugins, spaces, run):
         self.args = args
         self.run = run  # core.run.RunContext: clock, stop rules, logger, summary
@@ -58,8 +58,7 @@ class PPOTrainer:
         if args.num_gpus and torch.cuda.is_available():
             self.model.to("cuda")  # the learner's update on the GPU; workers act on the CPU
         self.learner = Learner(self.model)
-        self.obs_normalizer = (ObsNormalizer(spaces[0].shape, clip=args.obs_clip)
-                               if args.normalize_obs else None)
+        self.make_obs_normalizer(args, spaces[0])
         self.num_epochs = int(getattr(args, "num_epochs", 1))
         self.graph = (self.compile_graph() if args.compiled_graph and not self.placement.local
                       else None)
@@ -165,21 +164,7 @@ class PPOTrainer:
             run.record_eval(placement.get(pending_eval))
         return self.learner
 
-    # -- observation normalization (--normalize_obs) ---------------------------------------
-    def obs_statistics(self):
-        return None if self.obs_normalizer is None else self.obs_normalizer.statistics()
-
-    def merge_obs_moments(self, rollouts):
-        if self.obs_normalizer is not None:
-            for r in rollouts:
-                self.obs_normalizer.update(r.obs_moments)
-
     # -- checkpoints -------------------------------------------------------------------------
-    def evaluation_state(self):
-        """What evaluating the weights needs besides them (the normalizer's statistics)."""
-        return ({} if self.obs_normalizer is None
-                else {"obs_normalizer": self.obs_normalizer.state_dict()})
-
     def get_state(self):
         """The workers' states between iterations (core/rollout.py:RolloutWorker.get_state)
         and the observation normalizer."""
@@ -188,8 +173,7 @@ class PPOTrainer:
 
     def set_state(self, state, fresh_episode_seed):
         """Returns True if every worker continues its episodes exactly."""
-        if self.obs_normalizer is not None and state.get("obs_normalizer") is not None:
-            self.obs_normalizer.load_state_dict(state["obs_normalizer"])
+        self.load_evaluation_state(state)
         return restore_workers(self.placement, self.workers, state, fresh_episode_seed)
 
     def restore(self, weights, optimizer_state, updates):

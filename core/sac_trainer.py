@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 from core.evaluator import Evaluator
-from core.normalizer import ObsNormalizer
+from core.normalizer import NormalizedTrainer
 from core.parameter_server import LearnerWorker, ParameterServer
 from core.placement import Placement
 from core.replay_buffer import PrioritizedReplayBuffer, ReplayBuffer
@@ -84,7 +84,7 @@ def mean_or_none(values):
     return float(np.mean(values)) if values else None
 
 
-class SACTrainer:
+class SACTrainer(NormalizedTrainer):
     def __init__(self, args, spec, plugins, spaces, run):
         self.args, self.run, self.spec, self.spaces = args, run, spec, spaces
         self.placement = placement = Placement(local=args.num_workers == 0)
@@ -113,8 +113,7 @@ class SACTrainer:
         self.restored_replay_size = 0
         # Replay holds observations as the policy saw them (normalized with the statistics
         # of their fragment), as RLlib's MeanStdFilter does.
-        self.obs_normalizer = (ObsNormalizer(observation_space.shape, clip=args.obs_clip)
-                               if args.normalize_obs else None)
+        self.make_obs_normalizer(args, observation_space)
 
     # -- the two budgets of the update-to-data ratio -------------------------------------------
     def updates_allowed(self, env_steps, replay_size):
@@ -241,8 +240,7 @@ class SACTrainer:
             self.episode_returns += stats.episode_returns
             self.episode_lengths += stats.episode_lengths
             self.lags.append(self.updates_done - stats.weights_version)
-            if self.obs_normalizer is not None:
-                self.obs_normalizer.update(stats.obs_moments)
+            self.merge_obs_moments([stats])
 
     def book_updates(self, done):
         for ref in [r for r in self.updates if r in done]:
@@ -293,14 +291,6 @@ class SACTrainer:
         return row
 
     # -- checkpoints ---------------------------------------------------------------------------
-    def obs_statistics(self):
-        return None if self.obs_normalizer is None else self.obs_normalizer.statistics()
-
-    def evaluation_state(self):
-        """What evaluating the weights needs besides them (the normalizer's statistics)."""
-        return ({} if self.obs_normalizer is None
-                else {"obs_normalizer": self.obs_normalizer.state_dict()})
-
     def get_state(self):
         """Workers' states (episodes, RNGs, warm-up left), the observation normalizer and,
         with --checkpoint_buffer, the replay buffer's contents."""
@@ -311,8 +301,7 @@ class SACTrainer:
         return state
 
     def set_state(self, state, fresh_episode_seed):
-        if self.obs_normalizer is not None and state.get("obs_normalizer") is not None:
-            self.obs_normalizer.load_state_dict(state["obs_normalizer"])
+        self.load_evaluation_state(state)
         if state.get("buffer") is not None:
             self.placement.get(self.buffer.load_state_dict.remote(state["buffer"]))
             self.restored_replay_size = min(self.args.buffer_size,
