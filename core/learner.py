@@ -1,5 +1,5 @@
 """The learner: holds the optimizer state, applies averaged gradients, versions the weights."""
-from typing import Dict, Sequence
+from typing import Dict, Optional, Sequence
 
 import numpy as np
 import torch
@@ -25,6 +25,10 @@ def average_gradients(gradients: Sequence[Dict[str, np.ndarray]],
             for k in gradients[0]}
 
 
+def gradients_finite(gradients: Dict[str, np.ndarray]) -> bool:
+    return all(np.isfinite(np.asarray(g)).all() for g in gradients.values())
+
+
 class Learner:
     def __init__(self, model):
         self.model = model
@@ -32,8 +36,12 @@ class Learner:
         self.version = 0
         self.parameters = dict(model.named_parameters())
 
-    def apply(self, gradients: Dict[str, np.ndarray], progress: float = 0.0) -> float:
-        """One optimizer step with these gradients; returns the gradient norm before clipping."""
+    def apply(self, gradients: Dict[str, np.ndarray], progress: float = 0.0) -> Optional[float]:
+        """One optimizer step with these gradients; returns the gradient norm before clipping,
+        or None, changing nothing, when a gradient holds NaN or inf (a skipped update: one bad
+        batch must not poison the weights and the optimizer's moments)."""
+        if not gradients_finite(gradients):
+            return None
         lr = self.model.learning_rate(progress)
         if lr is not None:  # None: the model keeps the learning rates it configured
             for group in self.optimizer.param_groups:

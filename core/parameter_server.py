@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from core.checkpoint import save_checkpoint
+from core.faults import all_finite
 from core.learner import Learner, average_gradients
 from core.plugins import load_plugins
 from core.process import setup_process
@@ -42,13 +43,19 @@ class ParameterServer:
         return self.learner.version
 
     def apply(self, *results):
-        """One update from the GradientResults of all learners, averaged by sample count."""
+        """One update from the GradientResults of all learners, averaged by sample count. An
+        update whose loss or averaged gradient is NaN or inf is skipped: the stats then say
+        ``skipped`` and the weights, optimizer and version stay as they were."""
         gradients = average_gradients([r.gradients for r in results],
                                       [r.num_samples for r in results])
         lags = [self.learner.version - r.weights_version for r in results]
-        grad_norm = self.learner.apply(gradients)
         stats = {k: float(np.mean([r.stats[k] for r in results]))
                  for k, v in results[0].stats.items() if np.isscalar(v)}
+        grad_norm = self.learner.apply(gradients) if all_finite(stats) else None
+        if grad_norm is None:
+            return {"skipped": 1.0, "version": self.learner.version,
+                    "why": "a loss is NaN or inf" if not all_finite(stats)
+                    else "the averaged gradient has NaN or inf"}
         stats.update(grad_norm=grad_norm, gradient_lag=float(max(lags)),
                      version=self.learner.version)
         return stats
@@ -62,7 +69,7 @@ class ParameterServer:
             result = self.agent.fetch_grads(None, batch)
             result.weights_version = self.learner.version
             td_errors = result.stats.pop("td_errors", None)
-            if td_errors is not None:
+            if td_errors is not None and np.isfinite(td_errors).all():
                 priorities.append((batch, td_errors))
             stats.append(self.apply(result))
         if buffer is not None and priorities:
@@ -110,7 +117,8 @@ class LearnerWorker:
 def _send_priorities(result, batch, buffer):
     """New |TD errors| become the sampled slots' priorities (dropped from the stats)."""
     td_errors = result.stats.pop("td_errors", None)
-    if buffer is not None and td_errors is not None:
+    # A NaN priority would poison the sum tree for good: a bad batch keeps its old priorities.
+    if buffer is not None and td_errors is not None and np.isfinite(td_errors).all():
         # Fire and forget: the buffer ignores updates for slots rewritten since sampling.
         buffer.update_priorities.remote(batch.indices, batch.generations, td_errors)
 

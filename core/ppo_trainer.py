@@ -1,11 +1,17 @@
-"""Distributed gradient-collecting PPO.
+"""Distributed gradient-collecting PPO, elastic.
 
-Every iteration: each rollout worker collects a fragment with the current weights and its agent
-computes advantages; then for K epochs x M minibatches, every worker returns the gradient of the
-loss on its share of the minibatch, the learner averages them (weighted by sample count) and
-applies one optimizer step, and the new weights go back to the workers as one object reference.
-This is synchronous data-parallel PPO: with equal seeds and data it takes the same steps as one
-process on the union of the workers' data.
+Every round: each rollout worker that is up collects a fragment with the current weights and
+its agent computes advantages; then for K epochs x M minibatches, every worker that delivered a
+fragment returns the gradient of the loss on its share of the minibatch, the learner averages
+them (weighted by sample count) and applies one optimizer step, and the new weights go back to
+the workers. With equal seeds and data it takes the same steps as one process on the union of
+the data delivered: a worker that dies mid-round just leaves the union (core/worker_group.py
+replaces it; the replacement joins at a later round).
+
+Start without waiting: with Ray workers, learning begins at once in this process with an
+in-process worker (the classes of --num_workers 0) while Ray and the remote workers start in
+the background; each remote worker joins at the first round after its envs are built, and the
+in-process worker steps out once all of them are up (--no-elastic_start waits instead).
 """
 import time
 
@@ -13,19 +19,23 @@ import numpy as np
 import ray
 import torch
 
-from core.evaluator import Evaluator
-from core.normalizer import NormalizedTrainer
+from core.eval_runner import EvalRunner
+from core.faults import all_finite
 from core.learner import Learner, average_gradients
-from core.placement import Placement
-from core.rollout import RolloutWorker, restore_workers
+from core.normalizer import NormalizedTrainer
+from core.placement import LocalHandle, Placement, remote_class
+from core.rollout import RolloutWorker
 from core.types import GradientRequest
+from core.worker_group import WorkerGroup
 
 METRIC_COLUMNS = [
     "iteration", "env_steps", "wall_time_s", "steps_per_s", "updates", "train_return",
     "train_length", "episodes", "eval_return", "eval_return_std", "policy_loss", "value_loss",
     "entropy", "approx_kl", "clip_fraction", "ratio_mean", "grad_norm", "learning_rate",
-    "policy_lag", "gradient_lag", "sample_time_s", "update_time_s",
+    "policy_lag", "gradient_lag", "sample_time_s", "update_time_s", "workers",
+    "worker_restarts", "env_errors", "skipped_updates", "recoveries",
 ]
+LOSS_KEYS = ("policy_loss", "value_loss", "entropy")
 
 
 def advantage_moments(rollouts):
@@ -34,25 +44,26 @@ def advantage_moments(rollouts):
     if not all("advantage_count" in s for s in stats):
         return 0.0, 1.0
     count = sum(s["advantage_count"] for s in stats)
+    if count == 0:
+        return 0.0, 1.0
     mean = sum(s["advantage_sum"] for s in stats) / count
     var = max(sum(s["advantage_sq_sum"] for s in stats) / count - mean ** 2, 0.0)
     return float(mean), float(np.sqrt(var))
 
 
 class PPOTrainer(NormalizedTrainer):
-    def __init__(self, args, spec, plugins, spaces, run):
-        self.args = args
-        self.run = run  # core.run.RunContext: clock, stop rules, logger, summary
-        self.placement = Placement(local=args.num_workers == 0)
-        num_workers = max(1, args.num_workers)
-        # On a small machine more workers than CPUs would leave actors unscheduled: share.
-        cpus = run.cpus_per_actor(num_workers)
-        self.workers = [self.placement.spawn(RolloutWorker, spec, i, num_cpus=cpus)
-                        for i in range(num_workers)]
-        # The test worker starts once the rollout workers run: on a small machine three actors
-        # importing torch at once slow the start of training by a second or more.
-        self.spec = spec
-        self.evaluator = None
+    #: learning can start before Ray is up (core/session.py starts it in the background)
+    starts_without_ray = True
+
+    def __init__(self, args, spec, plugins, spaces, run, faults, ray_starter=None):
+        self.args, self.run, self.spec, self.faults = args, run, spec, faults
+        self.ray_starter = ray_starter     # core.placement.RayStarter, None for 0 workers
+        self.num_remote = args.num_workers
+        # Weights travel inline or by reference once Ray is up; in-process as they are.
+        self.placement = Placement(local=True)
+        self.group = WorkerGroup("rollout worker", self.make_worker, faults,
+                                 lambda: run.env_steps, timeout=args.worker_timeout)
+        self.pending_states = {}           # slot -> saved worker state, applied when it joins
         torch.manual_seed(args.seed)
         self.model = plugins.model_cls(args, *spaces)
         if args.num_gpus and torch.cuda.is_available():
@@ -60,25 +71,87 @@ class PPOTrainer(NormalizedTrainer):
         self.learner = Learner(self.model)
         self.make_obs_normalizer(args, spaces[0])
         self.num_epochs = int(getattr(args, "num_epochs", 1))
-        self.graph = (self.compile_graph() if args.compiled_graph and not self.placement.local
-                      else None)
-        steps_per_iteration = num_workers * args.num_envs_per_worker * args.rollout_steps
-        self.num_minibatches = max(1, round(steps_per_iteration / args.batch_size))
+        self.graph = None
+        if self.num_remote == 0:
+            self.group.add(0, local=True)  # --num_workers 0: the deterministic mode
+        elif args.elastic_start and not args.compiled_graph and not self.ray_up():
+            # The stand-in gets a slot of its own: seeds distinct from every remote worker's.
+            self.group.add(self.num_remote, local=True)
+        else:
+            self.ray_starter.ready(timeout=None)
+        self.remote_spawned = False
+        self.spawn_remote()
+        self.evaluations = EvalRunner(spec, run, faults, self.ray_up)
+        if args.compiled_graph and self.num_remote:
+            self.group.poll(timeout=None)
+            self.graph = self.compile_graph()
 
-    def gradients(self, weights, request):
-        """Every worker's GradientResult for one minibatch step, in one round trip."""
+    # -- membership --------------------------------------------------------------------------
+    def ray_up(self):
+        return self.ray_starter is not None and self.ray_starter.ready()
+
+    def make_worker(self, slot, generation, local):
+        if local:
+            return LocalHandle(RolloutWorker(self.spec, slot))
+        # On a small machine more workers than CPUs would leave actors unscheduled: share.
+        cpus = self.run.cpus_per_actor(self.num_remote)
+        return remote_class(RolloutWorker).options(num_cpus=cpus).remote(self.spec, slot)
+
+    def spawn_remote(self):
+        """Once Ray is up, start the remote workers (they join when their envs are built)."""
+        if self.remote_spawned or not self.num_remote or not self.ray_up():
+            return
+        self.remote_spawned = True
+        self.placement = Placement(local=False)
+        for slot in range(self.num_remote):
+            self.group.add(slot)
+
+    def update_membership(self):
+        """Start what Ray allows, let in the workers that finished starting (with their saved
+        state after a restore), and retire the stand-in when every remote worker is up."""
+        self.spawn_remote()
+        if not self.remote_spawned:
+            return
+        joined = self.group.poll(timeout=0 if self.group.ready_members() else 1.0)
+        for member in joined:
+            state = self.pending_states.pop(member.slot, None)
+            if state is not None and member.generation == 0:
+                ray.get(member.handle.set_state.remote(state, None))
+        remote_ready = [m for m in self.group.remote_members() if m.ready]
+        local = [m for m in self.group.members if m.local]
+        if local and len(remote_ready) == self.num_remote:
+            for member in local:
+                self.group.retire(member)
+            if not self.args.quiet:
+                print(f"ddrl: {self.num_remote} Ray workers up at env step "
+                      f"{self.run.env_steps:,} ({self.run.elapsed():.1f} s); the in-process "
+                      f"worker steps out", flush=True)
+
+    # -- gradients ---------------------------------------------------------------------------
+    def gradients(self, weights, request, members):
+        """{member: GradientResult} of the workers still in this round."""
         if self.graph is not None:
-            return ray.get(self.graph.execute(weights, request))
-        return self.placement.get([w.fetch_grads.remote(weights, request) for w in self.workers])
+            try:
+                return dict(zip(members, ray.get(self.graph.execute(weights, request),
+                                                 timeout=self.args.worker_timeout)))
+            except Exception:  # noqa: BLE001 - a worker died under the graph: plain calls
+                self.graph.teardown()
+                self.graph = None
+                self.group.poll(timeout=0)
+        calls = {}
+        for member in sorted(members, key=lambda m: m.local):  # remote first: they overlap
+            calls[self.group.submit(member, "fetch_grads", weights, request)] = member
+        return self.group.gather(calls)
 
     def compile_graph(self):
         """--compiled_graph: the lock-step gradient round trip as a Ray Compiled Graph, whose
         shared-memory channels replace a task submission per worker and step (measured: 0.74
-        ms per round trip to two actors, against about 2.3 ms with ordinary calls)."""
+        ms per round trip to two actors, against about 2.3 ms with ordinary calls). If a worker
+        dies the graph is torn down and the run goes on with ordinary calls."""
         from ray.dag import InputNode, MultiOutputNode
         with InputNode() as request:
-            dag = MultiOutputNode([w.fetch_grads.bind(request[0], request[1])
-                                   for w in self.workers])
+            dag = MultiOutputNode([m.handle.fetch_grads.bind(request[0], request[1])
+                                   for m in self.group.ready_members()])
         return dag.experimental_compile()
 
     def train(self):
@@ -89,92 +162,151 @@ class PPOTrainer(NormalizedTrainer):
                 self.graph.teardown()
                 self.graph = None
 
+    def wait_for_members(self):
+        """The workers that are up; if none is (all died, or still starting), wait for one."""
+        self.update_membership()
+        members = self.group.ready_members()
+        while not members and self.run.stop_requested is None:
+            self.update_membership()
+            members = self.group.ready_members()
+        return members
+
+    def collect(self, members, weights):
+        """One fragment from every worker in ``members``: {member: RolloutStats}."""
+        calls = {}
+        for member in sorted(members, key=lambda m: m.local):  # remote first: they overlap
+            ref = self.group.submit(member, "collect", weights, self.learner.version,
+                                    self.args.rollout_steps, self.obs_statistics())
+            calls[ref] = member
+        return self.group.gather(calls)
+
     def _train(self):
-        args, run, placement = self.args, self.run, self.placement
-        weights = placement.share(self.learner.get_weights())
-        # Evaluations at multiples of --eval_interval, also after a restore.
-        pending_eval = None
-        next_eval = (run.env_steps // args.eval_interval + 1) * args.eval_interval
+        args, run = self.args, self.run
         iteration = 0
         while True:
             iteration += 1
+            members = self.wait_for_members()
             t0 = time.perf_counter()
             progress = min(1.0, run.env_steps / args.total_steps)
-            acting_version = self.learner.version
-            obs_statistics = self.obs_statistics()
-            rollouts = placement.get([w.collect.remote(weights, acting_version,
-                                                       args.rollout_steps, obs_statistics)
-                                      for w in self.workers])
+            weights = self.placement.share(self.learner.get_weights())
+            delivered = self.collect(members, weights)
+            rollouts = list(delivered.values())
             run.env_steps += sum(r.env_steps for r in rollouts)
+            for r in rollouts:
+                self.faults.env_errors(getattr(r, "env_errors", ()), run.env_steps)
             self.merge_obs_moments(rollouts)
             sample_time = time.perf_counter() - t0
-            mean, std = advantage_moments(rollouts)
-
-            stats, grad_norms, gradient_lags = [], [], []
-            for epoch in range(self.num_epochs):
-                for minibatch in range(self.num_minibatches):
-                    request = GradientRequest(epoch, minibatch, self.num_minibatches, mean, std,
-                                              progress, self.learner.version)
-                    results = self.gradients(weights, request)
-                    gradient_lags += [self.learner.version - r.weights_version for r in results]
-                    gradients = average_gradients([r.gradients for r in results],
-                                                  [r.num_samples for r in results])
-                    grad_norms.append(self.learner.apply(gradients, progress))
-                    weights = placement.share(self.learner.get_weights())
-                    stats += [r.stats for r in results]
-            updates = self.num_epochs * self.num_minibatches
-
-            # Evaluation runs on its own actor while training goes on; a new one starts only
-            # when the last has reported (backpressure instead of a growing queue).
-            eval_result = None
-            if pending_eval is not None and placement.ready(pending_eval):
-                eval_result, pending_eval = placement.get(pending_eval), None
-            if pending_eval is None and run.env_steps >= next_eval:
-                if self.evaluator is None:
-                    self.evaluator = placement.spawn(Evaluator, self.spec, args.eval_episodes,
-                                                     num_cpus=0)
-                pending_eval = self.evaluator.evaluate.remote(weights, self.learner.version,
-                                                              run.env_steps,
-                                                              self.obs_statistics())
-                next_eval = run.env_steps + args.eval_interval
-                if placement.local:
-                    eval_result, pending_eval = placement.get(pending_eval), None
-
-            episode_returns = [x for r in rollouts for x in r.episode_returns]
-            episode_lengths = [x for r in rollouts for x in r.episode_lengths]
-            row = {
-                "iteration": iteration, "updates": self.learner.version,
-                "train_return": float(np.mean(episode_returns)) if episode_returns else None,
-                "train_length": float(np.mean(episode_lengths)) if episode_lengths else None,
-                "episodes": len(episode_returns),
-                "grad_norm": float(np.mean(grad_norms)),
-                "learning_rate": self.model.learning_rate(progress),
-                # updates between the policy that acted and the one being updated (PPO epochs)
-                "policy_lag": (updates - 1) / 2.0,
-                # updates between the weights a gradient was computed with and the learner's
-                "gradient_lag": float(np.max(gradient_lags)),
-                "sample_time_s": sample_time,
-                "update_time_s": time.perf_counter() - t0 - sample_time,
-            }
-            for key in stats[0] if stats else ():
-                row[key] = float(np.mean([s[key] for s in stats]))
-            if run.record(row, eval_result):
+            stats, grad_norms, gradient_lags = self.update(delivered, weights, progress)
+            eval_result = self.evaluations.poll(self.weights_and_version,
+                                                self.obs_statistics())
+            if run.record(self.metrics_row(iteration, rollouts, stats, grad_norms,
+                                           gradient_lags, sample_time, t0), eval_result):
                 break
-        if pending_eval is not None:  # the last evaluation counts
-            run.record_eval(placement.get(pending_eval))
+        last = self.evaluations.finish()  # the last evaluation counts
+        if last is not None:
+            run.record_eval(last)
         return self.learner
 
+    def update(self, delivered, weights, progress):
+        """K epochs x M minibatch steps on the data the workers in ``delivered`` hold; a
+        worker that dies leaves the round, the others go on. A step whose loss or averaged
+        gradient is not finite is skipped (core/faults.py counts it)."""
+        members = list(delivered)
+        samples = sum(r.agent_stats.get("advantage_count", r.env_steps)
+                      for r in delivered.values())
+        num_minibatches = max(1, round(samples / self.args.batch_size))
+        mean, std = advantage_moments(list(delivered.values()))
+        stats, grad_norms, gradient_lags = [], [], []
+        for epoch in range(self.num_epochs):
+            for minibatch in range(num_minibatches):
+                if not members:
+                    return stats, grad_norms, gradient_lags
+                request = GradientRequest(epoch, minibatch, num_minibatches, mean, std,
+                                          progress, self.learner.version)
+                results = self.gradients(weights, request, members)
+                members = [m for m in members if m in results]
+                if not results:
+                    continue
+                results = list(results.values())
+                gradient_lags += [self.learner.version - r.weights_version for r in results]
+                step_stats = [r.stats for r in results]
+                gradients = average_gradients([r.gradients for r in results],
+                                              [r.num_samples for r in results])
+                if not all(all_finite(s, LOSS_KEYS) for s in step_stats):
+                    self.faults.update_skipped("a loss is NaN or inf", self.run.env_steps)
+                    continue
+                norm = self.learner.apply(gradients, progress)
+                if norm is None:
+                    self.faults.update_skipped("the averaged gradient has NaN or inf",
+                                               self.run.env_steps)
+                    continue
+                self.faults.update_applied()
+                grad_norms.append(norm)
+                weights = self.placement.share(self.learner.get_weights())
+                stats += step_stats
+        return stats, grad_norms, gradient_lags
+
+    def weights_and_version(self):
+        return self.placement.share(self.learner.get_weights()), self.learner.version
+
+    def metrics_row(self, iteration, rollouts, stats, grad_norms, gradient_lags, sample_time,
+                    t0):
+        episode_returns = [x for r in rollouts for x in r.episode_returns]
+        episode_lengths = [x for r in rollouts for x in r.episode_lengths]
+        updates = len(grad_norms)
+        row = {
+            "iteration": iteration, "updates": self.learner.version,
+            "train_return": float(np.mean(episode_returns)) if episode_returns else None,
+            "train_length": float(np.mean(episode_lengths)) if episode_lengths else None,
+            "episodes": len(episode_returns),
+            "grad_norm": float(np.mean(grad_norms)) if grad_norms else None,
+            "learning_rate": self.model.learning_rate(min(1.0, self.run.env_steps
+                                                          / self.args.total_steps)),
+            # updates between the policy that acted and the one being updated (PPO epochs)
+            "policy_lag": (updates - 1) / 2.0 if updates else None,
+            # updates between the weights a gradient was computed with and the learner's
+            "gradient_lag": float(np.max(gradient_lags)) if gradient_lags else None,
+            "sample_time_s": sample_time,
+            "update_time_s": time.perf_counter() - t0 - sample_time,
+            "workers": len(rollouts),
+            **self.faults.counts,
+        }
+        for key in stats[0] if stats else ():
+            row[key] = float(np.mean([s[key] for s in stats]))
+        return row
+
     # -- checkpoints -------------------------------------------------------------------------
+    def drain(self):
+        """Nothing runs between rounds: the loop is lock-step."""
+
     def get_state(self):
-        """The workers' states between iterations (core/rollout.py:RolloutWorker.get_state)
-        and the observation normalizer."""
-        return {"workers": self.placement.get([w.get_state.remote() for w in self.workers]),
+        """The states of the workers that are up (core/rollout.py:RolloutWorker.get_state),
+        by slot, and the observation normalizer."""
+        members = self.group.ready_members()
+        calls = {self.group.submit(m, "get_state"): m for m in members}
+        states = self.group.gather(calls)
+        slots = sorted(states, key=lambda m: m.slot)
+        return {"workers": [states[m] for m in slots], "worker_slots": [m.slot for m in slots],
                 **self.evaluation_state()}
 
     def set_state(self, state, fresh_episode_seed):
-        """Returns True if every worker continues its episodes exactly."""
+        """Hand every worker its saved state (a remote worker when it joins). Returns True if
+        every worker that is up now continues its episodes exactly."""
         self.load_evaluation_state(state)
-        return restore_workers(self.placement, self.workers, state, fresh_episode_seed)
+        saved = state.get("workers") or []
+        slots = state.get("worker_slots") or list(range(len(saved)))
+        by_slot = dict(zip(slots, saved))
+        exact = bool(by_slot)
+        for member in self.group.ready_members():
+            if member.slot in by_slot:
+                seed = fresh_episode_seed + 100 * member.slot
+                exact &= bool(self.group.take(self.group.submit(
+                    member, "set_state", by_slot.pop(member.slot), seed)))
+            else:
+                exact = False
+        if self.num_remote:
+            self.pending_states = by_slot  # applied when the remote workers join
+        return exact and not self.pending_states
 
     def restore(self, weights, optimizer_state, updates):
         """Continue from a checkpoint: the learner's weights, optimizer state and version."""
@@ -186,3 +318,7 @@ class PPOTrainer(NormalizedTrainer):
     def checkpoint_state(self):
         return (self.learner.get_weights(), self.learner.optimizer.state_dict(),
                 self.learner.version)
+
+    def close(self):
+        for member in list(self.group.members):
+            self.group.retire(member)

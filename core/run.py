@@ -20,6 +20,7 @@ class RunContext:
         self.time_to_target_s = None
         self.steps_to_target = None
         self.stopped_because = None
+        self.stop_requested = None            # set by a signal: "interrupted" or "terminated"
         self.last_row_time = time.time()
         self.last_row_steps = 0
         self.on_new_best = None               # callback(eval_result), e.g. save best weights
@@ -77,7 +78,9 @@ class RunContext:
         self.curves.maybe_draw()
         if self.after_row is not None:
             self.after_row()
-        if self.time_to_target_s is not None:
+        if self.stop_requested is not None:
+            self.stopped_because = self.stop_requested
+        elif self.time_to_target_s is not None:
             self.stopped_because = "target_return"
         elif self.env_steps >= self.args.total_steps:
             self.stopped_because = "total_steps"

@@ -7,17 +7,26 @@ ratio holds both ways: updates wait for data (at most utd_ratio x env steps coll
 warm-up), and rollout workers wait for updates (a worker gets its next fragment only while the
 env steps stay within updates / utd_ratio plus one fragment per worker), so a fast machine and a
 slow one use the same number of samples per update.
+
+Faults: a rollout worker, learner worker or the test worker that dies is replaced (its work in
+flight dropped, core/worker_group.py); an update with a NaN or inf loss or gradient is skipped
+by the parameter server; when the replay buffer or the parameter server dies, the run restores
+itself in place from its newest checkpoint (the buffer's contents too with --checkpoint_buffer),
+at most --max_failures times.
 """
 import time
 
 import numpy as np
+import ray
 
-from core.evaluator import Evaluator
+from core.eval_runner import EvalRunner
+from core.faults import death_inside, short_error
 from core.normalizer import NormalizedTrainer
 from core.parameter_server import LearnerWorker, ParameterServer
-from core.placement import Placement
+from core.placement import LocalHandle, Placement, remote_class
 from core.replay_buffer import PrioritizedReplayBuffer, ReplayBuffer
-from core.rollout import RolloutWorker, restore_workers
+from core.rollout import RolloutWorker
+from core.worker_group import MISSING, WorkerGroup, alive
 from options.options import (non_negative_float, non_negative_int, positive_float,
                              positive_int)
 
@@ -25,7 +34,8 @@ METRIC_COLUMNS = [
     "iteration", "env_steps", "wall_time_s", "steps_per_s", "updates", "updates_per_s",
     "utd_achieved", "replay_size", "train_return", "train_length", "episodes", "eval_return",
     "eval_return_std", "critic_loss", "actor_loss", "alpha_loss", "alpha", "q_mean", "entropy",
-    "td_error_mean", "grad_norm", "policy_lag", "gradient_lag",
+    "td_error_mean", "grad_norm", "policy_lag", "gradient_lag", "workers", "worker_restarts",
+    "env_errors", "skipped_updates", "recoveries",
 ]
 
 
@@ -84,36 +94,74 @@ def mean_or_none(values):
     return float(np.mean(values)) if values else None
 
 
+class CoreActorLost(RuntimeError):
+    """The replay buffer or the parameter server died: the run restores itself in place."""
+
+
 class SACTrainer(NormalizedTrainer):
-    def __init__(self, args, spec, plugins, spaces, run):
-        self.args, self.run, self.spec, self.spaces = args, run, spec, spaces
-        self.placement = placement = Placement(local=args.num_workers == 0)
-        observation_space, action_space = spaces
+    #: the buffer and the parameter server are actors: Ray must be up before the loop starts
+    starts_without_ray = False
+
+    def __init__(self, args, spec, plugins, spaces, run, faults, ray_starter=None):
+        self.args, self.run, self.spec, self.spaces, self.faults = args, run, spec, spaces, faults
+        self.local = args.num_workers == 0
+        self.placement = Placement(local=self.local)
+        self.make_core()
+
+        def env_steps():
+            return run.env_steps
+
+        # One learner: the parameter server computes the gradients itself (no weights travel
+        # per update). Several: learner workers, averaged by the server.
+        self.learners = WorkerGroup("learner worker", self.make_learner, faults, env_steps)
+        for i in range(args.num_learners if args.num_learners > 1 else 0):
+            self.learners.add(i, local=self.local)
+        self.num_workers = max(1, args.num_workers)
+        self.workers = WorkerGroup("rollout worker", self.make_worker, faults, env_steps,
+                                   timeout=args.worker_timeout)
+        for i in range(self.num_workers):
+            self.workers.add(i, local=self.local)
+        self.evaluations = EvalRunner(spec, run, faults, lambda: not self.local)
+        self.steps_per_env = max(1, args.weight_sync_interval // args.num_envs_per_worker)
+        self.fragment = self.steps_per_env * args.num_envs_per_worker
+        self.updates_done = 0
+        self.restored_replay_size = 0
+        #: set by core/session.py: () -> the newest checkpoint as (weights, optimizer state,
+        #: updates, meta, state), or None; read when the buffer or the server must be rebuilt
+        self.recovery_source = None
+        # Replay holds observations as the policy saw them (normalized with the statistics
+        # of their fragment), as RLlib's MeanStdFilter does.
+        self.make_obs_normalizer(args, spaces[0])
+
+    # -- actors --------------------------------------------------------------------------------
+    def make_core(self):
+        """The replay buffer and the parameter server (again after they died)."""
+        args = self.args
+        observation_space, action_space = self.spaces
         buffer_cls = PrioritizedReplayBuffer if args.prioritized_replay else ReplayBuffer
         buffer_kwargs = dict(observation_dtype=np.float32, action_dtype=np.float32,
                              seed=args.seed)
         if args.prioritized_replay:
             buffer_kwargs.update(alpha=args.priority_alpha, beta0=args.priority_beta,
                                  beta_steps=max(1, int(args.total_steps * args.utd_ratio)))
-        self.buffer = placement.spawn(buffer_cls, args.buffer_size, observation_space.shape,
-                                      action_space.shape, num_cpus=0, **buffer_kwargs)
-        self.server = placement.spawn(ParameterServer, spec, *spaces, num_cpus=0)
-        # One learner: the parameter server computes the gradients itself (no weights travel
-        # per update). Several: learner workers, averaged by the server.
-        self.learners = ([placement.spawn(LearnerWorker, spec, *spaces, i, num_cpus=0)
-                          for i in range(args.num_learners)] if args.num_learners > 1 else [])
-        self.num_workers = max(1, args.num_workers)
-        cpus = run.cpus_per_actor(self.num_workers)
-        self.workers = [placement.spawn(RolloutWorker, spec, i, num_cpus=cpus)
-                        for i in range(self.num_workers)]
-        self.evaluator = None
-        self.steps_per_env = max(1, args.weight_sync_interval // args.num_envs_per_worker)
-        self.fragment = self.steps_per_env * args.num_envs_per_worker
-        self.updates_done = 0
-        self.restored_replay_size = 0
-        # Replay holds observations as the policy saw them (normalized with the statistics
-        # of their fragment), as RLlib's MeanStdFilter does.
-        self.make_obs_normalizer(args, observation_space)
+        self.buffer = self.placement.spawn(buffer_cls, args.buffer_size, observation_space.shape,
+                                           action_space.shape, num_cpus=0, **buffer_kwargs)
+        self.server = self.placement.spawn(ParameterServer, self.spec, *self.spaces, num_cpus=0)
+
+    def make_learner(self, slot, generation, local):
+        return self.placement.spawn(LearnerWorker, self.spec, *self.spaces, slot, num_cpus=0)
+
+    def make_worker(self, slot, generation, local):
+        if local:
+            return LocalHandle(RolloutWorker(self.spec, slot))
+        cpus = self.run.cpus_per_actor(self.num_workers)
+        return remote_class(RolloutWorker).options(num_cpus=cpus).remote(self.spec, slot)
+
+    def check_core(self, error):
+        """Raise CoreActorLost if the replay buffer or the parameter server is gone."""
+        for name, handle in (("replay buffer", self.buffer), ("parameter server", self.server)):
+            if not alive(handle):
+                raise CoreActorLost(f"the {name} died ({short_error(error)})")
 
     # -- the two budgets of the update-to-data ratio -------------------------------------------
     def updates_allowed(self, env_steps, replay_size):
@@ -130,19 +178,34 @@ class SACTrainer(NormalizedTrainer):
     def train(self):
         self.start_loop()
         while True:
-            self.submit_rollouts()
-            self.submit_updates()
-            done = set(self.placement.wait_any(self.in_flight()))
-            self.book_rollouts(done)
-            self.book_updates(done)
-            eval_result = self.evaluate(done)
-            if ((self.run.env_steps >= self.next_log or eval_result is not None)
+            try:
+                self.turn()
+            except CoreActorLost as lost:
+                self.recover(lost)
+                continue
+            eval_result = self.evaluations.poll(self.newest_weights, self.obs_statistics())
+            if ((self.run.env_steps >= self.next_log or eval_result is not None
+                 or self.run.stop_requested)
                     and self.run.record(self.metrics_row(), eval_result)):
                 break
         # Let in-flight work finish so the parameter server's state is consistent.
-        self.placement.get(self.updates)
-        if self.pending_eval is not None:
-            self.run.record_eval(self.placement.get(self.pending_eval))
+        self.drain()
+        last = self.evaluations.finish()
+        if last is not None:
+            self.run.record_eval(last)
+
+    def turn(self):
+        """Submit what the budgets allow, wait for something to finish (at most 1 s, so hung
+        workers and a stop request are noticed), book it."""
+        self.workers.poll()
+        self.submit_rollouts()
+        self.submit_updates()
+        done = set(self.placement.wait_any(self.in_flight(), timeout=1.0))
+        self.book_rollouts(done)
+        self.book_updates(done)
+        for ref in self.workers.hung():
+            if self.rollouts.pop(ref, None) is not None:
+                self.env_steps_submitted -= self.fragment
 
     def start_loop(self):
         args = self.args
@@ -154,20 +217,17 @@ class SACTrainer(NormalizedTrainer):
         self.updates_submitted = self.updates_done
         self.weights, self.version = self.server.get_weights.remote(), self.updates_done
         self.learner_weights, self.learner_version = self.weights, self.version
-        self.rollouts = {}        # ref -> worker index
+        self.rollouts = {}        # ref -> worker member
         self.updates = []         # refs of ParameterServer.apply / update, oldest first
         self.update_counts = {}   # ref -> updates it makes
-        self.idle = list(range(self.num_workers))
         # A restored buffer keeps the budgets running as if the run had never stopped; an empty
         # one starts them (and the warm-up) again from the restore point.
         self.replay_size = self.restored_replay_size
         if self.restored_replay_size:
             self.base_env_steps = self.base_updates = 0
-        self.pending_eval = None
-        self.next_eval = (self.run.env_steps // args.eval_interval + 1) * args.eval_interval
         self.next_log = self.run.env_steps + args.log_steps
         self.last_log_time, self.last_log_updates = time.time(), self.updates_done
-        self.iteration = 0
+        self.iteration = getattr(self, "iteration", 0)
         self.reset_window()
 
     def reset_window(self):
@@ -175,26 +235,30 @@ class SACTrainer(NormalizedTrainer):
         self.episode_returns, self.episode_lengths, self.lags, self.update_stats = [], [], [], []
 
     def in_flight(self):
+        pending_eval = self.evaluations.pending
         return (list(self.rollouts) + self.updates
-                + ([self.pending_eval] if self.pending_eval is not None else []))
+                + ([pending_eval] if pending_eval is not None and not self.local else []))
 
     def newest_weights(self):
         """(ref, version) of the newest weights. With one learner they leave the server only
         when a rollout or test worker needs them, not after every update."""
-        if not self.learners and self.version != self.updates_submitted:
+        if not self.learners.members and self.version != self.updates_submitted:
             self.weights, self.version = (self.server.get_weights.remote(),
                                           self.updates_submitted)
         return self.weights, self.version
 
     def submit_rollouts(self):
-        """Every idle worker gets a fragment while the data budget allows."""
-        while self.idle and self.may_collect(self.env_steps_submitted - self.base_env_steps,
-                                             self.updates_done - self.base_updates):
-            i = self.idle.pop(0)
-            ref = self.workers[i].collect_to_buffer.remote(
-                *self.newest_weights(), self.steps_per_env, self.buffer,
-                self.args.prioritized_replay, self.obs_statistics())
-            self.rollouts[ref] = i
+        """Every idle worker gets a fragment while the data budget allows (a worker still
+        starting queues it: Ray runs it once the constructor returns)."""
+        busy = set(self.rollouts.values())
+        idle = [m for m in sorted(self.workers.members, key=lambda m: m.slot) if m not in busy]
+        while idle and self.may_collect(self.env_steps_submitted - self.base_env_steps,
+                                        self.updates_done - self.base_updates):
+            member = idle.pop(0)
+            ref = self.workers.submit(member, "collect_to_buffer", *self.newest_weights(),
+                                      self.steps_per_env, self.buffer,
+                                      self.args.prioritized_replay, self.obs_statistics())
+            self.rollouts[ref] = member
             self.env_steps_submitted += self.fragment
 
     def submit_updates(self):
@@ -208,12 +272,13 @@ class SACTrainer(NormalizedTrainer):
                 self.run.env_steps - self.base_env_steps, self.replay_size)
             if self.updates_submitted >= allowed:
                 return
-            if self.learners:
+            if self.learners.members:
                 count = 1
                 ref = self.server.apply.remote(*[
-                    learner.compute.remote(self.learner_weights, self.learner_version,
-                                           self.buffer.sample.remote(args.batch_size), buffer)
-                    for learner in self.learners])
+                    learner.handle.compute.remote(self.learner_weights, self.learner_version,
+                                                  self.buffer.sample.remote(args.batch_size),
+                                                  buffer)
+                    for learner in self.learners.members])
             else:
                 count = min(args.updates_per_call, allowed - self.updates_submitted)
                 ref = self.server.update.remote(
@@ -221,7 +286,7 @@ class SACTrainer(NormalizedTrainer):
             self.updates.append(ref)
             self.update_counts[ref] = count
             self.updates_submitted += count
-            if self.learners:
+            if self.learners.members:
                 # Learners compute the next gradients on the weights one version old
                 # (update_lag 1) while the server applies this update, or on the newest (0).
                 previous = self.weights, self.version
@@ -232,9 +297,18 @@ class SACTrainer(NormalizedTrainer):
 
     def book_rollouts(self, done):
         for ref in [r for r in self.rollouts if r in done]:
-            stats = self.placement.get(ref)
-            self.idle.append(self.rollouts.pop(ref))
+            member = self.rollouts.pop(ref)
+            try:
+                stats = self.workers.take(ref, member)
+            except Exception as exc:  # noqa: BLE001 - the buffer may have died under it
+                if death_inside(exc):
+                    self.check_core(exc)
+                raise
+            if stats is MISSING:  # the worker died: its fragment is dropped
+                self.env_steps_submitted -= self.fragment
+                continue
             self.run.env_steps += stats.env_steps
+            self.faults.env_errors(getattr(stats, "env_errors", ()), self.run.env_steps)
             self.replay_size = min(self.args.buffer_size,
                                    self.replay_size + stats.env_steps)  # every step is stored
             self.episode_returns += stats.episode_returns
@@ -245,27 +319,73 @@ class SACTrainer(NormalizedTrainer):
     def book_updates(self, done):
         for ref in [r for r in self.updates if r in done]:
             self.updates.remove(ref)
-            result = self.placement.get(ref)
-            self.update_stats += result if isinstance(result, list) else [result]
-            self.updates_done += self.update_counts.pop(ref)
+            count = self.update_counts.pop(ref)
+            try:
+                result = self.placement.get(ref)
+            except Exception as exc:  # noqa: BLE001 - which actor died?
+                if not death_inside(exc):
+                    raise
+                self.check_core(exc)
+                # A learner worker died: the update is lost, the budget submits it again.
+                self.learners.check_health()
+                self.updates_submitted -= count
+                continue
+            for stats in result if isinstance(result, list) else [result]:
+                if stats.get("skipped"):
+                    self.faults.update_skipped(stats.get("why", "NaN or inf"),
+                                               self.run.env_steps)
+                else:
+                    self.faults.update_applied()
+                    self.update_stats.append(stats)
+            self.updates_done += count
 
-    def evaluate(self, done):
-        """The result of an evaluation that finished, if any; starts the next one when due
-        (one at a time: backpressure instead of a growing queue)."""
-        eval_result = None
-        if self.pending_eval is not None and self.pending_eval in done:
-            eval_result, self.pending_eval = self.placement.get(self.pending_eval), None
-        if self.pending_eval is None and self.run.env_steps >= self.next_eval:
-            if self.evaluator is None:
-                self.evaluator = self.placement.spawn(Evaluator, self.spec,
-                                                      self.args.eval_episodes, num_cpus=0)
-            self.pending_eval = self.evaluator.evaluate.remote(*self.newest_weights(),
-                                                               self.run.env_steps,
-                                                               self.obs_statistics())
-            self.next_eval = self.run.env_steps + self.args.eval_interval
-            if self.placement.local:
-                eval_result, self.pending_eval = self.placement.get(self.pending_eval), None
-        return eval_result
+    def drain(self):
+        """Book every fragment and update in flight, so that a checkpoint's env steps, replay
+        buffer, weights and worker states describe the same moment (on save and restore)."""
+        while self.rollouts or self.updates:
+            try:
+                done = set(self.placement.wait_any(list(self.rollouts) + self.updates,
+                                                   timeout=1.0))
+                self.book_rollouts(done)
+                self.book_updates(done)
+                for ref in self.workers.hung():
+                    self.rollouts.pop(ref, None)
+            except CoreActorLost as lost:
+                self.recover(lost)
+
+    def recover(self, lost):
+        """The replay buffer or the parameter server died: build both again and continue from
+        the newest checkpoint (its weights, optimizer, counters and, with --checkpoint_buffer,
+        the buffer's contents), or from the start when there is none yet."""
+        checkpoint = self.recovery_source() if self.recovery_source is not None else None
+        where = (f"its checkpoint at env step {int(checkpoint[3].get('env_steps', 0)):,}"
+                 if checkpoint is not None else "its start (no checkpoint yet)")
+        self.faults.recovered(f"{lost}; the run restores itself in place from {where}",
+                              self.run.env_steps)
+        for ref in self.rollouts:   # their fragments went to the dead buffer
+            self.workers.calls.pop(ref, None)
+        self.evaluations.cancel()   # it may wait for weights the dead server held
+        for handle in (self.buffer, self.server, *[m.handle for m in self.learners.members]):
+            if not self.local:
+                try:
+                    ray.kill(handle, no_restart=True)
+                except Exception:  # noqa: BLE001 - already gone
+                    pass
+        self.make_core()
+        for member in list(self.learners.members):  # their in-flight gradients are lost too
+            self.learners.retire(member)
+            self.learners.add(member.slot, local=self.local)
+        self.restored_replay_size = 0
+        if checkpoint is None:
+            self.updates_done, self.run.env_steps = 0, 0
+        else:
+            weights, optimizer_state, updates, meta, state = checkpoint
+            self.restore(weights, optimizer_state, updates)
+            self.run.env_steps = int(meta.get("env_steps", 0))
+            self.load_evaluation_state(state)
+            if state.get("buffer") is not None:
+                self.load_buffer(state["buffer"])
+        self.start_loop()
 
     def metrics_row(self):
         now = time.time()
@@ -282,9 +402,12 @@ class SACTrainer(NormalizedTrainer):
             "train_length": mean_or_none(self.episode_lengths),
             "episodes": len(self.episode_returns),
             "policy_lag": mean_or_none(self.lags),
+            "workers": len(self.workers.members),
+            **self.faults.counts,
         }
         for key in self.update_stats[0] if self.update_stats else ():
-            row[key] = float(np.mean([s[key] for s in self.update_stats]))
+            if key not in ("skipped", "why"):
+                row[key] = float(np.mean([s[key] for s in self.update_stats]))
         self.reset_window()
         self.last_log_time, self.last_log_updates = now, self.updates_done
         self.next_log = self.run.env_steps + self.args.log_steps
@@ -292,10 +415,13 @@ class SACTrainer(NormalizedTrainer):
 
     # -- checkpoints ---------------------------------------------------------------------------
     def get_state(self):
-        """Workers' states (episodes, RNGs, warm-up left), the observation normalizer and,
-        with --checkpoint_buffer, the replay buffer's contents."""
-        state = {"workers": self.placement.get([w.get_state.remote() for w in self.workers]),
-                 **self.evaluation_state()}
+        """Workers' states (episodes, RNGs, warm-up left) by slot, the observation normalizer
+        and, with --checkpoint_buffer, the replay buffer's contents. Called after drain()."""
+        members = sorted(self.workers.members, key=lambda m: m.slot)
+        states = self.workers.gather({self.workers.submit(m, "get_state"): m for m in members})
+        members = [m for m in members if m in states]
+        state = {"workers": [states[m] for m in members],
+                 "worker_slots": [m.slot for m in members], **self.evaluation_state()}
         if self.args.checkpoint_buffer:
             state["buffer"] = self.placement.get(self.buffer.state_dict.remote())
         return state
@@ -303,17 +429,33 @@ class SACTrainer(NormalizedTrainer):
     def set_state(self, state, fresh_episode_seed):
         self.load_evaluation_state(state)
         if state.get("buffer") is not None:
-            self.placement.get(self.buffer.load_state_dict.remote(state["buffer"]))
-            self.restored_replay_size = min(self.args.buffer_size,
-                                            int(state["buffer"]["total_added"]))
-        return restore_workers(self.placement, self.workers, state, fresh_episode_seed)
+            self.load_buffer(state["buffer"])
+        saved = state.get("workers") or []
+        slots = state.get("worker_slots") or list(range(len(saved)))
+        by_slot = dict(zip(slots, saved))
+        members = sorted(self.workers.members, key=lambda m: m.slot)
+        if not members or any(m.slot not in by_slot for m in members):
+            return False
+        calls = {self.workers.submit(m, "set_state", by_slot[m.slot],
+                                     fresh_episode_seed + 100 * m.slot): m for m in members}
+        return all(self.workers.gather(calls, timeout=None).values())
+
+    def load_buffer(self, buffer_state):
+        self.placement.get(self.buffer.load_state_dict.remote(buffer_state))
+        self.restored_replay_size = min(self.args.buffer_size,
+                                        int(buffer_state["total_added"]))
 
     def restore(self, weights, optimizer_state, updates):
         """Continue from a checkpoint: the server's weights, optimizer state and version. The
-        replay buffer starts empty (it is not in the checkpoint), so learning waits for
-        --learning_starts new transitions again."""
+        replay buffer starts empty unless the checkpoint holds it (--checkpoint_buffer), so
+        learning may wait for --learning_starts new transitions again."""
         self.placement.get(self.server.load_state.remote(weights, optimizer_state, updates))
         self.updates_done = int(updates)
 
     def checkpoint_state(self):
         return self.placement.get(self.server.state.remote())
+
+    def close(self):
+        for group in (self.workers, self.learners):
+            for member in list(group.members):
+                group.retire(member)

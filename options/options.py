@@ -138,6 +138,12 @@ def add_common_args(parser):
     group.add_argument("--compiled_graph", action="store_true",
                        help="run the lock-step gradient round trip as a Ray Compiled Graph "
                             "(shared-memory channels, lower overhead per minibatch step)")
+    group.add_argument("--elastic_start", action=argparse.BooleanOptionalAction, default=True,
+                       help="with Ray workers, learn at once in this process (an in-process "
+                            "worker) while Ray and the workers start; each worker joins when "
+                            "its envs are built and the in-process one steps out when all are "
+                            "up (PPO; --no-elastic_start waits for the workers first) "
+                            "(default: on)")
     group.add_argument("--torch_threads", type=positive_int, default=1,
                        help="torch threads per process: driver and every actor "
                             "(default: %(default)s; more is slower on small machines)")
@@ -150,6 +156,28 @@ def add_common_args(parser):
                        help="start the Ray dashboard (needs ray[default])")
     group.add_argument("--dashboard_host", default="127.0.0.1",
                        help="address the dashboard listens on (default: %(default)s)")
+
+    group = parser.add_argument_group("faults (what a run survives; README, 'Faults')")
+    group.add_argument("--max_worker_restarts", type=non_negative_int, default=1000,
+                       help="replacements for actors that died (rollout workers, the test "
+                            "worker, SAC learner workers) over the whole run, as RLlib's "
+                            "max_num_env_runner_restarts; past it the run stops with an error "
+                            "(default: %(default)s)")
+    group.add_argument("--max_env_errors", type=positive_int, default=5,
+                       help="exceptions in a row from one env (in step or reset) before the run "
+                            "stops with an error; fewer are survived: the episode is cut, the "
+                            "env rebuilt and reset (default: %(default)s)")
+    group.add_argument("--max_failures", type=non_negative_int, default=3,
+                       help="times a SAC run restores itself in place from its newest "
+                            "checkpoint when the replay buffer or the parameter server dies "
+                            "(default: %(default)s)")
+    group.add_argument("--max_bad_updates", type=positive_int, default=10,
+                       help="updates in a row whose loss or gradient is NaN or inf (each one is "
+                            "skipped) before the run stops with an error (default: %(default)s)")
+    group.add_argument("--worker_timeout", type=positive_float, default=300.0,
+                       help="seconds a rollout worker may take for one call (a fragment or a "
+                            "gradient) before it is taken for hung, replaced and its work "
+                            "dropped (default: %(default)s)")
 
     group = parser.add_argument_group("run length and evaluation")
     group.add_argument("--seed", type=non_negative_int, default=0,
@@ -258,17 +286,37 @@ RUN_ONLY_KEYS = ("config", "restore", "list", "pause_at_steps", "evaluate", "rec
 
 
 def restored_config(path, flag="--restore"):
-    """The resolved configuration saved with a checkpoint (its .json sidecar), minus what only
-    concerned that process; run_dir stays, so the run goes on in its own directory."""
-    from core.checkpoint import checkpoint_path
-    meta_path = checkpoint_path(path) + ".json"
+    """The resolved configuration saved with a checkpoint (inside the file; a format-2 file's
+    .json sidecar), minus what only concerned that process; run_dir stays, so the run goes on in
+    its own directory. The file is memory-mapped, so a large one (a replay buffer) is not read
+    whole; it loads with weights_only=True, as every checkpoint does."""
+    import torch
+    from core.checkpoint import checkpoint_path, embedded_meta, payload_format
+    file = checkpoint_path(path, flag)
     try:
-        with open(meta_path) as f:
-            config = json.load(f).get("config") or {}
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{flag} {path}: cannot read {meta_path} ({exc}); it holds the "
-                          f"run's configuration. Give --config explicitly to restore without "
-                          f"it.") from None
+        payload = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
+        meta = embedded_meta(payload)
+    except Exception as exc:  # truncated, corrupted or crafted: never half-loaded
+        raise ConfigError(f"{flag} {path}: not a readable ddrl checkpoint "
+                          f"({type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}). "
+                          f"The file may be truncated or corrupted; an older checkpoint "
+                          f"(e.g. checkpoints/best.pt) may still load.") from None
+    if meta is None and payload_format(payload) >= 3:
+        raise ConfigError(f"{flag} {path}: {file} holds no metadata, so not the run's "
+                          f"configuration. Give --config explicitly to restore without it.")
+    if meta is None:  # format 2: the configuration is in the sidecar
+        meta_path = file + ".json"
+        try:
+            with open(meta_path) as f:
+                meta = json.load(f)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{flag} {path}: cannot read {meta_path} ({exc}); it holds the "
+                              f"run's configuration. Give --config explicitly to restore "
+                              f"without it.") from None
+    config = (meta.get("config") if isinstance(meta, dict) else None) or {}
+    if not isinstance(config, dict):
+        raise ConfigError(f"{flag} {path}: the configuration saved in {file} is not a "
+                          f"mapping. Give --config explicitly to restore without it.")
     return {k: v for k, v in config.items() if k not in RUN_ONLY_KEYS}
 
 

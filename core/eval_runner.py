@@ -1,0 +1,84 @@
+"""The test worker's schedule, shared by both training loops: one evaluation at a time at
+multiples of --eval_interval env steps, on the test worker (core/evaluator.py) as a Ray actor, or
+in this process while Ray is not (yet) up. A test worker that dies is replaced and its
+evaluation run again with the same weights; env errors it survived are counted.
+"""
+import ray
+
+from core.evaluator import Evaluator
+from core.placement import LocalHandle, LocalRef, remote_class
+from core.worker_group import MISSING, WorkerGroup
+
+
+class EvalRunner:
+    def __init__(self, spec, run, faults, remote_available):
+        """``remote_available()`` tells whether the test worker may be a Ray actor now."""
+        self.spec, self.run, self.faults = spec, run, faults
+        self.remote_available = remote_available
+        args = spec.args
+        self.group = WorkerGroup("test worker", self._make, faults, lambda: run.env_steps)
+        self.pending = None          # ref of the evaluation in flight
+        self.request = None          # its arguments, to run it again if the worker dies
+        self.next_eval = (run.env_steps // args.eval_interval + 1) * args.eval_interval
+
+    def _make(self, slot, generation, local):
+        if local:
+            return LocalHandle(Evaluator(self.spec, self.spec.args.eval_episodes))
+        return remote_class(Evaluator).options(num_cpus=0).remote(self.spec,
+                                                                  self.spec.args.eval_episodes)
+
+    def _worker(self):
+        """The test worker, made (or moved out of this process) when first needed."""
+        remote = self.remote_available()
+        member = self.group.members[0] if self.group.members else None
+        if member is not None and member.local and remote:
+            self.group.retire(member)   # Ray is up now: evaluations leave the driver
+            member = None
+        if member is None:
+            member = self.group.add(0, local=not remote)
+        return member
+
+    def _submit(self):
+        self.pending = self.group.submit(self._worker(), "evaluate", *self.request)
+
+    def poll(self, weights_and_version, obs_statistics=None):
+        """A finished evaluation's result (or None); starts the next one when it is due.
+        ``weights_and_version()`` gives the weights to evaluate (called only then)."""
+        result = self._result(wait=False)
+        env_steps = self.run.env_steps
+        if self.pending is None and env_steps >= self.next_eval:
+            weights, version = weights_and_version()
+            self.request = (weights, version, env_steps, obs_statistics)
+            self._submit()
+            self.next_eval = env_steps + self.spec.args.eval_interval
+            if isinstance(self.pending, LocalRef):
+                result = self._result(wait=True)
+        return result
+
+    def finish(self):
+        """The evaluation still in flight, waited for (the last one counts), or None."""
+        return self._result(wait=True) if self.pending is not None else None
+
+    def cancel(self):
+        """Forget the evaluation in flight (its weights may be lost with a dead server); the
+        next one starts when due."""
+        if self.pending is not None and not isinstance(self.pending, LocalRef):
+            self.group.calls.pop(self.pending, None)
+        self.pending = self.request = None
+
+    def _result(self, wait):
+        while self.pending is not None:
+            if not wait and not isinstance(self.pending, LocalRef):
+                done, _ = ray.wait([self.pending], timeout=0)
+                if not done:
+                    return None
+            value = self.group.take(self.pending)
+            if value is MISSING:      # the test worker died: its replacement runs it again
+                self._submit()
+                continue
+            self.pending = None
+            survived = value.get("env_errors", 0)
+            if survived:
+                self.faults.eval_env_errors(survived, self.run.env_steps)
+            return value
+        return None

@@ -1,0 +1,298 @@
+"""One training run's lifetime: start (plugins, Ray in the background, run directory, trainer,
+restore), the checkpoint timer, the stop flag signals set, and the finish that always happens:
+the final checkpoint, summary.json (also after an error: ``stopped_because: "error"`` and the
+error's one line), and Ray shut down. main.py only parses, dispatches and maps exit codes, as
+Sample Factory's train.py does.
+"""
+import os
+import signal
+import sys
+import time
+
+import torch
+
+from core.checkpoint import CheckpointManager, check_model_fits, load_checkpoint
+from core.faults import Faults
+from core.metrics import atomic_write_text
+from core.placement import RayStarter
+from core.plugins import PluginSpec, load_plugins, make_env
+from core.process import setup_process
+from core.registry import ConfigError
+from core.run import RunContext
+from core.state import from_payload
+from core.trainers import trainer_class, trainer_module
+
+EXIT_CODES = {"interrupted": 130, "terminated": 143, "error": 1}  # 128 + SIGINT / SIGTERM
+
+
+def default_run_dir(args):
+    """runs/<env>-<model>-<time>, with a suffix when that name is taken (two runs started in
+    the same second must not share a directory)."""
+    env = args.env_name + (f"-{args.gym_id}" if getattr(args, "gym_id", None) else "")
+    base = os.path.join("runs", f"{env}-{args.model_name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    path, k = base, 1
+    while os.path.exists(path):
+        k += 1
+        path = f"{base}-{k}"
+    return path
+
+
+def check_run_dir(run_dir):
+    """A run directory holds one run: reusing one that holds files would mix two runs'
+    metrics.csv and checkpoints."""
+    if os.path.isdir(run_dir) and os.listdir(run_dir):
+        raise ConfigError(f"--run_dir {run_dir} already holds files ({', '.join(sorted(os.listdir(run_dir))[:4])}"
+                          f"{', ...' if len(os.listdir(run_dir)) > 4 else ''}). Continue that run "
+                          f"with --restore {run_dir}, or give a new or empty directory.")
+
+
+def probe_env(plugins, args):
+    """Build one env in the driver to learn its spaces and reward threshold."""
+    env = make_env(plugins, args, seed=args.seed)
+    found = env.observation_space, env.action_space, getattr(env, "reward_threshold", None)
+    getattr(env, "close", lambda: None)()
+    return found
+
+
+def find_cause(exc, types):
+    """The first exception of ``types`` in ``exc``'s chain of causes (Ray wraps an actor's
+    exception in RayTaskError), or None."""
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, types):
+            return exc
+        exc = getattr(exc, "cause", None) or exc.__cause__
+        seen += 1
+    return None
+
+
+class TrainingSession:
+    def __init__(self, args, start_time):
+        self.args = args
+        self.start_time = start_time
+        self.ray_starter = None
+        self.trainer = None
+        self.context = None
+        self.error = None
+        self.previous_handlers = {}
+
+    # -- start -------------------------------------------------------------------------------
+    def start(self):
+        args = self.args
+        setup_process(args)
+        self.spec = PluginSpec(args.env_name, args.model_name, args.agent_name, args,
+                               args.user_dir)
+        self.plugins = load_plugins(self.spec)
+        observation_space, action_space, threshold = probe_env(self.plugins, args)
+        self.spaces = observation_space, action_space
+        self.plugins.model_cls.check_spaces(observation_space, action_space)
+        trainer_name = self.plugins.model_cls.trainer
+        target = threshold if args.target_return == "auto" else args.target_return
+        self.check_gpus()
+        self.run_dir = args.run_dir or default_run_dir(args)
+        if not args.restore:
+            check_run_dir(self.run_dir)
+        if args.num_workers > 0:
+            # Ray starts in the background: a trainer that can learn in this process meanwhile
+            # (PPO) starts at once; the others wait for it here.
+            self.ray_starter = RayStarter(args)
+            if not getattr(trainer_class(trainer_name), "starts_without_ray", False):
+                self.ray_starter.ready(timeout=None)
+        self.context = RunContext(args, self.run_dir, self.start_time,
+                                  trainer_module(trainer_name).METRIC_COLUMNS, target)
+        self.faults = Faults(args)
+        self.save_resolved_config()
+        self.trainer = trainer_class(trainer_name)(args, self.spec, self.plugins, self.spaces,
+                                                   self.context, self.faults, self.ray_starter)
+        self.trainer.recovery_source = self.newest_checkpoint
+        self.checkpoints = CheckpointManager(os.path.join(self.run_dir, "checkpoints"),
+                                             keep=args.keep_checkpoints)
+        if args.restore:
+            self.restore()
+        self.context.on_new_best = self.save_best
+        self.next_checkpoint = 0
+        self.context.after_row = self.periodic_checkpoint
+        if not args.quiet:
+            gym_id = getattr(args, "gym_id", None)
+            print(f"ddrl: {args.env_name}{'/' + gym_id if gym_id else ''} + {args.model_name} + "
+                  f"{args.agent_name}, {args.num_workers} workers x {args.num_envs_per_worker} "
+                  f"envs, target {target}, run dir {self.run_dir}"
+                  + (f", preset {os.path.relpath(args.config)}" if args.config else ""),
+                  flush=True)
+
+    def check_gpus(self):
+        args = self.args
+        if args.num_gpus and args.gpu:
+            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, args.gpu))
+        if args.num_gpus and not args.address and torch.cuda.device_count() < args.num_gpus:
+            raise ConfigError(f"--num_gpus {args.num_gpus} but torch sees "
+                              f"{torch.cuda.device_count()} CUDA device(s) here. Use --num_gpus 0 "
+                              f"on a machine without GPUs (everything then runs on the CPU).")
+
+    def save_resolved_config(self):
+        import yaml
+        from options.options import RUN_ONLY_KEYS
+        # Re-runnable with --config: a new run (its own directory), not a resume.
+        config = {k: v for k, v in vars(self.args).items()
+                  if k not in RUN_ONLY_KEYS + ("run_dir",)}
+        atomic_write_text(os.path.join(self.run_dir, "config.yaml"),
+                          yaml.safe_dump(config, sort_keys=False))
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def meta(self, extra=None):
+        args, context = self.args, self.context
+        return {"env_steps": context.env_steps, "wall_time_s": round(context.elapsed(), 3),
+                "env_name": args.env_name, "model_name": args.model_name,
+                "agent_name": args.agent_name, "gym_id": getattr(args, "gym_id", None),
+                "best_eval_return": context.best_eval_return,
+                "last_eval_return": context.last_eval_return, "run_dir": self.run_dir,
+                "faults": dict(self.faults.counts),
+                "config": {k: v for k, v in vars(args).items() if k != "config"},
+                **(extra or {})}
+
+    def save(self, reason):
+        # Work in flight first (SAC): the checkpoint's env steps, buffer, weights and worker
+        # states then describe one moment, the same way on save and restore.
+        self.trainer.drain()
+        weights, optimizer_state, updates = self.trainer.checkpoint_state()
+        state = self.trainer.get_state()
+        state["driver_torch_rng"] = torch.get_rng_state()
+        return self.checkpoints.save(self.context.env_steps, weights, optimizer_state,
+                                     self.meta({"updates": updates, "reason": reason}), state)
+
+    def save_best(self, result):
+        weights, _, updates = self.trainer.checkpoint_state()
+        self.checkpoints.save_best(weights, self.meta({"updates": updates,
+                                                       "eval_return": result["eval_return"]}),
+                                   self.trainer.evaluation_state())
+
+    def periodic_checkpoint(self):
+        interval = self.args.checkpoint_interval
+        if self.context.env_steps >= self.next_checkpoint:
+            if self.next_checkpoint:
+                self.save("checkpoint_interval")
+            self.next_checkpoint = (self.context.env_steps // interval + 1) * interval
+
+    def newest_checkpoint(self):
+        """This run's newest checkpoint as (weights, optimizer state, updates, meta, state),
+        or None: what a SAC run restores itself from when its buffer or server dies."""
+        path = os.path.join(self.checkpoints.directory, "last.pt")
+        if not os.path.isfile(path):
+            return None
+        payload, meta = load_checkpoint(path)
+        weights = {k: v.numpy() for k, v in payload["model"].items()}
+        return (weights, payload.get("optimizer"), int(meta.get("updates", 0)), meta,
+                from_payload(payload.get("state") or {}))
+
+    def restore(self):
+        """Continue from --restore: weights, optimizer state, counters, the workers' episodes
+        and RNGs, evaluation records (core/checkpoint.py). A checkpoint whose tensors do not
+        fit this model is a one-paragraph error; any other error keeps its own message."""
+        from core.checkpoint import load_for_restore
+        args = self.args
+        path, payload, meta = load_for_restore(args.restore, args)
+        with torch.random.fork_rng(devices=[]):  # the check must not move the training RNG
+            expected = self.plugins.model_cls(args, *self.spaces).get_weights()
+        check_model_fits(payload["model"], expected, path)
+        weights = {k: v.numpy() for k, v in payload["model"].items()}
+        state = from_payload(payload.get("state") or {})
+        env_steps = int(meta.get("env_steps", 0))
+        self.trainer.restore(weights, payload.get("optimizer"), int(meta.get("updates", 0)))
+        exact = self.trainer.set_state(state, fresh_episode_seed=args.seed + 7_919 * env_steps)
+        if state.get("driver_torch_rng") is not None:
+            torch.set_rng_state(torch.as_tensor(state["driver_torch_rng"], dtype=torch.uint8))
+            if args.num_workers == 0 and state.get("workers"):
+                # In-process, the worker's RNG is the driver's: the worker's is the later one.
+                torch.set_rng_state(torch.as_tensor(state["workers"][0]["torch_rng"],
+                                                    dtype=torch.uint8))
+        self.context.restore(meta)
+        for key, value in (meta.get("faults") or {}).items():
+            if key in self.faults.counts:
+                self.faults.counts[key] = int(value)
+        if not args.quiet:
+            print(f"ddrl: restored {path} ({env_steps:,} env steps, "
+                  f"{int(meta.get('updates', 0)):,} updates; episodes "
+                  f"{'continue exactly' if exact else 'start afresh'})", flush=True)
+
+    # -- signals: a flag the loop checks, never an exception from whatever code runs -----------
+    def on_signal(self, signum, frame):
+        if signum == signal.SIGINT and self.context.stop_requested is not None:
+            raise KeyboardInterrupt  # a second Ctrl-C: stop at once (a checkpoint is still tried)
+        if self.context.stop_requested is None:
+            self.context.stop_requested = "interrupted" if signum == signal.SIGINT else "terminated"
+            print(f"ddrl: {signal.Signals(signum).name}: stopping after this round with a "
+                  f"checkpoint" + (" (Ctrl-C again to stop at once)"
+                                   if signum == signal.SIGINT else ""),
+                  file=sys.stderr, flush=True)
+
+    def install_signal_handlers(self):
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self.previous_handlers[signum] = signal.signal(signum, self.on_signal)
+
+    def restore_signal_handlers(self):
+        for signum, handler in self.previous_handlers.items():
+            signal.signal(signum, handler)
+        self.previous_handlers = {}
+
+    # -- the whole lifetime ------------------------------------------------------------------
+    def run(self):
+        """Train; returns the exit code. An exception is re-raised after the run directory
+        has its final checkpoint and summary.json and Ray is shut down."""
+        try:
+            self.start()
+        except BaseException:
+            self.shutdown()
+            raise
+        self.install_signal_handlers()
+        try:
+            self.trainer.train()
+        except KeyboardInterrupt:
+            self.context.stopped_because = "interrupted"
+        except BaseException as exc:  # noqa: BLE001 - recorded, then re-raised below
+            self.context.stopped_because = "error"
+            self.error = exc
+        finally:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one final checkpoint, not two
+            try:
+                self.save(self.context.stopped_because or "error")
+            except BaseException as save_error:  # noqa: BLE001 - the first error matters more
+                print(f"ddrl: could not write the final checkpoint: "
+                      f"{type(save_error).__name__}: {str(save_error).splitlines()[0][:300]}",
+                      file=sys.stderr, flush=True)
+            self.restore_signal_handlers()
+        self.finish()
+        if self.error is not None:
+            raise self.error
+        return EXIT_CODES.get(self.context.stopped_because, 0)
+
+    def finish(self):
+        extra = {"run_dir": self.run_dir, **self.faults.counts}
+        if self.error is not None:
+            text = str(self.error).strip().splitlines()
+            extra["error"] = f"{type(self.error).__name__}: {text[0][:500] if text else ''}"
+        try:
+            summary = self.context.finish(**extra)
+        finally:
+            self.shutdown()
+        counts = ", ".join(f"{k} {v}" for k, v in self.faults.counts.items() if v)
+
+        def show(value, unit=""):
+            return ("-" if value is None else f"{value:.1f}{unit}" if isinstance(value, float)
+                    else f"{value}{unit}")
+        print(f"ddrl: stopped ({summary['stopped_because']}) after {summary['env_steps']:,} env "
+              f"steps in {summary['wall_time_s']:.1f} s ({summary['steps_per_s']:,.0f} steps/s); "
+              f"best eval {show(summary['best_eval_return'])}, last eval "
+              f"{show(summary['last_eval_return'])}, time to target "
+              f"{show(summary['time_to_target_s'], ' s')}" + (f"; faults: {counts}" if counts
+                                                             else "")
+              + f"; {os.path.join(self.run_dir, 'summary.json')}", flush=True)
+        return summary
+
+    def shutdown(self):
+        if self.trainer is not None:
+            try:
+                self.trainer.close()
+            except Exception:  # noqa: BLE001 - Ray's shutdown below ends them anyway
+                pass
+        if self.ray_starter is not None:
+            self.ray_starter.stop()

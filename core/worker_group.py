@@ -1,0 +1,218 @@
+"""A group of actors of one kind (rollout workers, learner workers, the test worker) that the
+training loops call as one: it spawns them, knows which have finished starting, gathers their
+results with ``ray.wait`` and a per-call timeout, and replaces one that died or hung (its
+in-flight work is dropped). Members may join and leave while a run goes on.
+
+After RLlib's env runner group and actor manager (restart failed runners, go on with the healthy
+ones) and Sample Factory's runners. A member can also live in this process (``local=True``, a
+``core.placement.LocalHandle``): its calls run at submission and cannot die without the driver.
+"""
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional
+
+import ray
+
+from core.faults import RunFailure, actor_died, short_error
+from core.placement import LocalHandle, LocalRef
+
+MISSING = object()          # what ``take`` returns for work lost with its worker
+START_FAILURES_IN_A_ROW = 3  # a slot whose replacements keep dying while starting is a bug
+
+
+@dataclass(eq=False)
+class Member:
+    slot: int                     # stable index: seeds and logs derive from it
+    handle: Any
+    local: bool = False
+    generation: int = 0           # 0 for the first actor of the slot, +1 per replacement
+    ready: bool = False           # constructor finished (envs built, model made)
+    ready_ref: Any = None
+    start_failures: int = 0
+
+    def __repr__(self):
+        return f"<{'local ' if self.local else ''}member {self.slot}.{self.generation}>"
+
+
+@dataclass
+class Call:
+    member: Member
+    submitted: float = field(default_factory=time.monotonic)
+
+
+class WorkerGroup:
+    def __init__(self, kind: str, factory: Callable[[int, int, bool], Any], faults,
+                 env_steps: Callable[[], int] = lambda: 0, timeout: Optional[float] = None):
+        """``factory(slot, generation, local)`` returns a new handle; ``faults`` is the run's
+        core.faults.Faults; ``env_steps()`` stamps the log lines; ``timeout`` (s) is how long
+        a call may take before its worker counts as hung (None: no limit)."""
+        self.kind = kind
+        self.factory = factory
+        self.faults = faults
+        self.env_steps = env_steps
+        self.timeout = timeout
+        self.members: List[Member] = []
+        self.calls: Dict[Any, Call] = {}
+
+    # -- membership --------------------------------------------------------------------------
+    def add(self, slot: int, local: bool = False, generation: int = 0,
+            start_failures: int = 0) -> Member:
+        handle = self.factory(slot, generation, local)
+        member = Member(slot, handle, local, generation, ready=local,
+                        start_failures=start_failures)
+        if not local:
+            member.ready_ref = handle.__ray_ready__.remote()  # resolves when __init__ returns
+        self.members.append(member)
+        return member
+
+    def retire(self, member: Member):
+        """Take a member out for good (no replacement); its work in flight is forgotten."""
+        self._forget(member)
+        if member.local:
+            getattr(member.handle.obj, "close", lambda: None)()
+        else:
+            try:
+                ray.kill(member.handle, no_restart=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+
+    def ready_members(self) -> List[Member]:
+        return [m for m in self.members if m.ready]
+
+    def remote_members(self) -> List[Member]:
+        return [m for m in self.members if not m.local]
+
+    def poll(self, timeout: float = 0) -> List[Member]:
+        """Members that finished starting since the last poll (waiting up to ``timeout`` s for
+        the first); one that died while starting is replaced."""
+        starting = {m.ready_ref: m for m in self.members if not m.ready}
+        if not starting:
+            return []
+        done, _ = ray.wait(list(starting), num_returns=len(starting), timeout=timeout)
+        newly = []
+        for ref in done:
+            member = starting[ref]
+            try:
+                ray.get(ref)
+            except Exception as exc:  # noqa: BLE001 - classified in _failed
+                self._failed(member, exc, "while starting")
+                continue
+            member.ready, member.ready_ref, member.start_failures = True, None, 0
+            newly.append(member)
+        return newly
+
+    # -- calls -------------------------------------------------------------------------------
+    def submit(self, member: Member, method: str, *args, **kwargs):
+        """Start ``member.method(*args)``; returns its ref (a LocalRef for a local member, run
+        now)."""
+        ref = getattr(member.handle, method).remote(*args, **kwargs)
+        if not member.local:
+            self.calls[ref] = Call(member)
+        return ref
+
+    def owner(self, ref) -> Optional[Member]:
+        call = self.calls.get(ref)
+        return call.member if call is not None else None
+
+    def take(self, ref, member: Optional[Member] = None):
+        """The value of a finished call, or MISSING when its worker died (then replaced). An
+        exception the method itself raised propagates: a bug or a fault past its limit."""
+        if isinstance(ref, LocalRef):
+            return ref.value
+        call = self.calls.pop(ref, None)
+        member = member or (call.member if call else None)
+        try:
+            return ray.get(ref)
+        except Exception as exc:  # noqa: BLE001
+            if member is None or not actor_died(exc):
+                raise
+            self._failed(member, exc)
+            return MISSING
+
+    def gather(self, refs: Dict[Any, Member], timeout: Optional[float] = None
+               ) -> Dict[Member, Any]:
+        """Wait for every call in ``refs`` (ref -> member) up to the timeout; {member: value}
+        of those that delivered. Members that died or did not answer in time are replaced and
+        their work dropped."""
+        timeout = self.timeout if timeout is None else timeout
+        results = {}
+        remote = [r for r in refs if not isinstance(r, LocalRef)]
+        for ref, member in refs.items():
+            if isinstance(ref, LocalRef):
+                results[member] = ref.value
+        if remote:
+            done, pending = ray.wait(remote, num_returns=len(remote), timeout=timeout)
+            for ref in done:
+                value = self.take(ref, refs[ref])
+                if value is not MISSING:
+                    results[refs[ref]] = value
+            for ref in pending:
+                self.calls.pop(ref, None)
+                self._failed(refs[ref], f"no answer within {timeout:g} s (--worker_timeout)")
+        return results
+
+    def hung(self, now: Optional[float] = None) -> List[Any]:
+        """Refs of calls older than the timeout (for loops that wait on many kinds of work);
+        their members are replaced."""
+        if self.timeout is None:
+            return []
+        now = time.monotonic() if now is None else now
+        late = [ref for ref, call in self.calls.items() if now - call.submitted > self.timeout]
+        for ref in late:
+            member = self.calls.pop(ref).member
+            if member in self.members:
+                self._failed(member, f"no answer within {self.timeout:g} s (--worker_timeout)")
+        return late
+
+    def check_health(self, timeout: float = 30.0) -> List[Member]:
+        """Ping every remote member at once; the dead are replaced. Returns them."""
+        pings = {m.handle.__ray_ready__.remote(): m for m in self.members if not m.local}
+        if not pings:
+            return []
+        done, _ = ray.wait(list(pings), num_returns=len(pings), timeout=timeout)
+        dead = []
+        for ref in done:
+            try:
+                ray.get(ref)
+            except Exception as exc:  # noqa: BLE001
+                if not actor_died(exc):
+                    raise
+                dead.append(pings[ref])
+                self._failed(pings[ref], exc)
+        return dead
+
+    # -- faults ------------------------------------------------------------------------------
+    def _forget(self, member: Member):
+        if member in self.members:
+            self.members.remove(member)
+        for ref in [r for r, c in self.calls.items() if c.member is member]:
+            del self.calls[ref]
+
+    def _failed(self, member: Member, error, when=""):
+        """Replace a member that died or hung. Raises RunFailure past --max_worker_restarts, or
+        when a slot's replacements keep dying while they start (their constructor fails)."""
+        self.retire(member)
+        what = short_error(error) if isinstance(error, BaseException) else str(error)
+        start_failures = member.start_failures + 1 if when else 0
+        if start_failures >= START_FAILURES_IN_A_ROW:
+            raise RunFailure(f"{self.kind} {member.slot} died while starting "
+                             f"{start_failures} times in a row (last: {what}); its constructor "
+                             f"fails on this machine (see the actor's log above).")
+        self.faults.worker_restarted(
+            f"{self.kind} {member.slot} died{(' ' + when) if when else ''} ({what}); its work "
+            f"in flight is dropped and a replacement joins", self.env_steps())
+        self.add(member.slot, generation=member.generation + 1, start_failures=start_failures)
+
+
+def alive(handle, timeout: float = 30.0) -> bool:
+    """False when the actor behind ``handle`` is dead; an actor too busy to answer within
+    ``timeout`` counts as alive (in-process handles always are)."""
+    if isinstance(handle, LocalHandle):
+        return True
+    try:
+        ray.get(handle.__ray_ready__.remote(), timeout=timeout)
+        return True
+    except ray.exceptions.GetTimeoutError:
+        return True
+    except Exception as exc:  # noqa: BLE001
+        return not actor_died(exc)
