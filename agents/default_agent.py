@@ -62,9 +62,14 @@ class DefaultAgent(BaseAgent):
             trajectory.rewards, trajectory.values, next_values, trajectory.terminated,
             trajectory.truncated, self.args.gamma, self.args.gae_lambda)
         n = trajectory.num_steps
+        # Steps whose env raised are cuts kept only to make the arrays rectangular: GAE runs
+        # over them (they end their episode, so nothing flows across), then they are dropped.
+        valid = (np.ones(n, dtype=bool) if trajectory.valid is None
+                 else np.asarray(trajectory.valid, dtype=bool).reshape(n))
+        keep = torch.as_tensor(valid)
 
         def flat(x):
-            return torch.as_tensor(np.asarray(x).reshape(n, *np.asarray(x).shape[2:]))
+            return torch.as_tensor(np.asarray(x).reshape(n, *np.asarray(x).shape[2:]))[keep]
 
         self.data = {
             "observations": flat(trajectory.observations).float(),
@@ -74,9 +79,10 @@ class DefaultAgent(BaseAgent):
             "returns": flat(returns),
             "old_values": flat(trajectory.values).float(),
         }
-        return {"advantage_sum": float(advantages.sum(dtype=np.float64)),
-                "advantage_sq_sum": float((advantages.astype(np.float64) ** 2).sum()),
-                "advantage_count": n}
+        kept = advantages.reshape(n)[valid].astype(np.float64)
+        return {"advantage_sum": float(kept.sum()),
+                "advantage_sq_sum": float((kept ** 2).sum()),
+                "advantage_count": int(valid.sum())}
 
     def minibatch_indices(self, request):
         if request.minibatch == 0 or self.order is None:
@@ -86,6 +92,9 @@ class DefaultAgent(BaseAgent):
     def fetch_grads(self, weights, request):
         self.sync_weights(weights, request.weights_version)
         idx = torch.as_tensor(self.minibatch_indices(request))
+        if len(idx) == 0:  # fewer valid samples than minibatches: contribute nothing, not NaN
+            self.model.zero_grad(set_to_none=True)
+            return GradientResult(self.model.collect_gradients(), 0, request.weights_version, {})
         advantages = self.data["advantages"][idx]
         if self.args.normalize_advantage:
             advantages = (advantages - request.advantage_mean) / (request.advantage_std + 1e-8)

@@ -23,14 +23,16 @@ class SACAgent(BaseAgent):
 
     @staticmethod
     def transitions(trajectory: Trajectory):
-        """The fragment ([T, E] time-major) as N = T * E transitions, in row-major (t, e) order.
+        """The fragment ([T, E] time-major) as up to N = T * E transitions, in row-major (t, e)
+        order.
 
         The next observation of step (t, e) is the observation stored at (t + 1, e), or
         ``last_observations[e]`` for the fragment's last step. Where that step ended its episode
         the stored one is the reset observation of the next episode: harmless after a
         termination (terminated = 1 masks the bootstrap), wrong after a truncation, so truncated
         steps get their final observation from ``truncated_observations`` instead (a time limit
-        is not a terminal state; they keep terminated = 0 and bootstrap).
+        is not a terminal state; they keep terminated = 0 and bootstrap). Steps whose env raised
+        (``trajectory.valid`` False) are not transitions and are dropped.
         """
         from core.replay_buffer import Transitions  # imported here: only SAC runs need it
         observations = np.asarray(trajectory.observations, dtype=np.float32)
@@ -44,15 +46,18 @@ class SACAgent(BaseAgent):
             next_observations[t, e] = trajectory.truncated_observations
         actions = np.asarray(trajectory.actions, dtype=np.float32)
 
+        keep = (slice(None) if trajectory.valid is None
+                else np.asarray(trajectory.valid, dtype=bool).reshape(n))
+
         def flat(x):
-            return x.reshape(n, *x.shape[2:])
+            return x.reshape(n, *x.shape[2:])[keep]
 
         return Transitions(
             observations=flat(observations),
             actions=flat(actions),
-            rewards=np.asarray(trajectory.rewards, dtype=np.float32).reshape(n),
+            rewards=flat(np.asarray(trajectory.rewards, dtype=np.float32)),
             next_observations=flat(next_observations),
-            terminated=np.asarray(trajectory.terminated, dtype=np.float32).reshape(n))
+            terminated=flat(np.asarray(trajectory.terminated, dtype=np.float32)))
 
     def send_trajectory(self, trajectory: Trajectory):
         """Keep the fragment's transitions in ``self.pending`` (replacing any not taken)."""

@@ -4,6 +4,12 @@
 CartPole step costs ~7 us and a Ray call ~1.1 ms, so cheap envs must not pay a call per step
 (benchmarks/sampling.py measures both placements). ``--env_placement actor`` gives every env its
 own actor for heavy simulators; the group then steps all of them with one ray.get per step.
+
+An env that raises (a simulator binding that loses its connection now and then) must not end
+the run: every step and reset is guarded. The env that raised is rebuilt with a fresh seed and
+reset, its episode is cut (``StepResult.failed``), and the others go on. Only an env that raises
+``--max_env_errors`` times in a row, with no successful step between, is taken for broken:
+``EnvFailure``.
 """
 import numpy as np
 import ray
@@ -12,15 +18,56 @@ from gymnasium import spaces
 from core.plugins import make_env, make_env_actor
 
 
-class StepResult:
-    __slots__ = ("observations", "rewards", "terminated", "truncated", "final_observations")
+class EnvFailure(RuntimeError):
+    """One env raised --max_env_errors times in a row: broken, not flaky; the run stops."""
 
-    def __init__(self, observations, rewards, terminated, truncated, final_observations):
-        self.observations = observations            # [E, ...] after auto-reset
+
+def describe_error(exc):
+    """'TypeName: text' on one line, of the env's own exception when Ray wrapped it."""
+    cause = getattr(exc, "cause", None) if isinstance(exc, ray.exceptions.RayTaskError) else None
+    exc = cause if isinstance(cause, BaseException) else exc
+    text = " ".join(str(exc).split())
+    if len(text) > 500:  # a Ray actor's death notice carries pages of context
+        text = text[:500] + " ..."
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def env_failure(where, count, last_error):
+    """The one-paragraph EnvFailure for ``where`` (e.g. 'env 1 of worker 0')."""
+    return EnvFailure(
+        f"{where} raised {count} times in a row (in step or reset, each time rebuilt and reset "
+        f"with a fresh seed); the last error: {last_error}. An env that keeps failing is taken "
+        f"for broken rather than flaky, so the run stops. Fix the env or its simulator, or "
+        f"raise the limit with --max_env_errors (now {count}).")
+
+
+def fresh_seed(seed, errors):
+    """A new seed for an env rebuilt after its ``errors``-th error: derived from its original
+    seed and the count, so the rebuilt env neither replays the start that failed nor takes a
+    seed of its neighbours (seed + small offsets)."""
+    if seed is None:
+        return None
+    return int(np.random.SeedSequence([int(seed) & (2**64 - 1), int(errors)]).generate_state(1)[0])
+
+
+class StepResult:
+    __slots__ = ("observations", "rewards", "terminated", "truncated", "final_observations",
+                 "failed", "errors")
+
+    def __init__(self, observations, rewards, terminated, truncated, final_observations,
+                 failed=None, errors=None):
+        self.observations = observations            # [E, ...] after auto-reset (or rebuild)
         self.rewards = rewards                      # [E]
         self.terminated = terminated                # [E] bool
         self.truncated = truncated                  # [E] bool
         self.final_observations = final_observations  # {e: obs before reset} for ended episodes
+        # [E] bool: env e's step raised. Its episode is cut (reward 0, terminated False,
+        # truncated True, no final observation: the env never returned one) and
+        # observations[e] is the rebuilt env's first observation.
+        self.failed = np.zeros(len(rewards), dtype=bool) if failed is None else failed
+        # [{"env": e, "method": "step" or "reset", "error": "TypeName: text"}], every error
+        # survived during this step: the steps that raised and the resets that did.
+        self.errors = [] if errors is None else errors
 
 
 def to_env_action(action_space, action):
@@ -32,9 +79,17 @@ def to_env_action(action_space, action):
 
 
 class EnvGroup:
-    def __init__(self, plugins, args, seeds, placement="worker"):
+    def __init__(self, plugins, args, seeds, placement="worker", worker_index=None):
         self.placement = placement
+        self.plugins, self.args = plugins, args
         self.seeds = list(seeds)
+        self.worker_index = worker_index
+        self.max_errors = int(getattr(args, "max_env_errors", 5))
+        self.errors_in_a_row = [0] * len(self.seeds)   # reset by a successful step
+        self.error_counts = [0] * len(self.seeds)      # all of them: the fresh seeds' counter
+        # Errors survived by reset() / reset_all(), which return observations only; the
+        # caller takes them with take_reset_errors().
+        self.reset_errors = []
         if placement == "actor":
             self.envs = [make_env_actor(plugins, args, s) for s in self.seeds]
             # __ray_call__ runs a function on the actor's instance: works for any wrapper,
@@ -49,39 +104,129 @@ class EnvGroup:
     def __len__(self):
         return len(self.envs)
 
-    def _call(self, method, args_per_env):
+    # -- guarded calls -------------------------------------------------------------------------
+    def _each(self, indices, method, args_per_env, kwargs_per_env=None):
+        """Call ``method`` on the envs ``indices``: one (result, None) or (None, exception) per
+        env, so one env that raises loses none of the others' results."""
+        kwargs_per_env = kwargs_per_env or [{}] * len(indices)
         if self.placement == "actor":
-            return ray.get([getattr(env, method).remote(*a) for env, a in
-                            zip(self.envs, args_per_env)])
-        return [getattr(env, method)(*a) for env, a in zip(self.envs, args_per_env)]
+            refs = []
+            for i, a, k in zip(indices, args_per_env, kwargs_per_env):
+                try:
+                    refs.append(getattr(self.envs[i], method).remote(*a, **k))
+                except Exception as exc:  # noqa: BLE001 - an env fault, recorded by the caller
+                    refs.append(exc)
+            pending = [r for r in refs if isinstance(r, ray.ObjectRef)]
+            if pending:  # wait for all first: the results of the envs that did not fail
+                ray.wait(pending, num_returns=len(pending))
+            outcomes = []
+            for r in refs:
+                if not isinstance(r, ray.ObjectRef):
+                    outcomes.append((None, r))
+                    continue
+                try:
+                    outcomes.append((ray.get(r), None))
+                except Exception as exc:  # noqa: BLE001 - RayTaskError, RayActorError
+                    outcomes.append((None, exc))
+            return outcomes
+        outcomes = []
+        for i, a, k in zip(indices, args_per_env, kwargs_per_env):
+            try:
+                outcomes.append((getattr(self.envs[i], method)(*a, **k), None))
+            except Exception as exc:  # noqa: BLE001 - an env fault, recorded by the caller
+                outcomes.append((None, exc))
+        return outcomes
 
-    def _reset(self, indices, seeds=None):
-        if self.placement == "actor":
-            results = ray.get([self.envs[i].reset.remote(seed=None if seeds is None else seeds[k])
-                               for k, i in enumerate(indices)])
-        else:
-            results = [self.envs[i].reset(seed=None if seeds is None else seeds[k])
-                       for k, i in enumerate(indices)]
-        return [obs for obs, _info in results]
+    def _record(self, e, method, exc, errors):
+        """Count an error of env e; EnvFailure once it has --max_env_errors in a row."""
+        self.errors_in_a_row[e] += 1
+        self.error_counts[e] += 1
+        error = describe_error(exc)
+        errors.append({"env": int(e), "method": method, "error": error})
+        if self.errors_in_a_row[e] >= self.max_errors:
+            where = f"env {e}" + ("" if self.worker_index is None
+                                  else f" of worker {self.worker_index}")
+            raise env_failure(where, self.errors_in_a_row[e], error) from exc
 
+    def _close_env(self, env):
+        try:  # best effort: the env is broken already
+            if self.placement == "actor":
+                ray.kill(env, no_restart=True)
+            else:
+                getattr(env, "close", lambda: None)()
+        except Exception:  # noqa: BLE001
+            pass
+
+    def _rebuild(self, e, errors):
+        """Replace env e by a new one with a fresh seed and reset it, until that works (each
+        failure counts); the new env's first observation."""
+        while True:
+            seed = fresh_seed(self.seeds[e], self.error_counts[e])
+            self._close_env(self.envs[e])
+            try:
+                if self.placement == "actor":
+                    self.envs[e] = make_env_actor(self.plugins, self.args, seed)
+                    return ray.get(self.envs[e].reset.remote(seed=seed))[0]
+                self.envs[e] = make_env(self.plugins, self.args, seed)
+                return self.envs[e].reset(seed=seed)[0]
+            except Exception as exc:  # noqa: BLE001 - counts as another error of env e
+                self._record(e, "reset", exc, errors)
+
+    def _reset(self, indices, seeds, errors):
+        """Reset envs ``indices`` (seeded when ``seeds`` is given); one that raises is rebuilt."""
+        outcomes = self._each(indices, "reset", [()] * len(indices),
+                              [{"seed": None if seeds is None else seeds[k]}
+                               for k in range(len(indices))])
+        observations = []
+        for i, (result, exc) in zip(indices, outcomes):
+            if exc is None:
+                observations.append(result[0])
+            else:
+                self._record(i, "reset", exc, errors)
+                observations.append(self._rebuild(i, errors))
+        return observations
+
+    # -- the group's API -----------------------------------------------------------------------
     def reset(self):
         """First reset, seeded: env e of this group gets seeds[e]."""
-        return np.stack(self._reset(range(len(self.envs)), self.seeds))
+        return np.stack(self._reset(range(len(self.envs)), self.seeds, self.reset_errors))
+
+    def reset_all(self, seeds):
+        """Reset every env with these seeds; the new first observations, stacked."""
+        return np.stack(self._reset(range(len(self.envs)), list(seeds), self.reset_errors))
+
+    def take_reset_errors(self):
+        """The errors reset() and reset_all() survived since the last call, cleared."""
+        errors, self.reset_errors = self.reset_errors, []
+        return errors
 
     def step(self, actions) -> StepResult:
         env_actions = [to_env_action(self.action_space, a) for a in actions]
-        results = self._call("step", [(a,) for a in env_actions])
-        observations = [r[0] for r in results]
-        rewards = np.array([r[1] for r in results], dtype=np.float32)
-        terminated = np.array([r[2] for r in results], dtype=bool)
-        truncated = np.array([r[3] for r in results], dtype=bool)
-        ended = np.flatnonzero(terminated | truncated)
-        final = {}
-        if len(ended):
-            final = {int(e): observations[e] for e in ended}
-            for e, obs in zip(ended, self._reset(ended)):
+        num_envs = len(self.envs)
+        outcomes = self._each(range(num_envs), "step", [(a,) for a in env_actions])
+        observations = [None] * num_envs
+        rewards = np.zeros(num_envs, dtype=np.float32)
+        terminated = np.zeros(num_envs, dtype=bool)
+        truncated = np.zeros(num_envs, dtype=bool)
+        failed = np.zeros(num_envs, dtype=bool)
+        errors = []
+        for e, (result, exc) in enumerate(outcomes):
+            if exc is not None:
+                failed[e] = truncated[e] = True
+                self._record(e, "step", exc, errors)
+                continue
+            self.errors_in_a_row[e] = 0
+            observations[e] = result[0]
+            rewards[e], terminated[e], truncated[e] = result[1], result[2], result[3]
+        ended = [e for e in range(num_envs) if not failed[e] and (terminated[e] or truncated[e])]
+        final = {e: observations[e] for e in ended}
+        if ended:
+            for e, obs in zip(ended, self._reset(ended, None, errors)):
                 observations[e] = obs
-        return StepResult(np.stack(observations), rewards, terminated, truncated, final)
+        for e in np.flatnonzero(failed):
+            observations[e] = self._rebuild(int(e), errors)
+        return StepResult(np.stack(observations), rewards, terminated, truncated, final,
+                          failed, errors)
 
     def get_state(self):
         """Every env's state (see envs/gym_env.py:get_state), or None if one of them cannot
@@ -101,10 +246,6 @@ class EnvGroup:
         else:
             for env, state in zip(self.envs, states):
                 env.set_state(state)
-
-    def reset_all(self, seeds):
-        """Reset every env with these seeds; the new first observations, stacked."""
-        return np.stack(self._reset(range(len(self.envs)), list(seeds)))
 
     def close(self):
         for env in self.envs:

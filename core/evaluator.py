@@ -2,7 +2,7 @@
 import numpy as np
 import torch
 
-from core.envs import to_env_action
+from core.envs import describe_error, env_failure, fresh_seed, to_env_action
 from core.normalizer import normalize
 from core.plugins import load_plugins, make_env
 from core.process import setup_process
@@ -16,6 +16,9 @@ class Evaluator:
         setup_process(args)
         plugins = load_plugins(spec)
         self.seed = args.seed + EVAL_SEED_OFFSET
+        self.plugins, self.args = plugins, args
+        self.max_errors = int(getattr(args, "max_env_errors", 5))
+        self.error_count = 0  # every error survived, for the rebuilt envs' fresh seeds
         self.envs = [make_env(plugins, args, self.seed + k) for k in range(num_episodes)]
         self.action_space = self.envs[0].action_space
         # Its initial weights are overwritten before use; drawing them must not advance the
@@ -27,17 +30,48 @@ class Evaluator:
         self.normalize_obs = bool(getattr(args, "normalize_obs", False))
         self.obs_clip = float(getattr(args, "obs_clip", 10.0))
 
+    def _restart(self, k, seed, exc, failures):
+        """Env k raised in this episode: count it, rebuild the env (a fresh constructor seed,
+        so a fault drawn from it is not replayed) and start the episode again with its seed
+        ``seed`` (so the rerun is the episode the others are compared with). EnvFailure after
+        --max_env_errors failures of one episode. The new first observation."""
+        while True:
+            failures[k] += 1
+            self.error_count += 1
+            if failures[k] >= self.max_errors:
+                raise env_failure(f"the test worker's env {k}", failures[k],
+                                  describe_error(exc)) from exc
+            try:  # best effort: the env is broken already
+                getattr(self.envs[k], "close", lambda: None)()
+            except Exception:  # noqa: BLE001
+                pass
+            try:
+                self.envs[k] = make_env(self.plugins, self.args,
+                                        fresh_seed(self.seed + k, self.error_count))
+                return self.envs[k].reset(seed=seed)[0]
+            except Exception as again:  # noqa: BLE001 - another failure of this episode
+                exc = again
+
     @torch.no_grad()
     def evaluate(self, weights, weights_version=0, env_steps=0, obs_statistics=None):
         """Mean, spread and list of the returns of one deterministic episode per env; with
-        --normalize_obs, observations normalized with ``obs_statistics`` (never updated here)."""
+        --normalize_obs, observations normalized with ``obs_statistics`` (never updated here).
+        An env that raises is rebuilt and its episode run again from the start with the same
+        seed; "env_errors" counts the errors survived."""
         if weights is not None:
             self.model.set_weights(weights)
         # Each evaluation draws fresh starts, a function of the env-step count only (env k:
         # seed + k + 1000 * env_steps), so a restored run evaluates as the uninterrupted one.
         seeds = [self.seed + k + 1_000 * int(env_steps) for k in range(len(self.envs))]
         self.rounds += 1
-        observations = [env.reset(seed=s)[0] for env, s in zip(self.envs, seeds)]
+        errors_before = self.error_count
+        failures = [0] * len(self.envs)  # of the episode now running in env k
+        observations = []
+        for k, s in enumerate(seeds):
+            try:
+                observations.append(self.envs[k].reset(seed=s)[0])
+            except Exception as exc:  # noqa: BLE001 - survived: rebuilt, reset again
+                observations.append(self._restart(k, s, exc, failures))
         returns = np.zeros(len(self.envs))
         lengths = np.zeros(len(self.envs), dtype=np.int64)
         running = list(range(len(self.envs)))
@@ -48,8 +82,14 @@ class Evaluator:
             actions, _ = self.model.choose_actions(batch, deterministic=True)
             still_running = []
             for i, action in zip(running, actions):
-                obs, reward, terminated, truncated, _ = self.envs[i].step(
-                    to_env_action(self.action_space, action))
+                try:
+                    obs, reward, terminated, truncated, _ = self.envs[i].step(
+                        to_env_action(self.action_space, action))
+                except Exception as exc:  # noqa: BLE001 - the episode is run again
+                    observations[i] = self._restart(i, seeds[i], exc, failures)
+                    returns[i], lengths[i] = 0.0, 0
+                    still_running.append(i)
+                    continue
                 returns[i] += reward
                 lengths[i] += 1
                 observations[i] = obs
@@ -59,4 +99,5 @@ class Evaluator:
         return {"eval_return": float(returns.mean()), "eval_return_std": float(returns.std()),
                 "eval_return_min": float(returns.min()), "eval_return_max": float(returns.max()),
                 "eval_length": float(lengths.mean()), "returns": returns.tolist(),
-                "weights_version": weights_version, "env_steps": env_steps}
+                "weights_version": weights_version, "env_steps": env_steps,
+                "env_errors": self.error_count - errors_before}

@@ -32,9 +32,11 @@ class RolloutWorker:
         torch.manual_seed(args.seed + 1_000 * (worker_index + 1))
         self.envs = EnvGroup(plugins, args, worker_seeds(args.seed, worker_index,
                                                          args.num_envs_per_worker),
-                             placement=args.env_placement)
+                             placement=args.env_placement, worker_index=worker_index)
         self.model = plugins.model_cls(args, self.envs.observation_space, self.envs.action_space)
         self.agent = plugins.agent_cls(args, self.model, seed=args.seed + worker_index)
+        # Guarded like every reset (core/envs.py): an env that raises here is rebuilt; the
+        # errors are reported with the first fragment's stats.
         self.observations = self.envs.reset()
         num_envs = len(self.envs)
         self.episode_return = np.zeros(num_envs)
@@ -49,7 +51,14 @@ class RolloutWorker:
         """Run ``num_steps`` steps in each env with the given weights and pass the fragment to
         the agent. With --normalize_obs, the policy, the fragment and the agent see observations
         normalized with ``obs_statistics`` (mean, var), and the stats carry the moments of the
-        raw ones. Returns core.types.RolloutStats."""
+        raw ones. Returns core.types.RolloutStats.
+
+        A step whose env raised (core/envs.py rebuilt it) is kept as an invalid cut
+        (``Trajectory.valid``): reward 0, truncated, its final observation the one the policy
+        saw, so nothing bootstraps across the cut. The step before it, if it did not end its
+        episode, becomes truncated at that same observation: the last real transition then
+        bootstraps from the real state where the episode was cut, as at a time limit. The cut
+        episode is not reported as finished."""
         start = time.perf_counter()
         self.agent.sync_weights(weights, weights_version)
         num_envs = len(self.envs)
@@ -57,10 +66,13 @@ class RolloutWorker:
         rewards = np.empty((num_steps, num_envs), dtype=np.float32)
         terminated = np.empty((num_steps, num_envs), dtype=bool)
         truncated = np.empty((num_steps, num_envs), dtype=bool)
+        valid = np.ones((num_steps, num_envs), dtype=bool)
         actions, log_probs, values = [], [], []
         truncated_index, truncated_obs = [], []
         finished_returns, finished_lengths = [], []
         raw_seen = np.empty_like(obs_buf) if self.normalize_obs else None
+        env_errors = [dict(worker=self.worker_index, **error, step=None)  # initial reset etc.
+                      for error in self.envs.take_reset_errors()]
 
         def seen(obs):  # what the policy sees
             return normalize(obs, obs_statistics, self.obs_clip) if self.normalize_obs else obs
@@ -82,8 +94,24 @@ class RolloutWorker:
                 values.append(extras["values"])
             rewards[t], terminated[t], truncated[t] = (result.rewards, result.terminated,
                                                        result.truncated)
+            env_errors.extend(dict(worker=self.worker_index, **error, step=t)
+                              for error in result.errors)
+            for e in np.flatnonzero(result.failed):
+                valid[t, e] = False
+                rewards[t, e], terminated[t, e], truncated[t, e] = 0.0, False, True
+                truncated_index.append((t, e))
+                truncated_obs.append(obs_buf[t, e])
+                if t > 0 and not (terminated[t - 1, e] or truncated[t - 1, e]):
+                    truncated[t - 1, e] = True
+                    truncated_index.append((t - 1, e))
+                    truncated_obs.append(obs_buf[t, e])
+                # At t = 0 the step before is in the last fragment, whose last observation was
+                # obs_buf[0, e]: it bootstraps from the real state already.
             self.episode_return += result.rewards
             self.episode_length += 1
+            for e in np.flatnonzero(result.failed):  # a cut episode is not a finished one
+                self.episode_return[e] = 0.0
+                self.episode_length[e] = 0
             for e, final_obs in result.final_observations.items():
                 if result.truncated[e] and not result.terminated[e]:
                     truncated_index.append((t, e))
@@ -102,13 +130,14 @@ class RolloutWorker:
             truncated_index=np.array(truncated_index, dtype=np.int64).reshape(-1, 2),
             truncated_observations=np.array(truncated_obs, dtype=np.float32).reshape(
                 len(truncated_obs), *self.observations.shape[1:]),
-            weights_version=weights_version)
+            weights_version=weights_version, valid=valid)
         agent_stats = self.agent.send_trajectory(trajectory) or {}
         return RolloutStats(env_steps=trajectory.num_steps, episode_returns=finished_returns,
                             episode_lengths=finished_lengths, weights_version=weights_version,
                             sample_time_s=time.perf_counter() - start, agent_stats=agent_stats,
                             obs_moments=(Moments.of(raw_seen.reshape(-1, *obs_buf.shape[2:]))
-                                         if raw_seen is not None else None))
+                                         if raw_seen is not None else None),
+                            env_errors=env_errors)
 
     def collect_to_buffer(self, weights, weights_version, num_steps, buffer, prioritized=False,
                           obs_statistics=None):
@@ -165,6 +194,11 @@ class RolloutWorker:
 
     def close(self):
         self.envs.close()
+
+    def ready(self):
+        """True once constructed: the driver calls it to learn that a new actor built its
+        envs (a failure there surfaces as this call's error)."""
+        return True
 
 
 def restore_workers(placement, workers, state, fresh_episode_seed):

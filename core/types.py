@@ -12,6 +12,11 @@ class Trajectory:
     ``next_observations`` holds, for every step that ended an episode by truncation, the
     observation the env returned before the automatic reset: the agent bootstraps from its
     value (a time limit is not a terminal state; Pardo et al. 2018, arXiv:1712.00378).
+
+    ``valid`` marks the steps that happened: False where the env raised (core/envs.py) and the
+    step was recorded as a cut (reward 0, truncated, its final observation the one the policy
+    saw) only to keep the arrays rectangular. Agents should drop those steps from their losses;
+    one that ignores ``valid`` still runs, on a few fake cut transitions. None: all valid.
     """
     observations: np.ndarray
     actions: np.ndarray
@@ -24,6 +29,7 @@ class Trajectory:
     truncated_index: np.ndarray            # [K, 2] (t, e) of truncated steps
     truncated_observations: np.ndarray     # [K, ...] their final observations
     weights_version: int = 0
+    valid: Optional[np.ndarray] = None     # [T, E] bool; None means every step is valid
 
     @property
     def num_steps(self) -> int:
@@ -59,3 +65,7 @@ class RolloutStats:
     sample_time_s: float = 0.0
     agent_stats: Dict[str, float] = field(default_factory=dict)  # what send_trajectory returned
     obs_moments: Any = None  # core.normalizer.Moments of the raw observations (--normalize_obs)
+    # Env errors survived while collecting (core/envs.py): {"worker", "env", "method" ("step" or
+    # "reset"), "error" ("TypeName: text"), "step" (t in the fragment; None for a reset outside
+    # one)}.
+    env_errors: List[dict] = field(default_factory=list)

@@ -1,0 +1,369 @@
+"""An env that raises is survived: EnvGroup rebuilds it and cuts its episode, the rollout marks
+the cut invalid, the agents drop it, the evaluator reruns the episode; only --max_env_errors
+errors in a row stop the run (EnvFailure)."""
+import os
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from agents.default_agent import DefaultAgent, compute_gae
+from agents.sac_agent import SACAgent
+from core.envs import EnvFailure, EnvGroup, fresh_seed
+from core.evaluator import Evaluator
+from core.plugins import PluginSpec, load_plugins
+from core.rollout import RolloutWorker, worker_seeds
+from core.types import Trajectory
+from envs import register_env, OBSERVATION
+from models.ppo import PPOModel
+from options.options import parse_args
+
+PLUGINS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plugins")
+
+
+@register_env("fault_test_env")
+class FaultyEnv:
+    """Observation [start, k]: ``start`` from the reset seed (+100 per unseeded reset), k the
+    step within the episode; reward 1; truncated after --fault_episode_steps. Raises where the
+    class attribute ``fail(env, method)`` says so (tests set it)."""
+
+    fail = staticmethod(lambda env, method: False)
+
+    @staticmethod
+    def add_args(parser):
+        parser.add_argument("--fault_episode_steps", type=int, default=4)
+
+    def __init__(self, args, seed=None):
+        self.seed = seed
+        self.episode_steps = args.fault_episode_steps
+        self.observation_space = spaces.Box(-1e6, 1e6, shape=(2,), dtype=np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.step_calls = 0    # this instance's step calls, raised or not
+        self.reset_calls = 0
+        self.closed = False
+        self.start, self.k = 0.0, 0
+
+    def obs(self):
+        return np.array([self.start, self.k], dtype=np.float32)
+
+    def reset(self, seed=None, options=None):
+        self.reset_calls += 1
+        if self.fail(self, "reset"):
+            raise RuntimeError("reset lost")
+        self.start = float(seed % 1000) if seed is not None else self.start + 100.0
+        self.k = 0
+        return self.obs(), {}
+
+    def step(self, action):
+        self.step_calls += 1
+        if self.fail(self, "step"):
+            raise RuntimeError("boom")
+        self.k += 1
+        return OBSERVATION(self.obs(), 1.0, False, self.k >= self.episode_steps, {})
+
+    def close(self):
+        self.closed = True
+
+
+def fail_on(plan):
+    """fail(env, method) raising on step call n (counted from 1) of the env first built with
+    seed s, for (s, n) in ``plan``; rebuilt envs (fresh seeds) never raise."""
+    return staticmethod(lambda env, method: method == "step" and (env.seed, env.step_calls) in plan)
+
+
+def group(*flags, seeds=(11, 12), worker_index=None):
+    args = parse_args(["--config", "none", "--env_name", "fault_test_env", *flags])
+    plugins = load_plugins(PluginSpec("fault_test_env", "ppo", "default_agent", args))
+    g = EnvGroup(plugins, args, seeds, worker_index=worker_index)
+    return g, g.reset()
+
+
+# -- EnvGroup -----------------------------------------------------------------------------------
+def test_a_step_that_raises_is_recorded_the_env_rebuilt_and_the_others_unaffected(monkeypatch):
+    monkeypatch.setattr(FaultyEnv, "fail", fail_on({(11, 2)}))
+    envs, first = group()
+    np.testing.assert_array_equal(first, [[11, 0], [12, 0]])
+    envs.step([0, 0])
+    old = envs.envs[0]
+    result = envs.step([0, 0])
+    assert result.failed.tolist() == [True, False]
+    assert result.errors == [{"env": 0, "method": "step", "error": "RuntimeError: boom"}]
+    # the cut: reward 0, truncated, no final observation (the env never returned one)
+    assert (result.rewards[0], result.terminated[0], result.truncated[0]) == (0.0, False, True)
+    assert result.final_observations == {}
+    # env 0 rebuilt and reset with a fresh seed (from its seed and its error count)
+    assert old.closed and envs.envs[0] is not old
+    new_seed = fresh_seed(11, 1)
+    assert envs.envs[0].seed == new_seed != 11
+    np.testing.assert_array_equal(result.observations[0], [new_seed % 1000, 0])
+    # env 1 stepped as if nothing happened
+    np.testing.assert_array_equal(result.observations[1], [12, 2])
+    assert (result.rewards[1], result.truncated[1], result.failed[1]) == (1.0, False, False)
+    assert envs.errors_in_a_row == [1, 0]
+    assert envs.step([0, 0]).failed.tolist() == [False, False]
+    assert envs.errors_in_a_row == [0, 0]  # a successful step ends the row
+
+
+def test_an_automatic_reset_that_raises_rebuilds_without_cutting_the_ended_episode(monkeypatch):
+    # env 1's episode ends at step 4; the automatic reset (its second reset call) raises
+    monkeypatch.setattr(FaultyEnv, "fail", staticmethod(
+        lambda env, method: method == "reset" and env.seed == 12 and env.reset_calls == 2))
+    envs, _ = group()
+    for _ in range(3):
+        envs.step([0, 0])
+    result = envs.step([0, 0])
+    assert result.failed.tolist() == [False, False]      # the step itself was real
+    assert result.truncated.tolist() == [True, True]
+    np.testing.assert_array_equal(result.final_observations[1], [12, 4])
+    assert result.errors == [{"env": 1, "method": "reset", "error": "RuntimeError: reset lost"}]
+    np.testing.assert_array_equal(result.observations[1], [fresh_seed(12, 1) % 1000, 0])
+    np.testing.assert_array_equal(result.observations[0], [111, 0])  # unseeded reset: +100
+
+
+def test_the_first_reset_is_guarded_and_its_errors_kept_for_the_caller(monkeypatch):
+    monkeypatch.setattr(FaultyEnv, "fail", staticmethod(
+        lambda env, method: method == "reset" and env.seed == 11))
+    envs, first = group()
+    np.testing.assert_array_equal(first[0], [fresh_seed(11, 1) % 1000, 0])
+    np.testing.assert_array_equal(first[1], [12, 0])
+    assert envs.take_reset_errors() == [
+        {"env": 0, "method": "reset", "error": "RuntimeError: reset lost"}]
+    assert envs.take_reset_errors() == []
+
+
+def test_max_env_errors_in_a_row_raise_env_failure_naming_env_worker_and_flag(monkeypatch):
+    monkeypatch.setattr(FaultyEnv, "fail", staticmethod(
+        lambda env, method: method == "step" and env.seed != 11))  # env 1 and its rebuilds
+    envs, _ = group("--max_env_errors", "3", worker_index=7)
+    for _ in range(2):
+        assert envs.step([0, 0]).failed.tolist() == [False, True]
+    with pytest.raises(EnvFailure) as caught:
+        envs.step([0, 0])
+    message = str(caught.value)
+    assert isinstance(caught.value, RuntimeError)
+    assert "env 1 of worker 7" in message and "3 times in a row" in message
+    assert "RuntimeError: boom" in message and "--max_env_errors" in message
+    assert "\n" not in message
+
+
+def test_a_rebuild_that_raises_counts_as_another_error(monkeypatch):
+    # env 0's first step raises and every rebuilt env 0 fails its reset: 1 + 2 errors = 3
+    monkeypatch.setattr(FaultyEnv, "fail", staticmethod(
+        lambda env, method: env.seed not in (11, 12) or (method == "step" and env.seed == 11)))
+    envs, _ = group("--max_env_errors", "3")
+    with pytest.raises(EnvFailure, match=r"env 0 raised 3 times.*RuntimeError: reset lost"):
+        envs.step([0, 0])
+
+
+def test_errors_separated_by_successful_steps_never_add_up(monkeypatch):
+    # env 0 raises on every other step call; each rebuilt env starts its own count of calls
+    monkeypatch.setattr(FaultyEnv, "fail", staticmethod(
+        lambda env, method: method == "step" and env.step_calls % 2 == 0 and env.seed != 12))
+    envs, _ = group("--max_env_errors", "2")
+    failed = [bool(envs.step([0, 0]).failed[0]) for _ in range(12)]
+    assert failed == [False, True] * 6
+
+
+# -- RolloutWorker.collect ----------------------------------------------------------------------
+def worker(plan, monkeypatch, num_envs=2):
+    monkeypatch.setattr(FaultyEnv, "fail", fail_on(plan))
+    args = parse_args(["--config", "none", "--env_name", "fault_test_env", "--num_workers", "0",
+                       "--num_envs_per_worker", str(num_envs), "--seed", "0"])
+    w = RolloutWorker(PluginSpec("fault_test_env", "ppo", "default_agent", args), worker_index=0)
+    sent = []
+    send = w.agent.send_trajectory
+    w.agent.send_trajectory = lambda trajectory: sent.append(trajectory) or send(trajectory)
+    return w, sent
+
+
+def truncations(trajectory):
+    return {tuple(int(x) for x in ix): obs.tolist() for ix, obs in
+            zip(trajectory.truncated_index, trajectory.truncated_observations)}
+
+
+def test_collect_marks_the_failed_step_invalid_and_cuts_the_episode_before_it(monkeypatch):
+    s0, s1 = worker_seeds(0, 0, 2)  # 10000, 10001: starts 0 and 1
+    # episodes of 4 steps: env 1 raises at t=4 (right after its episode ended at t=3),
+    # env 0 at t=5 (in the middle of its second episode)
+    w, sent = worker({(s0, 6), (s1, 5)}, monkeypatch)
+    stats = w.collect(None, 0, 8)
+    traj = sent[0]
+    expected_valid = np.ones((8, 2), dtype=bool)
+    expected_valid[5, 0] = expected_valid[4, 1] = False
+    np.testing.assert_array_equal(traj.valid, expected_valid)
+    for t, e in ((5, 0), (4, 1)):
+        assert (traj.rewards[t, e], traj.terminated[t, e], traj.truncated[t, e]) == (0, False, True)
+    # env 0: the real step (4, 0) is cut and bootstraps from where the episode stood at t=5
+    # (start 100 after the unseeded reset, k=1); the failed step's final observation is the
+    # same one (what the policy saw). env 1: (3, 1) had ended by its time limit already and
+    # keeps its real final observation.
+    np.testing.assert_array_equal(traj.observations[5, 0], [100, 1])
+    assert traj.truncated[4, 0]
+    cuts = truncations(traj)
+    assert cuts[(4, 0)] == cuts[(5, 0)] == [100, 1]
+    assert cuts[(3, 1)] == [1, 4]
+    assert cuts[(4, 1)] == traj.observations[4, 1].tolist() == [101, 0]
+    assert sorted(cuts) == [(3, 0), (3, 1), (4, 0), (4, 1), (5, 0)]
+    # after the cut the policy sees the rebuilt env's first observation
+    np.testing.assert_array_equal(traj.observations[6, 0], [fresh_seed(s0, 1) % 1000, 0])
+    np.testing.assert_array_equal(traj.observations[5, 1], [fresh_seed(s1, 1) % 1000, 0])
+    # finished episodes: the two that ended at t=3 only; the cut ones (env 0 t=4..5, env 1
+    # t=4) are not reported, and the rebuilt envs' episodes have not ended yet.
+    assert stats.episode_returns == [4.0, 4.0] and stats.episode_lengths == [4, 4]
+    assert stats.env_errors == [
+        {"worker": 0, "env": 1, "method": "step", "error": "RuntimeError: boom", "step": 4},
+        {"worker": 0, "env": 0, "method": "step", "error": "RuntimeError: boom", "step": 5}]
+    assert stats.agent_stats["advantage_count"] == 14
+    assert stats.env_steps == 16
+    # the counters restarted at the cut: env 0's new episode (t=6, 7) ends at t=1 of the next
+    # fragment with length 4, env 1's (t=5, 6, 7) at t=0
+    stats = w.collect(None, 1, 2)
+    assert sorted(stats.episode_lengths) == [4, 4] and stats.env_errors == []
+
+
+def test_collect_failure_at_the_first_step_of_a_fragment(monkeypatch):
+    (s0,) = worker_seeds(0, 0, 1)
+    w, sent = worker({(s0, 4)}, monkeypatch, num_envs=1)
+    w.collect(None, 0, 3)
+    stats = w.collect(None, 1, 3)
+    first, second = sent
+    assert not first.truncated.any()
+    # The step before the cut is in the first fragment; it bootstraps from its last
+    # observation, which is the state the episode was cut at.
+    np.testing.assert_array_equal(first.last_observations[0], second.observations[0, 0])
+    assert second.valid[:, 0].tolist() == [False, True, True]
+    assert truncations(second) == {(0, 0): second.observations[0, 0].tolist()}
+    assert stats.env_errors[0]["step"] == 0
+    assert stats.agent_stats["advantage_count"] == 2
+
+
+# -- the agents ---------------------------------------------------------------------------------
+GAMMA, LAM = 0.5, 0.5
+
+
+def fault_trajectory():
+    """T=3, E=2. env 0: rewards 1, 2 and a step that raised at t=2 (cut: (1, 0) truncated at
+    the observation [1.5] the policy saw at t=2, whose V = 1.5). env 1: rewards 0, 0, 1, V 0,
+    last observation [8]. Observations are V (see agent())."""
+    valid = np.array([[1, 1], [1, 1], [0, 1]], dtype=bool)
+    return Trajectory(
+        observations=np.array([[[0.5], [0.0]], [[1.0], [0.0]], [[1.5], [0.0]]], np.float32),
+        actions=np.array([[0, 1], [1, 0], [1, 1]]),
+        rewards=np.array([[1, 0], [2, 0], [0, 1]], np.float32),
+        terminated=np.zeros((3, 2), bool),
+        truncated=np.array([[0, 0], [1, 0], [1, 0]], bool),
+        log_probs=np.zeros((3, 2), np.float32),
+        values=np.array([[0.5, 0], [1.0, 0], [1.5, 0]], np.float32),
+        last_observations=np.array([[7.0], [8.0]], np.float32),
+        truncated_index=np.array([[1, 0], [2, 0]]),
+        truncated_observations=np.array([[1.5], [1.5]], np.float32),
+        valid=valid)
+
+
+def agent():
+    args = parse_args(["--config", "none", "--num_workers", "0", "--gamma", str(GAMMA),
+                       "--gae_lambda", str(LAM)])
+    model = PPOModel(args, spaces.Box(-10, 10, shape=(1,)), spaces.Discrete(2))
+    model.predict_values = lambda obs: np.asarray(obs, dtype=np.float32).reshape(-1)
+    return DefaultAgent(args, model)
+
+
+def test_default_agent_drops_invalid_samples_after_gae():
+    # env 0: delta_1 = 2 + .5*1.5 - 1 = 1.75 (cut)    A_1 = 1.75
+    #        delta_0 = 1 + .5*1   - .5 = 1.0          A_0 = 1 + .25*1.75 = 1.4375
+    # env 1: A = .3125, 1.25, 5 (test_gae's no-end case)
+    # kept, in (t, e) order without (2, 0): 1.4375, .3125, 1.75, 1.25, 5
+    a = agent()
+    traj = fault_trajectory()
+    stats = a.send_trajectory(traj)
+    np.testing.assert_array_equal(a.data["advantages"].numpy(), [1.4375, .3125, 1.75, 1.25, 5])
+    np.testing.assert_array_equal(a.data["returns"].numpy(), [1.9375, .3125, 2.75, 1.25, 5])
+    np.testing.assert_array_equal(a.data["actions"].numpy(), [0, 1, 1, 0, 1])
+    assert len(a.data["observations"]) == len(a.data["old_log_probs"]) == 5
+    assert stats["advantage_count"] == 5
+    assert stats["advantage_sum"] == pytest.approx(9.75, abs=1e-12)
+    # 2.06640625 + .09765625 + 3.0625 + 1.5625 + 25
+    assert stats["advantage_sq_sum"] == pytest.approx(31.7890625, abs=1e-12)
+    # env 1 alone, by compute_gae, is unaffected by env 0's cut
+    adv1, _ = compute_gae(traj.rewards[:, 1:], traj.values[:, 1:], np.array([[0], [0], [8]]),
+                          traj.terminated[:, 1:], traj.truncated[:, 1:], GAMMA, LAM)
+    np.testing.assert_array_equal(a.data["advantages"].numpy()[[1, 3, 4]], adv1[:, 0])
+
+
+def test_default_agent_minibatches_cover_the_valid_samples_only():
+    from core.types import GradientRequest
+    a = agent()
+    a.send_trajectory(fault_trajectory())
+    sizes = [a.fetch_grads(None, GradientRequest(0, m, 2, 0.0, 1.0, 0.0, 0)).num_samples
+             for m in range(2)]
+    assert sum(sizes) == 5
+
+
+def test_sac_agent_drops_invalid_transitions():
+    traj = fault_trajectory()
+    t = SACAgent.transitions(traj)
+    assert len(t.rewards) == 5
+    # rows (0,0) (0,1) (1,0) (1,1) (2,1); (1, 0) bootstraps from the cut observation [1.5]
+    np.testing.assert_array_equal(t.observations[:, 0], [0.5, 0, 1.0, 0, 0])
+    np.testing.assert_array_equal(t.next_observations[:, 0], [1.0, 0, 1.5, 0, 8])
+    np.testing.assert_array_equal(t.rewards, [1, 0, 2, 0, 1])
+    np.testing.assert_array_equal(t.actions[:, 0] if t.actions.ndim > 1 else t.actions,
+                                  [0, 1, 1, 0, 1])
+    traj.valid = None  # all valid: the six transitions, as before
+    assert len(SACAgent.transitions(traj).rewards) == 6
+
+
+# -- Evaluator ----------------------------------------------------------------------------------
+def evaluator(*flags):
+    args = parse_args(["--config", "none", "--user_dir", PLUGINS, "--env_name",
+                       "flaky_cartpole", "--num_workers", "0", "--seed", "3", *flags])
+    return Evaluator(PluginSpec("flaky_cartpole", "ppo", "default_agent", args, PLUGINS), 3)
+
+
+def test_evaluator_reruns_an_episode_whose_env_raised():
+    clean = evaluator("--fail_prob", "0")
+    weights = clean.model.get_weights()
+    expected = clean.evaluate(weights, env_steps=5)
+    assert expected["env_errors"] == 0
+    flaky = evaluator("--fail_prob", "0.05", "--fail_reset_prob", "0.2",
+                      "--max_env_errors", "100")
+    result = flaky.evaluate(weights, env_steps=5)
+    assert result["env_errors"] > 0
+    assert result["returns"] == expected["returns"]
+    assert result["eval_return"] == expected["eval_return"]
+    assert result["eval_length"] == expected["eval_length"]
+
+
+def test_evaluator_stops_after_max_env_errors_for_one_episode():
+    broken = evaluator("--fail_always", "--max_env_errors", "3")
+    with pytest.raises(EnvFailure, match=r"test worker's env 0 raised 3 times.*--max_env_errors"):
+        broken.evaluate(None)
+
+
+# -- actor placement ----------------------------------------------------------------------------
+def test_actor_placement_rebuilds_an_env_actor_that_raised_or_died(ray_session):
+    ray = ray_session
+    args = parse_args(["--config", "none", "--user_dir", PLUGINS, "--env_name",
+                       "flaky_cartpole", "--fail_prob", "0.3", "--max_env_errors", "50"])
+    plugins = load_plugins(PluginSpec("flaky_cartpole", "ppo", "default_agent", args, PLUGINS))
+    envs = EnvGroup(plugins, args, [21, 22], placement="actor", worker_index=0)
+    try:
+        envs.reset()
+        errors, failed = [], 0
+        for _ in range(10):
+            result = envs.step(np.zeros(2, dtype=np.int64))
+            assert result.observations.shape == (2, 4)
+            errors += result.errors
+            failed += int(result.failed.sum())
+        assert failed == len(errors) > 0
+        assert {e["error"] for e in errors} == {"RuntimeError: simulated simulator disconnect"}
+        # an actor that died is rebuilt as well; the other env's result is kept
+        dead = envs.envs[0]
+        ray.kill(dead, no_restart=True)
+        args.fail_prob = 0.0
+        result = envs.step(np.zeros(2, dtype=np.int64))
+        assert result.failed[0] and envs.envs[0] is not dead
+        assert result.errors[0]["env"] == 0 and "Actor" in result.errors[0]["error"]
+        assert not result.failed[1] or result.errors[-1]["env"] == 1
+    finally:
+        envs.close()
