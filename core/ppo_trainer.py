@@ -95,7 +95,8 @@ class PPOTrainer(NormalizedTrainer):
             return LocalHandle(RolloutWorker(self.spec, slot))
         # On a small machine more workers than CPUs would leave actors unscheduled: share.
         cpus = self.run.cpus_per_actor(self.num_remote)
-        return remote_class(RolloutWorker).options(num_cpus=cpus).remote(self.spec, slot)
+        actor = remote_class(RolloutWorker).options(num_cpus=cpus)
+        return actor.remote(self.spec, slot, generation)
 
     def spawn_remote(self):
         """Once Ray is up, start the remote workers (they join when their envs are built)."""
@@ -193,7 +194,7 @@ class PPOTrainer(NormalizedTrainer):
             rollouts = list(delivered.values())
             run.env_steps += sum(r.env_steps for r in rollouts)
             for r in rollouts:
-                self.faults.env_errors(getattr(r, "env_errors", ()), run.env_steps)
+                self.faults.env_errors(r.env_errors, run.env_steps)
             self.merge_obs_moments(rollouts)
             sample_time = time.perf_counter() - t0
             stats, grad_norms, gradient_lags = self.update(delivered, weights, progress)

@@ -24,17 +24,21 @@ def worker_seeds(seed, worker_index, num_envs):
 
 
 class RolloutWorker:
-    def __init__(self, spec, worker_index=0):
+    def __init__(self, spec, worker_index=0, generation=0):
+        """``generation`` counts replacements of this worker slot (core/worker_group.py): a
+        replacement draws other seeds than the worker it replaces (never the same episodes
+        again) and takes no share of the random warm-up (that is done)."""
         args = spec.args
         setup_process(args)
         plugins = load_plugins(spec)
         self.worker_index = worker_index
-        torch.manual_seed(args.seed + 1_000 * (worker_index + 1))
-        self.envs = EnvGroup(plugins, args, worker_seeds(args.seed, worker_index,
+        seed = args.seed + 7_919_000 * generation
+        torch.manual_seed(seed + 1_000 * (worker_index + 1))
+        self.envs = EnvGroup(plugins, args, worker_seeds(seed, worker_index,
                                                          args.num_envs_per_worker),
                              placement=args.env_placement, worker_index=worker_index)
         self.model = plugins.model_cls(args, self.envs.observation_space, self.envs.action_space)
-        self.agent = plugins.agent_cls(args, self.model, seed=args.seed + worker_index)
+        self.agent = plugins.agent_cls(args, self.model, seed=seed + worker_index)
         # Guarded like every reset (core/envs.py): an env that raises here is rebuilt; the
         # errors are reported with the first fragment's stats.
         self.observations = self.envs.reset()
@@ -42,8 +46,9 @@ class RolloutWorker:
         self.episode_return = np.zeros(num_envs)
         self.episode_length = np.zeros(num_envs, dtype=np.int64)
         # Uniform random actions for this worker's share of --start_steps (SAC's warm-up).
-        self.random_steps_left = getattr(args, "start_steps", 0) // max(1, args.num_workers)
-        self.envs.action_space.seed(args.seed + 1_000 * (worker_index + 1))
+        self.random_steps_left = (getattr(args, "start_steps", 0) // max(1, args.num_workers)
+                                  if generation == 0 else 0)
+        self.envs.action_space.seed(seed + 1_000 * (worker_index + 1))
         self.normalize_obs = bool(getattr(args, "normalize_obs", False))
         self.obs_clip = float(getattr(args, "obs_clip", 10.0))
 

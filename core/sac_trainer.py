@@ -155,7 +155,8 @@ class SACTrainer(NormalizedTrainer):
         if local:
             return LocalHandle(RolloutWorker(self.spec, slot))
         cpus = self.run.cpus_per_actor(self.num_workers)
-        return remote_class(RolloutWorker).options(num_cpus=cpus).remote(self.spec, slot)
+        actor = remote_class(RolloutWorker).options(num_cpus=cpus)
+        return actor.remote(self.spec, slot, generation)
 
     def check_core(self, error):
         """Raise CoreActorLost if the replay buffer or the parameter server is gone."""
@@ -308,7 +309,7 @@ class SACTrainer(NormalizedTrainer):
                 self.env_steps_submitted -= self.fragment
                 continue
             self.run.env_steps += stats.env_steps
-            self.faults.env_errors(getattr(stats, "env_errors", ()), self.run.env_steps)
+            self.faults.env_errors(stats.env_errors, self.run.env_steps)
             self.replay_size = min(self.args.buffer_size,
                                    self.replay_size + stats.env_steps)  # every step is stored
             self.episode_returns += stats.episode_returns

@@ -28,12 +28,17 @@ class NaNPPO(PPOModel):
         parser.add_argument("--nan_steps", type=step_range, default=(20, 25),
                             help="FIRST:LAST: this worker's gradient calls (counted from 0) "
                                  "whose loss is NaN (default: 20:25)")
+        parser.add_argument("--raise_at_step", type=int, default=None,
+                            help="raise RuntimeError('model bug') on this gradient call: an "
+                                 "error no fault handling should swallow (default: never)")
 
     def __init__(self, args, observation_space, action_space):
         super().__init__(args, observation_space, action_space)
         self.calls = 0
 
     def step(self, batch, progress=0.0):
+        if self.args.raise_at_step is not None and self.calls == self.args.raise_at_step:
+            raise RuntimeError("model bug")
         first, last = self.args.nan_steps
         poisoned = first <= self.calls < last
         self.calls += 1

@@ -1,0 +1,106 @@
+"""Elastic PPO rounds: whichever workers deliver a fragment take part, and the averaged gradient
+is the gradient of one process on the union of the delivered data."""
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from core.faults import Faults
+from core.placement import LocalHandle
+from core.plugins import PluginSpec, load_plugins
+from core.ppo_trainer import PPOTrainer, advantage_moments
+from core.rollout import RolloutWorker
+from core.worker_group import WorkerGroup
+from models.ppo import PPOBatch
+from options.options import parse_args
+
+
+def make_trainer(*flags):
+    args = parse_args(["--config", "none", "--num_workers", "0", "--num_epochs", "1",
+                       "--num_envs_per_worker", "4", "--rollout_steps", "32", "--batch_size",
+                       "256", "--seed", "3", *flags])
+    spec = PluginSpec(args.env_name, args.model_name, args.agent_name, args)
+    plugins = load_plugins(spec)
+    import gymnasium as gym
+    env = gym.make("CartPole-v1")
+    run = SimpleNamespace(env_steps=0, stop_requested=None, quiet=True,
+                          elapsed=lambda: 0.0, cpus_per_actor=lambda n: 1.0)
+    faults = Faults(args, printer=lambda line: None)
+    trainer = PPOTrainer(args, spec, plugins, (env.observation_space, env.action_space), run,
+                         faults)
+    # Three in-process workers with distinct seeds stand in for three actors.
+    trainer.group = WorkerGroup("rollout worker",
+                                lambda slot, generation, local: LocalHandle(
+                                    RolloutWorker(spec, slot)), faults)
+    for slot in range(3):
+        trainer.group.add(slot, local=True)
+    return trainer
+
+
+def union_gradient(model, agents, mean, std):
+    """The PPO gradient of one model on the concatenation of the agents' data (one minibatch:
+    the whole of it), advantages normalized with the round's moments."""
+    data = {k: torch.cat([a.data[k] for a in agents]) for k in agents[0].data}
+    batch = PPOBatch(data["observations"], data["actions"], data["old_log_probs"],
+                     (data["advantages"] - mean) / (std + 1e-8), data["returns"],
+                     data["old_values"])
+    gradients, _ = model.step(batch, 0.0)
+    return gradients
+
+
+@pytest.mark.parametrize("missing", [2, 0])
+def test_a_missing_worker_leaves_the_union_of_the_delivered_data(missing):
+    trainer = make_trainer()
+    members = sorted(trainer.group.members, key=lambda m: m.slot)
+    weights = trainer.learner.get_weights()
+    delivered = trainer.collect(members, weights)
+    assert len(delivered) == 3
+    lost = members[missing]
+    del delivered[lost]            # its fragment never arrived: it takes no part in the round
+
+    applied = []
+    apply = trainer.learner.apply
+    trainer.learner.apply = lambda gradients, progress=0.0: (
+        applied.append({k: v.copy() for k, v in gradients.items()}) or apply(gradients,
+                                                                              progress))
+    reference_model = trainer.model.__class__(trainer.args, trainer.model.observation_space,
+                                              trainer.model.action_space)
+    reference_model.set_weights(weights)
+
+    trainer.update(delivered, weights, progress=0.0)
+
+    assert len(applied) == 1  # 256 delivered samples, batch 256, 1 epoch: one step
+    agents = [m.handle.obj.agent for m in members if m is not lost]
+    mean, std = advantage_moments(list(delivered.values()))
+    expected = union_gradient(reference_model, agents, mean, std)
+    for name, value in expected.items():
+        np.testing.assert_allclose(applied[0][name], value, rtol=1e-4, atol=1e-6)
+
+    # The control that makes the test able to fail: with the lost worker's data in the union,
+    # the gradient is a different one.
+    everyone = [m.handle.obj.agent for m in members]
+    with_lost = union_gradient(reference_model, everyone, mean, std)
+    assert any(not np.allclose(applied[0][k], v, rtol=1e-3, atol=1e-5)
+               for k, v in with_lost.items())
+
+
+def test_a_worker_that_dies_mid_round_leaves_the_later_steps():
+    """Two epochs of two minibatches (384 samples, batch 256); the third worker's gradient
+    calls fail from the second epoch on: it leaves the round, the other two finish it."""
+    trainer = make_trainer("--num_epochs", "2")
+    members = sorted(trainer.group.members, key=lambda m: m.slot)
+    weights = trainer.learner.get_weights()
+    delivered = trainer.collect(members, weights)
+    gradients = trainer.gradients
+    seen = []
+
+    def flaky(weights, request, members_now):
+        members_now = [m for m in members_now if m.slot != 2 or request.epoch == 0]
+        seen.append(sorted(m.slot for m in members_now))
+        return gradients(weights, request, members_now)
+
+    trainer.gradients = flaky
+    stats, grad_norms, _ = trainer.update(delivered, weights, progress=0.0)
+    assert seen == [[0, 1, 2], [0, 1, 2], [0, 1], [0, 1]]
+    assert len(grad_norms) == 4 and trainer.learner.version == 4

@@ -1,0 +1,211 @@
+"""Faults survived, end to end (main.py in a subprocess, tiny budgets): a rollout worker
+SIGKILLed mid-run, an env that raises at random, a loss that turns NaN, the replay buffer killed;
+and what a run directory holds after any ending."""
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from core.checkpoint import load_checkpoint
+from tests.test_e2e import REPO, read_run, run_main
+
+PLUGINS = os.path.join(REPO, "tests", "plugins")
+
+
+# -- finding an actor's process: main.py's descendants titled ray::<Class> ---------------------
+def descendants(pid):
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def process_title(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().split(b"\0")[0].decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def actor_pids(main_pid, class_name):
+    return [p for p in descendants(main_pid) if process_title(p).startswith(f"ray::{class_name}")]
+
+
+def metrics_rows(run_dir):
+    try:
+        with open(os.path.join(run_dir, "metrics.csv")) as f:
+            return list(csv.DictReader(f))
+    except OSError:
+        return []
+
+
+def start_main(*flags):
+    return subprocess.Popen([sys.executable, os.path.join(REPO, "main.py"), *flags], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def kill_when(proc, class_name, ready, deadline=120):
+    """SIGKILL one ray::<class_name> process of ``proc`` once ``ready()``; returns its pid."""
+    end = time.time() + deadline
+    while proc.poll() is None and time.time() < end:
+        if ready():
+            victims = actor_pids(proc.pid, class_name)
+            if victims:
+                os.kill(victims[0], signal.SIGKILL)
+                return victims[0]
+        time.sleep(0.05)
+    return None
+
+
+def finish(proc, timeout=300):
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out, err
+
+
+# -- chaos ---------------------------------------------------------------------------------------
+def test_ppo_survives_a_sigkilled_rollout_worker(tmp_path):
+    """CartPole, 2 Ray workers: one is SIGKILLed at the third round; the round goes on with the
+    other, a replacement joins, the run reaches 475 and exits 0."""
+    run_dir = str(tmp_path / "run")
+    proc = start_main("--seed", "1", "--run_dir", run_dir, "--no-elastic_start", "--quiet",
+                      "--no-tensorboard", "--total_steps", "150000")
+    victim = kill_when(proc, "RolloutWorker", lambda: len(metrics_rows(run_dir)) >= 3)
+    code, out, err = finish(proc)
+    assert victim is not None, "no rollout worker to kill: " + err[-2000:]
+    assert code == 0, err[-3000:]
+    summary, rows = read_run(run_dir)
+    assert summary["stopped_because"] == "target_return", summary
+    assert summary["worker_restarts"] >= 1
+    assert "rollout worker" in err and "died" in err
+    # Both workers deliver again after the replacement joined.
+    assert int(rows[-1]["workers"]) == 2
+
+
+def test_sac_survives_a_killed_worker_and_restores_itself_when_the_buffer_dies(tmp_path):
+    """Pendulum, 2 Ray workers: a rollout worker is SIGKILLed, then, once a checkpoint holds
+    the buffer, the replay buffer actor: the run restores itself in place and finishes."""
+    run_dir = str(tmp_path / "run")
+    proc = start_main("--model_name", "sac", "--gym_id", "Pendulum-v1", "--seed", "0",
+                      "--sac_hidden_sizes", "64,64", "--total_steps", "2500",
+                      "--target_return", "none", "--eval_interval", "1000",
+                      "--eval_episodes", "2", "--log_steps", "256", "--checkpoint_interval",
+                      "800", "--checkpoint_buffer", "--run_dir", run_dir, "--quiet",
+                      "--no-tensorboard")
+    worker = kill_when(proc, "RolloutWorker", lambda: len(metrics_rows(run_dir)) >= 2)
+    checkpoints = os.path.join(run_dir, "checkpoints")
+    buffer = kill_when(proc, "ReplayBuffer", lambda: os.path.isdir(checkpoints) and any(
+        f.startswith("step-") for f in os.listdir(checkpoints)))
+    code, out, err = finish(proc)
+    assert worker is not None and buffer is not None, err[-2000:]
+    assert code == 0, err[-3000:]
+    summary, rows = read_run(run_dir)
+    assert summary["stopped_because"] == "total_steps" and summary["env_steps"] >= 2500
+    assert summary["worker_restarts"] >= 1 and summary["recoveries"] == 1, summary
+    assert "the replay buffer died" in err and "restores itself in place" in err
+    assert int(rows[-1]["updates"]) > 0
+
+
+def test_ppo_learns_cartpole_with_an_env_that_raises_at_random(tmp_path):
+    """An env whose step raises with probability 0.0005 (user plugin tests/plugins): each
+    error cuts the episode and rebuilds the env; PPO still reaches 475."""
+    run_dir = str(tmp_path / "run")
+    proc = run_main("--user_dir", PLUGINS, "--env_name", "flaky_cartpole", "--fail_prob",
+                    "0.0005", "--num_workers", "0", "--seed", "0", "--total_steps", "60000",
+                    "--target_return", "475", "--run_dir", run_dir, "--quiet",
+                    "--no-tensorboard")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary, rows = read_run(run_dir)
+    assert summary["stopped_because"] == "target_return", summary
+    assert summary["env_errors"] >= 1, summary
+    assert "simulated simulator disconnect" in proc.stderr
+    assert int(rows[-1]["env_errors"]) == summary["env_errors"]
+
+
+NAN = ("--user_dir", PLUGINS, "--model_name", "nan_ppo", "--num_workers", "0", "--seed", "0",
+       "--target_return", "none", "--quiet", "--no-tensorboard")
+
+
+def test_updates_with_a_nan_loss_are_skipped_and_the_run_goes_on(tmp_path):
+    run_dir = str(tmp_path / "run")
+    proc = run_main(*NAN, "--nan_steps", "20:25", "--total_steps", "2000", "--run_dir",
+                    run_dir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary, rows = read_run(run_dir)
+    assert summary["stopped_because"] == "total_steps"
+    assert summary["skipped_updates"] == 5  # gradient calls 20..24 of the one worker
+    payload = torch.load(os.path.join(run_dir, "checkpoints", "last.pt"), weights_only=True)
+    assert all(torch.isfinite(t).all() for t in payload["model"].values())
+    # 10 epochs x 1 minibatch per round: the updates counter lags the rounds by the 5 skipped.
+    assert int(rows[-1]["updates"]) == 10 * len(rows) - 5
+
+
+def test_too_many_bad_updates_in_a_row_stop_with_an_error_and_a_good_checkpoint(tmp_path):
+    run_dir = str(tmp_path / "run")
+    proc = run_main(*NAN, "--nan_steps", "20:40", "--max_bad_updates", "3", "--total_steps",
+                    "5000", "--run_dir", run_dir)
+    assert proc.returncode == 1
+    assert "ddrl: error:" in proc.stderr and "--max_bad_updates" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    summary, _ = read_run(run_dir)
+    assert summary["stopped_because"] == "error" and "max_bad_updates" in summary["error"]
+    payload = torch.load(os.path.join(run_dir, "checkpoints", "last.pt"), weights_only=True)
+    assert all(torch.isfinite(t).all() for t in payload["model"].values())
+
+
+# -- the run directory after any ending ----------------------------------------------------------
+def test_an_unexpected_error_still_writes_summary_and_a_checkpoint(tmp_path):
+    run_dir = str(tmp_path / "run")
+    proc = run_main(*NAN, "--nan_steps", "0:0", "--raise_at_step", "15", "--total_steps",
+                    "5000", "--run_dir", run_dir)
+    assert proc.returncode == 1
+    assert "RuntimeError: model bug" in proc.stderr  # a bug keeps its traceback
+    summary, _ = read_run(run_dir)
+    assert summary["stopped_because"] == "error"
+    assert summary["error"] == "RuntimeError: model bug"
+    assert os.path.isfile(os.path.join(run_dir, "checkpoints", "last.pt"))
+
+
+def test_a_run_dir_holding_another_run_is_refused_without_restore(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "metrics.csv").write_text("iteration,env_steps\n1,128\n")
+    proc = run_main("--num_workers", "0", "--total_steps", "500", "--run_dir", str(run_dir))
+    assert proc.returncode == 2
+    assert "already holds files" in proc.stderr and "--restore" in proc.stderr
+    assert (run_dir / "metrics.csv").read_text() == "iteration,env_steps\n1,128\n"
+    assert not (run_dir / "summary.json").exists()
+
+
+def test_sigterm_sets_a_stop_flag_the_round_finishes_and_a_checkpoint_is_written(tmp_path):
+    run_dir = str(tmp_path / "run")
+    proc = start_main("--num_workers", "0", "--total_steps", "1000000", "--target_return",
+                      "none", "--checkpoint_interval", "1000000", "--run_dir", run_dir,
+                      "--no-tensorboard")
+    end = time.time() + 120
+    while len(metrics_rows(run_dir)) < 3 and time.time() < end and proc.poll() is None:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    code, out, err = finish(proc)
+    assert code == 143, err[-2000:]
+    assert "SIGTERM: stopping after this round" in err and "Traceback" not in err
+    summary, rows = read_run(run_dir)
+    assert summary["stopped_because"] == "terminated"
+    _, meta = load_checkpoint(os.path.join(run_dir, "checkpoints", "last.pt"))
+    assert meta["env_steps"] == summary["env_steps"] == int(rows[-1]["env_steps"])

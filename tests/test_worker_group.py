@@ -1,0 +1,142 @@
+"""core/worker_group.py: results of the healthy, replacement of the dead and the hung, limits;
+and core/faults.py's classification of Ray's errors."""
+import os
+import sys
+import time
+from types import SimpleNamespace
+
+import pytest
+import ray.cloudpickle
+
+from core.faults import Faults, RunFailure, actor_died, all_finite, death_inside
+from core.placement import LocalHandle, remote_class
+from core.worker_group import MISSING, WorkerGroup, alive
+
+# Workers import this module by value (it is not importable from their sys.path).
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+class Echo:
+    def __init__(self, slot, fail_on_start=False):
+        if fail_on_start:
+            raise ValueError("constructor fails")
+        self.slot = slot
+
+    def work(self, x, die=False, sleep=0.0):
+        if die:
+            os._exit(1)  # as SIGKILL or the OOM killer would: no exception, the process is gone
+        time.sleep(sleep)
+        return self.slot, x
+
+    def broken(self):
+        raise ValueError("a bug in the worker's code")
+
+
+def make_group(max_restarts=1000, timeout=None, fail_on_start=False):
+    faults = Faults(SimpleNamespace(max_worker_restarts=max_restarts, max_bad_updates=10,
+                                    max_failures=3), printer=lambda line: None)
+
+    def factory(slot, generation, local):
+        if local:
+            return LocalHandle(Echo(slot))
+        return remote_class(Echo).options(num_cpus=0).remote(slot, fail_on_start)
+    return WorkerGroup("echo worker", factory, faults, timeout=timeout), faults
+
+
+def ready_group(size, **kwargs):
+    group, faults = make_group(**kwargs)
+    for slot in range(size):
+        group.add(slot)
+    end = time.time() + 60
+    while len(group.ready_members()) < size and time.time() < end:
+        group.poll(timeout=1)
+    return group, faults
+
+
+def test_gather_returns_the_healthy_results_and_replaces_a_dead_worker(ray_session):
+    group, faults = ready_group(2)
+    first, second = sorted(group.members, key=lambda m: m.slot)
+    calls = {group.submit(first, "work", 1): first,
+             group.submit(second, "work", 2, die=True): second}
+    results = group.gather(calls)
+    assert results == {first: (0, 1)}
+    assert faults.counts["worker_restarts"] == 1
+    replacement = [m for m in group.members if m.slot == 1]
+    assert len(replacement) == 1 and replacement[0].generation == 1
+    end = time.time() + 60
+    while not replacement[0].ready and time.time() < end:
+        group.poll(timeout=1)
+    assert replacement[0].ready
+    assert group.take(group.submit(replacement[0], "work", 3)) == (1, 3)
+
+
+def test_a_worker_that_does_not_answer_in_time_is_replaced(ray_session):
+    group, faults = ready_group(1, timeout=0.5)
+    member = group.members[0]
+    results = group.gather({group.submit(member, "work", 1, sleep=30): member})
+    assert results == {} and faults.counts["worker_restarts"] == 1
+    assert member not in group.members and [m.generation for m in group.members] == [1]
+
+
+def test_an_exception_of_the_workers_own_code_is_not_swallowed(ray_session):
+    group, faults = ready_group(1)
+    member = group.members[0]
+    with pytest.raises(ValueError, match="a bug in the worker's code"):
+        group.take(group.submit(member, "broken"))
+    assert faults.counts["worker_restarts"] == 0 and member in group.members
+
+
+def test_take_gives_missing_for_work_lost_with_its_worker(ray_session):
+    group, _ = ready_group(1)
+    member = group.members[0]
+    assert group.take(group.submit(member, "work", 1, die=True)) is MISSING
+    assert not alive(member.handle, timeout=10)
+
+
+def test_restarts_past_the_limit_stop_the_run(ray_session):
+    group, faults = ready_group(1, max_restarts=1)
+    group.gather({group.submit(group.members[0], "work", 1, die=True): group.members[0]})
+    end = time.time() + 60
+    while not group.members[0].ready and time.time() < end:
+        group.poll(timeout=1)
+    with pytest.raises(RunFailure, match="--max_worker_restarts 1"):
+        group.gather({group.submit(group.members[0], "work", 1, die=True): group.members[0]})
+
+
+def test_a_constructor_that_keeps_failing_is_a_clear_error_not_an_endless_restart(ray_session):
+    group, faults = make_group(fail_on_start=True)
+    group.add(0)
+    with pytest.raises(RunFailure, match="died while starting 3 times in a row"):
+        for _ in range(20):
+            group.poll(timeout=30)
+    assert faults.counts["worker_restarts"] == 2
+
+
+def test_local_members_answer_at_once():
+    group, _ = make_group()
+    member = group.add(0, local=True)
+    assert member.ready
+    assert group.gather({group.submit(member, "work", 5): member}) == {member: (0, 5)}
+
+
+def test_fault_classification(ray_session):
+    @ray_session.remote
+    class Dies:
+        def pid(self):
+            return os.getpid()
+
+        def go(self, other):
+            return ray_session.get(other.pid.remote())
+
+    victim, caller = Dies.remote(), Dies.remote()
+    os.kill(ray_session.get(victim.pid.remote()), 9)
+    time.sleep(0.5)
+    with pytest.raises(Exception) as own:
+        ray_session.get(victim.pid.remote())
+    with pytest.raises(Exception) as callee:
+        ray_session.get(caller.go.remote(victim))
+    assert actor_died(own.value)
+    # The caller is alive: the death is its callee's, so not the caller's to be replaced for.
+    assert not actor_died(callee.value) and death_inside(callee.value)
+    assert all_finite({"a": 1.0, "b": 2}) and not all_finite({"a": float("nan")})
+    assert all_finite({"a": float("inf"), "b": 1.0}, keys=["b"])
