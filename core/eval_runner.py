@@ -62,8 +62,8 @@ class EvalRunner:
     def cancel(self):
         """Forget the evaluation in flight (its weights may be lost with a dead server); the
         next one starts when due."""
-        if self.pending is not None and not isinstance(self.pending, LocalRef):
-            self.group.calls.pop(self.pending, None)
+        if self.pending is not None:
+            self.group.drop([self.pending])
         self.pending = self.request = None
 
     def _result(self, wait):

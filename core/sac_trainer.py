@@ -363,8 +363,8 @@ class SACTrainer(NormalizedTrainer):
                  if checkpoint is not None else "its start (no checkpoint yet)")
         self.faults.recovered(f"{lost}; the run restores itself in place from {where}",
                               self.run.env_steps)
-        for ref in self.rollouts:   # their fragments went to the dead buffer
-            self.workers.calls.pop(ref, None)
+        # Their fragments went to the dead buffer; the updates to the dead server.
+        self.workers.drop(list(self.rollouts) + self.updates)
         self.evaluations.cancel()   # it may wait for weights the dead server held
         for handle in (self.buffer, self.server, *[m.handle for m in self.learners.members]):
             if not self.local:

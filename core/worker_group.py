@@ -53,6 +53,7 @@ class WorkerGroup:
         self.timeout = timeout
         self.members: List[Member] = []
         self.calls: Dict[Any, Call] = {}
+        self.dropped: List[Any] = []   # refs of lost work, read once done (see reap)
 
     # -- membership --------------------------------------------------------------------------
     def add(self, slot: int, local: bool = False, generation: int = 0,
@@ -85,6 +86,7 @@ class WorkerGroup:
     def poll(self, timeout: float = 0) -> List[Member]:
         """Members that finished starting since the last poll (waiting up to ``timeout`` s for
         the first); one that died while starting is replaced."""
+        self.reap()
         starting = {m.ready_ref: m for m in self.members if not m.ready}
         if not starting:
             return []
@@ -147,7 +149,7 @@ class WorkerGroup:
                 if value is not MISSING:
                     results[refs[ref]] = value
             for ref in pending:
-                self.calls.pop(ref, None)
+                self.drop([ref])
                 self._failed(refs[ref], f"no answer within {timeout:g} s (--worker_timeout)")
         return results
 
@@ -159,7 +161,8 @@ class WorkerGroup:
         now = time.monotonic() if now is None else now
         late = [ref for ref, call in self.calls.items() if now - call.submitted > self.timeout]
         for ref in late:
-            member = self.calls.pop(ref).member
+            member = self.calls[ref].member
+            self.drop([ref])
             if member in self.members:
                 self._failed(member, f"no answer within {self.timeout:g} s (--worker_timeout)")
         return late
@@ -182,11 +185,29 @@ class WorkerGroup:
         return dead
 
     # -- faults ------------------------------------------------------------------------------
+    def drop(self, refs):
+        """Work whose result no longer matters (lost with a worker, or the actors it needed)."""
+        for ref in refs:
+            self.calls.pop(ref, None)
+            if not isinstance(ref, LocalRef):
+                self.dropped.append(ref)
+
+    def reap(self):
+        """Read the dropped refs that are done: Ray prints an "Unhandled error" block for every
+        failed result nobody read, and each of these faults was logged in one line already."""
+        if not self.dropped:
+            return
+        done, self.dropped = ray.wait(self.dropped, num_returns=len(self.dropped), timeout=0)
+        for ref in done:
+            try:
+                ray.get(ref)
+            except Exception:  # noqa: BLE001 - the error is the expected one
+                pass
+
     def _forget(self, member: Member):
         if member in self.members:
             self.members.remove(member)
-        for ref in [r for r, c in self.calls.items() if c.member is member]:
-            del self.calls[ref]
+        self.drop([r for r, c in self.calls.items() if c.member is member])
 
     def _failed(self, member: Member, error, when=""):
         """Replace a member that died or hung. Raises RunFailure past --max_worker_restarts, or
