@@ -1,10 +1,15 @@
-"""Checkpoints are data, never code: tensors in a torch file loaded with weights_only=True, plus
-JSON metadata. Written to a temporary name and renamed, so a crash leaves the last one usable.
+"""Checkpoints are data, never code: tensors and plain data in one torch file, loaded with
+weights_only=True. Written to a temporary name, flushed and fsync'ed, then renamed, so a crash
+leaves the previous one whole.
 
 A file holds "model" (state dict), "optimizer" (state dict), "state" (the run's state as plain
 data, core/state.py: workers' observations, unfinished episodes and RNGs, envs' states, the
-replay buffer with --checkpoint_buffer) and "format_version"; its .json sidecar holds the
-counters, names, resolved configuration and evaluation results.
+replay buffer with --checkpoint_buffer), "format_version" and "meta": a JSON string with the
+counters, names, resolved configuration and evaluation results. The metadata is inside the file,
+so a checkpoint and its metadata cannot be paired wrongly. The <file>.json beside it (and
+last.pt.json beside last.pt) is a copy of that metadata for people, written after the file;
+ddrl never reads it for format-3 files. Only format-2 files (no embedded "meta") are read with
+their .json sidecar.
 
 A run directory's checkpoints/: step-<env steps>.pt every --checkpoint_interval env steps and at
 the end (Ctrl-C, SIGTERM, --pause_at_steps included), the newest --keep_checkpoints of them
@@ -19,36 +24,132 @@ import torch
 from core.registry import ConfigError
 from core.state import to_payload
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3  # 3: metadata embedded as payload["meta"]; 2: metadata only in <file>.json
+
+
+def _fsync_directory(directory):
+    """Make a rename in ``directory`` durable (best effort: not every platform allows it)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def save_checkpoint(path, model_state, optimizer_state=None, meta=None, state=None):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
     payload = {"model": {k: torch.tensor(v) for k, v in model_state.items()},
                "format_version": FORMAT_VERSION}
     if optimizer_state is not None:
         payload["optimizer"] = optimizer_state
     if state is not None:
         payload["state"] = to_payload(state)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
+    text = None
     if meta is not None:
-        meta_tmp = f"{path}.json.tmp-{os.getpid()}"
-        with open(meta_tmp, "w") as f:
-            json.dump({"format_version": FORMAT_VERSION, **meta}, f, indent=2, default=str)
-        os.replace(meta_tmp, f"{path}.json")
+        text = json.dumps({"format_version": FORMAT_VERSION, **meta}, default=str)
+        payload["meta"] = text  # a plain str: loads with weights_only=True
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_directory(directory)
+    # The copy for people, after the file: ddrl never reads it for format-3 files.
+    sidecar = f"{path}.json"
+    if text is None:
+        try:  # a stale copy from an earlier file of this name would mislead
+            os.remove(sidecar)
+        except FileNotFoundError:
+            pass
+        return
+    sidecar_tmp = f"{sidecar}.tmp-{os.getpid()}"
+    with open(sidecar_tmp, "w") as f:
+        json.dump(json.loads(text), f, indent=2)
+    os.replace(sidecar_tmp, sidecar)
+
+
+def embedded_meta(payload):
+    """The metadata inside a loaded payload (format 3) as a dict, or None when the payload has
+    none (format 2, or saved without metadata). Raises ValueError if it is not a JSON object."""
+    if not isinstance(payload, dict) or "meta" not in payload:
+        return None
+    text = payload["meta"]
+    if not isinstance(text, str):
+        raise ValueError(f"its metadata is a {type(text).__name__}, not a JSON string")
+    meta = json.loads(text)
+    if not isinstance(meta, dict):
+        raise ValueError("its metadata is not a JSON object")
+    return meta
+
+
+def payload_format(payload):
+    """The payload's format_version (0 when missing or not an integer)."""
+    version = payload.get("format_version") if isinstance(payload, dict) else None
+    return version if isinstance(version, int) and not isinstance(version, bool) else 0
 
 
 def load_checkpoint(path):
-    """The saved tensors and metadata; never unpickles code (weights_only=True)."""
+    """(payload, meta): the saved tensors and the metadata embedded in the file; never unpickles
+    code (weights_only=True). The returned payload has no "meta" key. A format-2 file (no
+    embedded metadata) takes its metadata from the <path>.json sidecar, {} without one."""
     payload = torch.load(path, map_location="cpu", weights_only=True)
-    meta_path = f"{path}.json"
-    meta = {}
-    if os.path.exists(meta_path):
-        with open(meta_path) as f:
-            meta = json.load(f)
+    meta = embedded_meta(payload)
+    if meta is not None:
+        payload.pop("meta")
+    else:
+        meta = {}
+        sidecar = f"{path}.json"
+        if payload_format(payload) < 3 and os.path.exists(sidecar):
+            with open(sidecar) as f:
+                meta = json.load(f)
+            if not isinstance(meta, dict):
+                raise ValueError(f"{sidecar} is not a JSON object")
     return payload, meta
+
+
+def check_model_fits(saved_model_state, expected_weights, path, flag="--restore"):
+    """Raise a one-paragraph ConfigError unless the checkpoint's "model" state dict has exactly
+    the names and shapes of ``expected_weights`` (name -> array of a freshly built model)."""
+    def listed(names, cap=5):
+        names = sorted(names)
+        return ", ".join(names[:cap]) + (f" and {len(names) - cap} more" if len(names) > cap
+                                         else "")
+
+    saved, expected = set(saved_model_state), set(expected_weights)
+    differences = []
+    if expected - saved:
+        differences.append(f"missing: {listed(expected - saved)}")
+    if saved - expected:
+        differences.append(f"unexpected: {listed(saved - expected)}")
+    shapes = []
+    for name in sorted(saved & expected):
+        have = tuple(getattr(saved_model_state[name], "shape", ()))
+        want = tuple(getattr(expected_weights[name], "shape", ()))
+        if have != want:
+            shapes.append(f"{name}: saved {have}, this model {want}")
+    if shapes:
+        differences.extend(shapes[:5])
+        if len(shapes) > 5:
+            differences.append(f"{len(shapes) - 5} more shapes differ")
+    if differences:
+        verb = "Evaluate" if flag == "--evaluate" else "Restore"
+        raise ConfigError(f"{flag} {path}: the checkpoint does not fit this model ("
+                          + "; ".join(differences) + f"). {verb} with the model flags it was "
+                          "trained with (its run's config.yaml).")
 
 
 def checkpoint_path(path, flag="--restore"):
@@ -73,7 +174,7 @@ def load_for_restore(path, args, flag="--restore"):
         payload, meta = load_checkpoint(path)
     except Exception as exc:  # truncated, corrupted or crafted: never half-loaded
         raise ConfigError(f"{flag} {path}: not a readable ddrl checkpoint "
-                          f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]}). "
+                          f"({type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}). "
                           f"The file may be truncated or corrupted; an older checkpoint "
                           f"(e.g. checkpoints/best.pt) may still load.") from None
     if not isinstance(payload, dict) or "model" not in payload:
@@ -112,13 +213,14 @@ class CheckpointManager:
         return sorted(names, key=lambda n: int(n[5:-3]))
 
     def save(self, env_steps, model_state, optimizer_state, meta, state=None):
-        """step-<env_steps>.pt (+ .json), last.pt pointing at it, older ones beyond --keep_checkpoints
-        removed. Returns the path."""
+        """step-<env_steps>.pt (+ its .json copy), last.pt pointing at it (last.pt.json at the
+        copy), older ones beyond --keep_checkpoints removed. Returns the path."""
         name = f"step-{int(env_steps):09d}.pt"
         path = os.path.join(self.directory, name)
         save_checkpoint(path, model_state, optimizer_state, meta, state)
-        _link(path, os.path.join(self.directory, "last.pt"))
-        _link(f"{path}.json", os.path.join(self.directory, "last.pt.json"))
+        _link(path, os.path.join(self.directory, "last.pt"))  # it carries its own metadata
+        if meta is not None:
+            _link(f"{path}.json", os.path.join(self.directory, "last.pt.json"))
         for old in self.step_files()[:-self.keep]:
             for file in (old, f"{old}.json"):
                 try:

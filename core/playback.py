@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 
-from core.checkpoint import checkpoint_path, load_for_restore
+from core.checkpoint import check_model_fits, checkpoint_path, load_for_restore
 from core.envs import to_env_action
 from core.evaluator import EVAL_SEED_OFFSET, Evaluator
 from core.normalizer import ObsNormalizer, normalize
@@ -33,12 +33,8 @@ def evaluate_saved_model(args):
     spec = PluginSpec(args.env_name, args.model_name, args.agent_name, args, args.user_dir)
     weights = {k: v.numpy() for k, v in payload["model"].items()}
     evaluator = Evaluator(spec, args.eval_episodes)
-    try:
-        evaluator.model.set_weights(weights)
-    except (KeyError, RuntimeError) as exc:
-        raise ConfigError(f"--evaluate {path}: the checkpoint does not fit this model "
-                          f"({type(exc).__name__}: {exc}). Evaluate with the model flags it was "
-                          f"trained with (its run's config.yaml).") from None
+    check_model_fits(payload["model"], evaluator.model.get_weights(), path, "--evaluate")
+    evaluator.model.set_weights(weights)
     statistics = None
     saved = (payload.get("state") or {}).get("obs_normalizer")
     if args.normalize_obs:

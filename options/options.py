@@ -297,12 +297,12 @@ def restored_config(path, flag="--restore"):
         payload = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
         meta = embedded_meta(payload)
     except Exception as exc:  # truncated, corrupted or crafted: never half-loaded
-        raise ConfigError(f"{flag} {path}: not a readable ddrl checkpoint "
+        raise ConfigError(f"{flag} {file}: not a readable ddrl checkpoint "
                           f"({type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}). "
                           f"The file may be truncated or corrupted; an older checkpoint "
                           f"(e.g. checkpoints/best.pt) may still load.") from None
     if meta is None and payload_format(payload) >= 3:
-        raise ConfigError(f"{flag} {path}: {file} holds no metadata, so not the run's "
+        raise ConfigError(f"{flag} {file}: a checkpoint without metadata, so without the run's "
                           f"configuration. Give --config explicitly to restore without it.")
     if meta is None:  # format 2: the configuration is in the sidecar
         meta_path = file + ".json"
@@ -310,12 +310,12 @@ def restored_config(path, flag="--restore"):
             with open(meta_path) as f:
                 meta = json.load(f)
         except (OSError, ValueError) as exc:
-            raise ConfigError(f"{flag} {path}: cannot read {meta_path} ({exc}); it holds the "
+            raise ConfigError(f"{flag} {file}: cannot read {meta_path} ({exc}); it holds the "
                               f"run's configuration. Give --config explicitly to restore "
                               f"without it.") from None
     config = (meta.get("config") if isinstance(meta, dict) else None) or {}
     if not isinstance(config, dict):
-        raise ConfigError(f"{flag} {path}: the configuration saved in {file} is not a "
+        raise ConfigError(f"{flag} {file}: the configuration saved in it is not a "
                           f"mapping. Give --config explicitly to restore without it.")
     return {k: v for k, v in config.items() if k not in RUN_ONLY_KEYS}
 
