@@ -15,11 +15,10 @@ class EvalRunner:
         """``remote_available()`` tells whether the test worker may be a Ray actor now."""
         self.spec, self.run, self.faults = spec, run, faults
         self.remote_available = remote_available
-        args = spec.args
         self.group = WorkerGroup("test worker", self._make, faults, lambda: run.env_steps)
         self.pending = None          # ref of the evaluation in flight
         self.request = None          # its arguments, to run it again if the worker dies
-        self.next_eval = (run.env_steps // args.eval_interval + 1) * args.eval_interval
+        self.next_eval = None        # set at the first poll: after a restore set the counters
 
     def _make(self, slot, generation, local):
         if local:
@@ -46,11 +45,14 @@ class EvalRunner:
         ``weights_and_version()`` gives the weights to evaluate (called only then)."""
         result = self._result(wait=False)
         env_steps = self.run.env_steps
+        interval = self.spec.args.eval_interval
+        if self.next_eval is None:   # multiples of --eval_interval, also after a restore
+            self.next_eval = (env_steps // interval + 1) * interval
         if self.pending is None and env_steps >= self.next_eval:
             weights, version = weights_and_version()
             self.request = (weights, version, env_steps, obs_statistics)
             self._submit()
-            self.next_eval = env_steps + self.spec.args.eval_interval
+            self.next_eval = env_steps + interval
             if isinstance(self.pending, LocalRef):
                 result = self._result(wait=True)
         return result
