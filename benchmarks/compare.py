@@ -45,8 +45,9 @@ SUITES = {
     "cartpole": dict(
         target=475, max_steps=None, peer="sb3",
         systems={
+            # the default: learning starts in-process while Ray and the 2 workers start
             "ddrl-2workers": DDRL + " --gym_id CartPole-v1 --num_workers 2",
-            "ddrl-2workers-compiled": DDRL + " --gym_id CartPole-v1 --num_workers 2 --compiled_graph",
+            "ddrl-2workers-wait": DDRL + " --gym_id CartPole-v1 --num_workers 2 --no-elastic_start",
             "ddrl-0workers": DDRL + " --gym_id CartPole-v1 --num_workers 0",
             "sb3": "{python} benchmarks/sb3_ppo.py --env CartPole-v1 --target_return {target} --seed {seed} --out_dir {run_dir}",
         }),

@@ -18,7 +18,7 @@ class EvalRunner:
         self.group = WorkerGroup("test worker", self._make, faults, lambda: run.env_steps)
         self.pending = None          # ref of the evaluation in flight
         self.request = None          # its arguments, to run it again if the worker dies
-        self.next_eval = None        # set at the first poll: after a restore set the counters
+        self.next_eval = None        # set by begin(), once a restore has set the counters
 
     def _make(self, slot, generation, local):
         if local:
@@ -40,14 +40,20 @@ class EvalRunner:
     def _submit(self):
         self.pending = self.group.submit(self._worker(), "evaluate", *self.request)
 
+    def begin(self):
+        """Start the schedule at the run's env steps now: multiples of --eval_interval, also
+        after a restore or an in-place recovery."""
+        interval = self.spec.args.eval_interval
+        self.next_eval = (self.run.env_steps // interval + 1) * interval
+
     def poll(self, weights_and_version, obs_statistics=None):
         """A finished evaluation's result (or None); starts the next one when it is due.
         ``weights_and_version()`` gives the weights to evaluate (called only then)."""
         result = self._result(wait=False)
         env_steps = self.run.env_steps
         interval = self.spec.args.eval_interval
-        if self.next_eval is None:   # multiples of --eval_interval, also after a restore
-            self.next_eval = (env_steps // interval + 1) * interval
+        if self.next_eval is None:
+            self.begin()
         if self.pending is None and env_steps >= self.next_eval:
             weights, version = weights_and_version()
             self.request = (weights, version, env_steps, obs_statistics)

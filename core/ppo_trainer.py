@@ -74,8 +74,10 @@ class PPOTrainer(NormalizedTrainer):
         self.graph = None
         if self.num_remote == 0:
             self.group.add(0, local=True)  # --num_workers 0: the deterministic mode
-        elif args.elastic_start and not args.compiled_graph and not self.ray_up():
+        elif (args.elastic_start and not args.compiled_graph and args.env_placement == "worker"
+              and not self.ray_up()):
             # The stand-in gets a slot of its own: seeds distinct from every remote worker's.
+            # (Env actors need Ray: with --env_placement actor the run waits for it.)
             self.group.add(self.num_remote, local=True)
         else:
             self.ray_starter.ready(timeout=None)
@@ -183,6 +185,7 @@ class PPOTrainer(NormalizedTrainer):
 
     def _train(self):
         args, run = self.args, self.run
+        self.evaluations.begin()
         iteration = 0
         while True:
             iteration += 1

@@ -227,6 +227,7 @@ class SACTrainer(NormalizedTrainer):
         if self.restored_replay_size:
             self.base_env_steps = self.base_updates = 0
         self.next_log = self.run.env_steps + args.log_steps
+        self.evaluations.begin()
         self.last_log_time, self.last_log_updates = time.time(), self.updates_done
         self.iteration = getattr(self, "iteration", 0)
         self.reset_window()

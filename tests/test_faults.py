@@ -209,3 +209,15 @@ def test_sigterm_sets_a_stop_flag_the_round_finishes_and_a_checkpoint_is_written
     assert summary["stopped_because"] == "terminated"
     _, meta = load_checkpoint(os.path.join(run_dir, "checkpoints", "last.pt"))
     assert meta["env_steps"] == summary["env_steps"] == int(rows[-1]["env_steps"])
+
+
+def test_an_env_failing_past_max_env_errors_stops_the_run_with_a_clear_error(tmp_path):
+    run_dir = str(tmp_path / "run")
+    proc = run_main("--user_dir", PLUGINS, "--env_name", "flaky_cartpole", "--fail_always",
+                    "--max_env_errors", "3", "--num_workers", "0", "--run_dir", run_dir,
+                    "--quiet", "--no-tensorboard")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "ddrl: error:" in proc.stderr and "--max_env_errors" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    summary, _ = read_run(run_dir)
+    assert summary["stopped_because"] == "error" and "EnvFailure" in summary["error"]
