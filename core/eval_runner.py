@@ -26,16 +26,27 @@ class EvalRunner:
         return remote_class(Evaluator).options(num_cpus=0).remote(self.spec,
                                                                   self.spec.args.eval_episodes)
 
+    def prepare(self):
+        """Start the remote test worker now if Ray allows (it takes seconds to import torch and
+        build its envs): used once it is up."""
+        if self.remote_available() and not any(not m.local for m in self.group.members):
+            self.group.add(0)
+
     def _worker(self):
-        """The test worker, made (or moved out of this process) when first needed."""
-        remote = self.remote_available()
-        member = self.group.members[0] if self.group.members else None
-        if member is not None and member.local and remote:
-            self.group.retire(member)   # Ray is up now: evaluations leave the driver
-            member = None
-        if member is None:
-            member = self.group.add(0, local=not remote)
-        return member
+        """The remote test worker once it is up; until then the in-process one if there is one
+        (the PPO stand-in phase), else the remote one, which queues the call."""
+        self.prepare()
+        self.group.poll()
+        remote = [m for m in self.group.members if not m.local]
+        local = [m for m in self.group.members if m.local]
+        ready = [m for m in remote if m.ready]
+        if ready:
+            for member in local:   # evaluations leave the driver
+                self.group.retire(member)
+            return ready[0]
+        if local:
+            return local[0]
+        return remote[0] if remote else self.group.add(0, local=True)
 
     def _submit(self):
         self.pending = self.group.submit(self._worker(), "evaluate", *self.request)

@@ -114,4 +114,4 @@ def short_error(exc):
     if isinstance(exc, ray.exceptions.RayTaskError) and isinstance(cause, BaseException):
         exc = cause
     text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:200] if text else ''}"
+    return f"{type(exc).__name__}: {text[0][:500] if text else ''}"

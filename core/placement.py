@@ -159,8 +159,9 @@ class RayStarter:
     thread returned, the GCS died and the next actor call failed after 60 s).
     """
 
-    def __init__(self, args):
+    def __init__(self, args, nice=0):
         self.args = args
+        self.nice = nice
         self.error = None
         self._up = threading.Event()
         self._stop = threading.Event()
@@ -169,6 +170,10 @@ class RayStarter:
         self.thread.start()
 
     def _run(self):
+        if self.nice:
+            # Niceness is per thread on Linux and inherited by what the thread starts: Ray's
+            # processes then yield the CPUs to the learning that goes on in this process.
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self.nice)
         try:
             start_ray(self.args)
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread by ready()

@@ -83,7 +83,10 @@ class PPOTrainer(NormalizedTrainer):
             self.ray_starter.ready(timeout=None)
         self.remote_spawned = False
         self.spawn_remote()
-        self.evaluations = EvalRunner(spec, run, faults, self.ray_up)
+        # The test worker moves to Ray together with the rollout workers (the weights are
+        # shared for Ray from that round on), not at the moment Ray happens to be up.
+        self.evaluations = EvalRunner(spec, run, faults, lambda: self.remote_spawned)
+        self.evaluations.prepare()
         if args.compiled_graph and self.num_remote:
             self.group.poll(timeout=None)
             self.graph = self.compile_graph()
@@ -108,6 +111,8 @@ class PPOTrainer(NormalizedTrainer):
         self.placement = Placement(local=False)
         for slot in range(self.num_remote):
             self.group.add(slot)
+        if hasattr(self, "evaluations"):
+            self.evaluations.prepare()
 
     def update_membership(self):
         """Start what Ray allows, let in the workers that finished starting (with their saved

@@ -12,7 +12,7 @@ import time
 import torch
 
 from core.checkpoint import CheckpointManager, check_model_fits, load_checkpoint
-from core.faults import Faults
+from core.faults import Faults, short_error
 from core.metrics import atomic_write_text
 from core.placement import RayStarter
 from core.plugins import PluginSpec, load_plugins, make_env
@@ -21,6 +21,12 @@ from core.registry import ConfigError
 from core.run import RunContext
 from core.state import from_payload
 from core.trainers import trainer_class, trainer_module
+
+# While PPO learns in this process, Ray's processes start at this niceness: on 2 cores the
+# first round came 1.4 s sooner (5.6-6.1 s against 6.8-8.0 s after process start) and the
+# median whole run to 475 fell from 27.2 s to 23.7 s (CartPole, seeds 0-1, 3 runs each, on a
+# slow day). The driver keeps niceness 0; Ray's processes, the workers included, keep 10.
+RAY_NICENESS = 10
 
 EXIT_CODES = {"interrupted": 130, "terminated": 143, "error": 1}  # 128 + SIGINT / SIGTERM
 
@@ -95,8 +101,9 @@ class TrainingSession:
         if args.num_workers > 0:
             # Ray starts in the background: a trainer that can learn in this process meanwhile
             # (PPO) starts at once; the others wait for it here.
-            self.ray_starter = RayStarter(args)
-            if not getattr(trainer_class(trainer_name), "starts_without_ray", False):
+            learns_meanwhile = getattr(trainer_class(trainer_name), "starts_without_ray", False)
+            self.ray_starter = RayStarter(args, nice=RAY_NICENESS if learns_meanwhile else 0)
+            if not learns_meanwhile:
                 self.ray_starter.ready(timeout=None)
         self.context = RunContext(args, self.run_dir, self.start_time,
                                   trainer_module(trainer_name).METRIC_COLUMNS, target)
@@ -268,8 +275,7 @@ class TrainingSession:
     def finish(self):
         extra = {"run_dir": self.run_dir, **self.faults.counts}
         if self.error is not None:
-            text = str(self.error).strip().splitlines()
-            extra["error"] = f"{type(self.error).__name__}: {text[0][:500] if text else ''}"
+            extra["error"] = short_error(self.error)
         try:
             summary = self.context.finish(**extra)
         finally:
