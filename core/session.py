@@ -43,13 +43,19 @@ def default_run_dir(args):
     return path
 
 
+RUN_FILES = ("metrics.csv", "summary.json", "config.yaml", "checkpoints", "tensorboard",
+             "learning_curves.png")
+
+
 def check_run_dir(run_dir):
-    """A run directory holds one run: reusing one that holds files would mix two runs'
-    metrics.csv and checkpoints."""
-    if os.path.isdir(run_dir) and os.listdir(run_dir):
-        raise ConfigError(f"--run_dir {run_dir} already holds files ({', '.join(sorted(os.listdir(run_dir))[:4])}"
-                          f"{', ...' if len(os.listdir(run_dir)) > 4 else ''}). Continue that run "
-                          f"with --restore {run_dir}, or give a new or empty directory.")
+    """A run directory holds one run: reusing one that holds another run's files would mix two
+    runs' metrics.csv and checkpoints. Other files (a log the shell or a scheduler writes
+    there) are no run and stay allowed."""
+    found = [f for f in RUN_FILES if os.path.exists(os.path.join(run_dir, f))]
+    if found:
+        raise ConfigError(f"--run_dir {run_dir} already holds a run ({', '.join(found)}). "
+                          f"Continue that run with --restore {run_dir}, or give a new "
+                          f"directory.")
 
 
 def probe_env(plugins, args):

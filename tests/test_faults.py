@@ -98,26 +98,30 @@ def test_ppo_survives_a_sigkilled_rollout_worker(tmp_path):
     assert int(rows[-1]["workers"]) == 2
 
 
-def test_sac_survives_a_killed_worker_and_restores_itself_when_the_buffer_dies(tmp_path):
-    """Pendulum, 2 Ray workers: a rollout worker is SIGKILLed, then, once a checkpoint holds
-    the buffer, the replay buffer actor: the run restores itself in place and finishes."""
+def test_sac_survives_killed_workers_and_restores_itself_when_the_buffer_dies(tmp_path):
+    """Pendulum, 2 Ray workers, 2 learner workers: a rollout worker and a learner worker are
+    SIGKILLed (both replaced), then, once a checkpoint holds the buffer, the replay buffer
+    actor: the run restores itself in place and finishes."""
     run_dir = str(tmp_path / "run")
     proc = start_main("--model_name", "sac", "--gym_id", "Pendulum-v1", "--seed", "0",
+                      "--num_learners", "2",
                       "--sac_hidden_sizes", "64,64", "--total_steps", "2500",
                       "--target_return", "none", "--eval_interval", "1000",
                       "--eval_episodes", "2", "--log_steps", "256", "--checkpoint_interval",
                       "800", "--checkpoint_buffer", "--run_dir", run_dir, "--quiet",
                       "--no-tensorboard")
     worker = kill_when(proc, "RolloutWorker", lambda: len(metrics_rows(run_dir)) >= 2)
+    learner = kill_when(proc, "LearnerWorker", lambda: True)
     checkpoints = os.path.join(run_dir, "checkpoints")
     buffer = kill_when(proc, "ReplayBuffer", lambda: os.path.isdir(checkpoints) and any(
         f.startswith("step-") for f in os.listdir(checkpoints)))
     code, out, err = finish(proc)
-    assert worker is not None and buffer is not None, err[-2000:]
+    assert worker is not None and learner is not None and buffer is not None, err[-2000:]
     assert code == 0, err[-3000:]
     summary, rows = read_run(run_dir)
     assert summary["stopped_because"] == "total_steps" and summary["env_steps"] >= 2500
-    assert summary["worker_restarts"] >= 1 and summary["recoveries"] == 1, summary
+    assert summary["worker_restarts"] >= 2 and summary["recoveries"] == 1, summary
+    assert "learner worker" in err
     assert "the replay buffer died" in err and "restores itself in place" in err
     assert int(rows[-1]["updates"]) > 0
 
@@ -188,9 +192,16 @@ def test_a_run_dir_holding_another_run_is_refused_without_restore(tmp_path):
     (run_dir / "metrics.csv").write_text("iteration,env_steps\n1,128\n")
     proc = run_main("--num_workers", "0", "--total_steps", "500", "--run_dir", str(run_dir))
     assert proc.returncode == 2
-    assert "already holds files" in proc.stderr and "--restore" in proc.stderr
+    assert "already holds a run (metrics.csv)" in proc.stderr and "--restore" in proc.stderr
     assert (run_dir / "metrics.csv").read_text() == "iteration,env_steps\n1,128\n"
     assert not (run_dir / "summary.json").exists()
+    # A log written there first (a shell redirect, a scheduler) is no run: allowed.
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "stdout.log").write_text("")
+    proc = run_main("--num_workers", "0", "--total_steps", "200", "--eval_interval", "200",
+                    "--eval_episodes", "1", "--run_dir", str(other), "--quiet")
+    assert proc.returncode == 0, proc.stderr[-2000:]
 
 
 def test_sigterm_sets_a_stop_flag_the_round_finishes_and_a_checkpoint_is_written(tmp_path):
