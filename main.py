@@ -18,7 +18,7 @@ import sys  # noqa: E402
 def unwrap_config_error(exc):
     """A ConfigError raised inside a Ray actor arrives wrapped; find it."""
     from core.registry import ConfigError
-    from core.session import find_cause
+    from core.faults import find_cause
     return find_cause(exc, ConfigError)
 
 
@@ -56,7 +56,7 @@ def run_failure(exc):
     from Ray's RayTaskError; None for anything else."""
     from core.envs import EnvFailure
     from core.faults import RunFailure
-    from core.session import find_cause
+    from core.faults import find_cause
     return find_cause(exc, (RunFailure, EnvFailure))
 
 

@@ -96,15 +96,21 @@ def actor_died(exc):
     return isinstance(exc, DEATHS) and not isinstance(exc, ray.exceptions.RayTaskError)
 
 
-def death_inside(exc):
-    """True when an actor's death is anywhere in ``exc``'s chain of causes."""
+def find_cause(exc, types):
+    """The first exception of ``types`` in ``exc``'s chain of causes (Ray wraps an actor's
+    exception in RayTaskError), or None."""
     seen = 0
     while exc is not None and seen < 10:
-        if isinstance(exc, DEATHS):
-            return True
+        if isinstance(exc, types):
+            return exc
         exc = getattr(exc, "cause", None) or exc.__cause__
         seen += 1
-    return False
+    return None
+
+
+def death_inside(exc):
+    """True when an actor's death is anywhere in ``exc``'s chain of causes."""
+    return find_cause(exc, DEATHS) is not None
 
 
 def short_error(exc):

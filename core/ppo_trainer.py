@@ -23,8 +23,8 @@ from core.eval_runner import EvalRunner
 from core.faults import all_finite
 from core.learner import Learner, average_gradients
 from core.normalizer import NormalizedTrainer
-from core.placement import LocalHandle, Placement, remote_class
-from core.rollout import RolloutWorker
+from core.placement import Placement
+from core.rollout import make_rollout_worker
 from core.types import GradientRequest
 from core.worker_group import WorkerGroup
 
@@ -96,12 +96,9 @@ class PPOTrainer(NormalizedTrainer):
         return self.ray_starter is not None and self.ray_starter.ready()
 
     def make_worker(self, slot, generation, local):
-        if local:
-            return LocalHandle(RolloutWorker(self.spec, slot))
         # On a small machine more workers than CPUs would leave actors unscheduled: share.
-        cpus = self.run.cpus_per_actor(self.num_remote)
-        actor = remote_class(RolloutWorker).options(num_cpus=cpus)
-        return actor.remote(self.spec, slot, generation)
+        return make_rollout_worker(self.spec, slot, generation, local,
+                                   self.run.cpus_per_actor(self.num_remote))
 
     def spawn_remote(self):
         """Once Ray is up, start the remote workers (they join when their envs are built)."""

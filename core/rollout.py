@@ -206,6 +206,15 @@ class RolloutWorker:
         return True
 
 
+def make_rollout_worker(spec, slot, generation, local, num_cpus=1.0):
+    """A rollout worker for a core.worker_group.WorkerGroup slot: in this process (a
+    LocalHandle) or as a Ray actor reserving ``num_cpus``."""
+    from core.placement import LocalHandle, remote_class
+    if local:
+        return LocalHandle(RolloutWorker(spec, slot))
+    return remote_class(RolloutWorker).options(num_cpus=num_cpus).remote(spec, slot, generation)
+
+
 def restore_workers(placement, workers, state, fresh_episode_seed):
     """Hand each worker its saved state. Returns True if all episodes continue exactly; with
     another number of workers than saved the workers keep their new episodes (False)."""

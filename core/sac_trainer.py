@@ -23,9 +23,9 @@ from core.eval_runner import EvalRunner
 from core.faults import death_inside, short_error
 from core.normalizer import NormalizedTrainer
 from core.parameter_server import LearnerWorker, ParameterServer
-from core.placement import LocalHandle, Placement, remote_class
+from core.placement import Placement
 from core.replay_buffer import PrioritizedReplayBuffer, ReplayBuffer
-from core.rollout import RolloutWorker
+from core.rollout import make_rollout_worker
 from core.worker_group import MISSING, WorkerGroup, alive
 from options.options import (non_negative_float, non_negative_int, positive_float,
                              positive_int)
@@ -152,11 +152,8 @@ class SACTrainer(NormalizedTrainer):
         return self.placement.spawn(LearnerWorker, self.spec, *self.spaces, slot, num_cpus=0)
 
     def make_worker(self, slot, generation, local):
-        if local:
-            return LocalHandle(RolloutWorker(self.spec, slot))
-        cpus = self.run.cpus_per_actor(self.num_workers)
-        actor = remote_class(RolloutWorker).options(num_cpus=cpus)
-        return actor.remote(self.spec, slot, generation)
+        return make_rollout_worker(self.spec, slot, generation, local,
+                                   self.run.cpus_per_actor(self.num_workers))
 
     def check_core(self, error):
         """Raise CoreActorLost if the replay buffer or the parameter server is gone."""

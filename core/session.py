@@ -66,18 +66,6 @@ def probe_env(plugins, args):
     return found
 
 
-def find_cause(exc, types):
-    """The first exception of ``types`` in ``exc``'s chain of causes (Ray wraps an actor's
-    exception in RayTaskError), or None."""
-    seen = 0
-    while exc is not None and seen < 10:
-        if isinstance(exc, types):
-            return exc
-        exc = getattr(exc, "cause", None) or exc.__cause__
-        seen += 1
-    return None
-
-
 class TrainingSession:
     def __init__(self, args, start_time):
         self.args = args
