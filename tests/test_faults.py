@@ -97,16 +97,18 @@ def test_ppo_survives_a_sigkilled_rollout_worker(tmp_path):
     assert int(rows[-1]["workers"]) == 2
 
 
-def test_sac_survives_killed_workers_and_restores_itself_when_the_buffer_dies(tmp_path):
+def test_sac_survives_killed_workers_and_a_dead_buffer_and_reaches_its_target(tmp_path):
     """Pendulum, 2 Ray workers, 2 learner workers: a rollout worker and a learner worker are
     SIGKILLed (both replaced), then, once a checkpoint holds the buffer, the replay buffer
-    actor: the run restores itself in place and finishes."""
+    actor: the run restores itself in place and still reaches eval >= -400 (random play
+    scores about -1,200 to -1,700; small nets and lr 1e-3 get there in ~3.5k steps unharmed),
+    long before its 12k-step budget."""
     run_dir = str(tmp_path / "run")
     proc = start_main("--model_name", "sac", "--gym_id", "Pendulum-v1", "--seed", "0",
-                      "--num_learners", "2",
-                      "--sac_hidden_sizes", "64,64", "--total_steps", "2500",
-                      "--target_return", "none", "--eval_interval", "1000",
-                      "--eval_episodes", "2", "--log_steps", "256", "--checkpoint_interval",
+                      "--num_learners", "2", "--sac_hidden_sizes", "64,64", "--batch_size",
+                      "128", "--actor_lr", "1e-3", "--critic_lr", "1e-3", "--alpha_lr", "1e-3",
+                      "--total_steps", "12000", "--target_return", "-400", "--eval_interval",
+                      "500", "--eval_episodes", "2", "--log_steps", "256", "--checkpoint_interval",
                       "800", "--checkpoint_buffer", "--run_dir", run_dir, "--quiet",
                       "--no-tensorboard")
     worker = kill_when(proc, "RolloutWorker", lambda: len(metrics_rows(run_dir)) >= 2)
@@ -118,7 +120,7 @@ def test_sac_survives_killed_workers_and_restores_itself_when_the_buffer_dies(tm
     assert worker is not None and learner is not None and buffer is not None, err[-2000:]
     assert code == 0, err[-3000:]
     summary, rows = read_run(run_dir)
-    assert summary["stopped_because"] == "total_steps" and summary["env_steps"] >= 2500
+    assert summary["stopped_because"] == "target_return", summary
     assert summary["worker_restarts"] >= 2 and summary["recoveries"] == 1, summary
     assert "learner worker" in err
     assert "the replay buffer died" in err and "restores itself in place" in err
