@@ -47,8 +47,8 @@ def main():
                    help="default: RL-Zoo n_timesteps (2e4 Pendulum, 5e5 LunarLander). "
                         "LunarLander's lin_ learning rate decays over max_steps.")
     p.add_argument("--torch_threads", type=int, default=1,
-                   help="torch threads (default 1: on 2 cores, 2 threads made SB3's PPO 6.5x slower, "
-                        "design.md; SB3's SAC with RL-Zoo's 400x300 LunarLander nets is ~1.35x faster "
+                   help="torch threads (default 1: on 2 cores, 2 threads made SB3's PPO 6.5x slower; "
+                        "SB3's SAC with RL-Zoo's 400x300 LunarLander nets is ~1.35x faster "
                         "with 2, so the lunar-sac suite gives it 2)")
     args = p.parse_args()
 

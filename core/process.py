@@ -7,7 +7,7 @@ import torch
 def setup_process(args, threads=None):
     """One torch thread per process unless --torch_threads (or, for a learner process, the
     ``threads`` it was given) says otherwise: on 2 cores, two threads per process made
-    Stable-Baselines3's PPO 6.5x slower (shared/design.md), while a large SAC update gains from
+    Stable-Baselines3's PPO 6.5x slower (measured on the 2-core machines), while a large SAC update gains from
     two (benchmarks/update_cost.py)."""
     threads = int(threads or getattr(args, "torch_threads", 1) or 1)
     torch.set_num_threads(threads)
