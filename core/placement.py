@@ -6,11 +6,13 @@ loops are written once; ``--num_workers 0`` runs them without Ray at all.
 """
 import logging
 import os
+import sys
 import threading
 
 import numpy as np
 import ray
 
+from core import loopback
 from core.plugins import REPO_ROOT
 from core.registry import ConfigError
 
@@ -111,6 +113,7 @@ def start_ray(args):
     """Start a local Ray instance bound to 127.0.0.1, or join a cluster with --address."""
     if ray.is_initialized():
         return
+    loopback.prepare(args.node_ip_address)
     common = dict(include_dashboard=bool(args.dashboard), logging_level="WARNING",
                   log_to_driver=True)
     if args.dashboard:
@@ -121,17 +124,16 @@ def start_ray(args):
                        "excludes": [".venv", "runs", ".git", "benchmarks/results", "*.pt"]}
         if args.user_dir:
             runtime_env["py_modules"] = [os.path.abspath(args.user_dir)]
-        # A cluster started on this machine's loopback (ray start --head --node-ip-address
-        # 127.0.0.1) must be joined from the loopback too, or Ray picks the public interface.
-        host = args.address.rsplit(":", 1)[0]
-        if host in ("127.0.0.1", "localhost"):
-            common["_node_ip_address"] = "127.0.0.1"
         try:
             ray.init(address=args.address, runtime_env=runtime_env, **common)
         except (ConnectionError, ValueError, RuntimeError) as exc:
-            raise ConfigError(f"cannot join the Ray cluster at --address {args.address!r}: "
-                              f"{exc}. Start one with `ray start --head` or leave --address "
-                              f"out to start a local instance.") from exc
+            raise ConfigError(
+                f"cannot join the Ray cluster at --address {args.address!r}: {exc}. Start one "
+                f"with `python -m core.cluster start --head --port PORT` (README, 'Scaling "
+                f"out'), give this machine's node address with --node_ip_address (now "
+                f"{args.node_ip_address}), set RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH when the "
+                f"head's token is not in ~/.ray/auth_token, or leave --address out to start a "
+                f"local instance.") from exc
         return
     # Local workers inherit this environment: make the repository importable in them.
     path = os.environ.get("PYTHONPATH", "")
@@ -192,8 +194,14 @@ class RayStarter:
         return up
 
     def stop(self):
-        """Shut Ray down if this process started it, then let the thread end."""
-        self._up.wait(120)
+        """Shut Ray down if this process started it, then let the thread end. A local start
+        is waited for (it takes seconds; Ray's processes must not outlive it half-made); joining
+        --address is not: a connect that hangs ends with this process."""
+        if not self.args.address:
+            self._up.wait(120)
+        elif not self._up.is_set():
+            print(f"ddrl: the run ended before the cluster at --address {self.args.address} "
+                  f"was joined: it ran in this process only", file=sys.stderr, flush=True)
         if ray.is_initialized() and not self.args.address:
             ray.shutdown()
         self._stop.set()

@@ -212,7 +212,10 @@ def make_rollout_worker(spec, slot, generation, local, num_cpus=1.0):
     from core.placement import LocalHandle, remote_class
     if local:
         return LocalHandle(RolloutWorker(spec, slot))
-    return remote_class(RolloutWorker).options(num_cpus=num_cpus).remote(spec, slot, generation)
+    # SPREAD: on a cluster, workers go to different nodes (one node lost costs the fewest);
+    # on one machine it changes nothing.
+    return remote_class(RolloutWorker).options(num_cpus=num_cpus, scheduling_strategy="SPREAD"
+                                               ).remote(spec, slot, generation)
 
 
 def restore_workers(placement, workers, state, fresh_episode_seed):

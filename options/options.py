@@ -148,10 +148,15 @@ def add_common_args(parser):
                        help="torch threads per process: driver and every actor "
                             "(default: %(default)s; more is slower on small machines)")
     group.add_argument("--address", default=None,
-                       help="join an existing Ray cluster (e.g. 10.0.0.5:6379, or 'auto') "
-                            "instead of starting a local one")
+                       help="join an existing Ray cluster at HOST:PORT (its head's GCS, e.g. "
+                            "127.0.0.1:6399 from `python -m core.cluster start --head --port "
+                            "6399`) instead of starting a local one; the code and --user_dir "
+                            "travel with the job (README, 'Scaling out')")
     group.add_argument("--node_ip_address", default="127.0.0.1",
-                       help="address a local Ray instance binds to (default: %(default)s)")
+                       help="this machine's address in Ray: a local instance listens on it "
+                            "only, a driver joining --address is reached on it (default: "
+                            "%(default)s; give the machine's cluster-network address to join "
+                            "a cluster of several machines)")
     group.add_argument("--dashboard", action="store_true",
                        help="start the Ray dashboard (needs ray[default])")
     group.add_argument("--dashboard_host", default="127.0.0.1",

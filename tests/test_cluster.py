@@ -1,0 +1,137 @@
+"""A Ray cluster on loopback, as README "Scaling out" starts it: a head and two worker nodes from
+`core/cluster.py start`, run from another working directory without the repo on PYTHONPATH,
+token authentication on. Every node reports 127.0.0.1 and every port the cluster listens on is
+on 127.0.0.1; main.py --address spreads its rollout workers over the nodes, gets a --user_dir
+plugin to them, and reaches its target with a worker node removed mid-run."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from core.cluster import _cmdlines, cluster_processes
+from tests.test_e2e import REPO, read_run
+from tests.test_faults import finish, metrics_rows, process_title, start_main
+
+CLUSTER_PY = os.path.join(REPO, "core", "cluster.py")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def outside_env():
+    """A shell elsewhere: no repo on PYTHONPATH (the job's runtime_env must bring the code)."""
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    elsewhere = str(tmp_path_factory.mktemp("elsewhere"))
+    commands = [["--head", "--port", str(port), "--num-cpus", "1", "--include-dashboard",
+                 "false"]] + [["--address", address, "--num-cpus", "1"]] * 2
+    try:
+        for args in commands:
+            proc = subprocess.run([sys.executable, CLUSTER_PY, "start", *args], cwd=elsewhere,
+                                  env=outside_env(), capture_output=True, text=True, timeout=180)
+            assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        yield address, port
+    finally:
+        subprocess.run([sys.executable, CLUSTER_PY, "stop", "--address", address], cwd=elsewhere,
+                       env=outside_env(), capture_output=True, timeout=60)
+    assert cluster_processes(port) == []
+
+
+def raylets(port):
+    table = _cmdlines()
+    return {pid for pid in cluster_processes(port, table) if "raylet/raylet" in table[pid][1]}
+
+
+def listening_addresses(pids):
+    """Local addresses of the TCP sockets that ``pids`` listen on (from /proc/net/tcp{,6})."""
+    inodes = set()
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        except OSError:
+            continue
+    found = []
+    for table, width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                    found.append(decode_address(fields[1].split(":")[0], width))
+    return found
+
+
+def decode_address(hex_ip, width):
+    raw = bytes.fromhex(hex_ip)
+    if width == 8:
+        return socket.inet_ntop(socket.AF_INET, raw[::-1])
+    words = b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
+    return socket.inet_ntop(socket.AF_INET6, words)
+
+
+def test_every_node_reports_127_0_0_1_and_listens_on_loopback_only(cluster):
+    address, port = cluster
+    script = ("import json, ray; from core import loopback; loopback.prepare(); "
+              f"ray.init(address={address!r}, logging_level='ERROR'); "
+              "print(json.dumps(loopback.node_addresses()))")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == ["127.0.0.1"] * 3
+    addresses = listening_addresses(cluster_processes(port))
+    assert addresses and all(a in ("127.0.0.1", "::ffff:127.0.0.1") for a in addresses), addresses
+
+
+def rollout_worker_nodes(port):
+    """{worker pid: its node's raylet pid} for the cluster's rollout workers."""
+    nodes = raylets(port)
+    table = _cmdlines()
+    return {pid: ppid for pid, (ppid, _) in table.items()
+            if ppid in nodes and process_title(pid).startswith("ray::RolloutWorker")}
+
+
+def test_a_run_spreads_over_the_nodes_and_survives_losing_one(cluster, tmp_path):
+    """PPO on a --user_dir env through --address: the 2 rollout workers run on 2 nodes; the
+    worker node of one is killed (its raylet and everything under it); a replacement starts on
+    a remaining node and the run reaches 475."""
+    address, port = cluster
+    head_raylet = min(raylets(port))  # the head's started first
+    run_dir = str(tmp_path / "run")
+    proc = start_main("--address", address, "--user_dir", os.path.join(REPO, "examples",
+                      "user_plugins"), "--env_name", "noisy_cartpole", "--num_workers", "2",
+                      "--seed", "1", "--total_steps", "150000", "--run_dir", run_dir, "--quiet",
+                      "--no-tensorboard")
+    spread, victim = None, None
+    deadline = time.time() + 180
+    while proc.poll() is None and time.time() < deadline and victim is None:
+        placed = rollout_worker_nodes(port)
+        if len(set(placed.values())) == 2 and len(metrics_rows(run_dir)) >= 2:
+            spread = sorted(set(placed.values()))
+            victim = next(node for node in spread if node != head_raylet)
+            for pid in [victim] + [p for p, node in placed.items() if node == victim]:
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.1)
+    code, out, err = finish(proc, timeout=400)
+    assert victim is not None, "the workers never ran on two nodes: " + err[-3000:]
+    assert code == 0, err[-3000:]
+    summary, rows = read_run(run_dir)
+    assert summary["stopped_because"] == "target_return", summary
+    assert summary["worker_restarts"] >= 1, summary
+    assert int(rows[-1]["workers"]) == 2
