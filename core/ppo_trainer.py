@@ -74,8 +74,10 @@ class PPOTrainer(NormalizedTrainer):
         self.graph = None
         if self.num_remote == 0:
             self.group.add(0, local=True)  # --num_workers 0: the deterministic mode
-        elif (args.elastic_start and not args.compiled_graph and args.env_placement == "worker"
-              and not self.ray_up()):
+        elif args.elastic_start and not args.compiled_graph and args.env_placement == "worker":
+            # Learn in the driver until the remote workers are built, whether Ray is still
+            # starting or already up (joining --address is quick, but each worker then waits
+            # for the job's code to reach its node: ~10 s measured on the loopback cluster).
             # The stand-in gets a slot of its own: seeds distinct from every remote worker's.
             # (Env actors need Ray: with --env_placement actor the run waits for it.)
             self.group.add(self.num_remote, local=True)
