@@ -15,7 +15,8 @@ import pytest
 
 from core.cluster import _cmdlines, cluster_processes
 from tests.test_e2e import REPO, read_run
-from tests.test_faults import finish, metrics_rows, process_title, start_main
+from tests.test_faults import (actor_pids, descendants, finish, metrics_rows, process_title,
+                               start_main)
 
 CLUSTER_PY = os.path.join(REPO, "core", "cluster.py")
 
@@ -135,3 +136,26 @@ def test_a_run_spreads_over_the_nodes_and_survives_losing_one(cluster, tmp_path)
     assert summary["stopped_because"] == "target_return", summary
     assert summary["worker_restarts"] >= 1, summary
     assert int(rows[-1]["workers"]) == 2
+
+
+def test_the_test_sessions_own_ray_instance_is_on_loopback(ray_session):
+    from core import loopback
+    assert loopback.node_addresses() == ["127.0.0.1"]
+
+
+def test_a_local_run_listens_on_loopback_only(tmp_path):
+    """main.py's own Ray instance: every port of its GCS, raylet and workers on 127.0.0.1."""
+    proc = start_main("--num_workers", "2", "--total_steps", "10000000", "--target_return",
+                      "none", "--run_dir", str(tmp_path / "run"), "--quiet", "--no-tensorboard")
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not actor_pids(proc.pid, "RolloutWorker"):
+            assert proc.poll() is None, proc.communicate()[1][-2000:]
+            time.sleep(0.2)
+        ray_processes = descendants(proc.pid)
+        addresses = listening_addresses(ray_processes)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        finish(proc, timeout=120)
+    assert len(addresses) >= 3, addresses  # the GCS, the raylet and the workers at least
+    assert all(a in ("127.0.0.1", "::ffff:127.0.0.1") for a in addresses), addresses
