@@ -6,7 +6,7 @@ evaluation run again with the same weights; env errors it survived are counted.
 import ray
 
 from core.evaluator import Evaluator
-from core.placement import LocalHandle, LocalRef, remote_class
+from core.placement import LocalHandle, LocalRef, near_driver, remote_class
 from core.worker_group import MISSING, WorkerGroup
 
 
@@ -23,8 +23,8 @@ class EvalRunner:
     def _make(self, slot, generation, local):
         if local:
             return LocalHandle(Evaluator(self.spec, self.spec.args.eval_episodes))
-        return remote_class(Evaluator).options(num_cpus=0).remote(self.spec,
-                                                                  self.spec.args.eval_episodes)
+        return remote_class(Evaluator).options(num_cpus=0, scheduling_strategy=near_driver()
+                                               ).remote(self.spec, self.spec.args.eval_episodes)
 
     def prepare(self):
         """Start the remote test worker now if Ray allows (it takes seconds to import torch and

@@ -65,10 +65,13 @@ class Placement:
         self.local = local
 
     def spawn(self, cls, *args, num_cpus=1.0, num_gpus=0.0, **kwargs):
+        """``cls(*args, **kwargs)`` here, or as a Ray actor on the driver's node when it has
+        room (the run's core actors: on a cluster, losing another node then costs only
+        rollout workers, which are replaced, not a recovery from checkpoint)."""
         if self.local:
             return LocalHandle(cls(*args, **kwargs))
-        return remote_class(cls).options(num_cpus=num_cpus, num_gpus=num_gpus).remote(*args,
-                                                                                     **kwargs)
+        return remote_class(cls).options(num_cpus=num_cpus, num_gpus=num_gpus,
+                                         scheduling_strategy=near_driver()).remote(*args, **kwargs)
 
     def put(self, value):
         return LocalRef(value) if self.local else ray.put(value)
@@ -107,6 +110,12 @@ class Placement:
             return True
         done, _ = ray.wait([ref], timeout=0)
         return bool(done)
+
+
+def near_driver():
+    """Ray scheduling strategy: the driver's node if it has room, else anywhere."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
 
 
 def start_ray(args):
