@@ -30,8 +30,11 @@ _USAGE = __doc__.split("\n\n")[0]
 
 
 def start(ray_args):
+    given = [a.split("=", 1)[1] for a in ray_args if a.startswith("--node-ip-address=")]
     if "--node-ip-address" in ray_args:
         ip = ray_args[ray_args.index("--node-ip-address") + 1]
+    elif given:
+        ip = given[0]
     else:
         ip = loopback.LOOPBACK
         ray_args = ray_args + ["--node-ip-address", ip]
@@ -43,7 +46,7 @@ def start(ray_args):
     return ray_main()
 
 
-def _cmdlines():
+def process_table():
     """{pid: (parent pid, command line)} for every process we may see."""
     table = {}
     for entry in os.listdir("/proc"):
@@ -63,7 +66,7 @@ def _cmdlines():
 def cluster_processes(port, table=None):
     """Pids of the cluster whose GCS listens on ``port``: processes naming its session or its
     GCS address on their command lines, and all their descendants."""
-    table = table if table is not None else _cmdlines()
+    table = table if table is not None else process_table()
     gcs = [cmd for _, cmd in table.values()
            if "gcs_server" in cmd and f"--gcs_server_port={port} " in cmd + " "]
     if not gcs:
@@ -74,13 +77,19 @@ def cluster_processes(port, table=None):
     session = [a.split("=", 1)[1] for a in gcs[0].split() if a.startswith("--session-name=")]
     pids = {pid for pid, (_, cmd) in table.items()
             if own.search(cmd) or (session and session[0] in cmd)}
-    grew = True
-    while grew:  # add children (Ray's workers rename themselves "ray::...")
-        more = {pid for pid, (ppid, _) in table.items() if ppid in pids} - pids
-        pids |= more
-        grew = bool(more)
+    pids |= descendants(pids, table)  # Ray's workers rename themselves "ray::..."
     pids.discard(os.getpid())
     return sorted(pids)
+
+
+def descendants(pids, table=None):
+    """Every process below ``pids`` (children, their children, ...)."""
+    table = table if table is not None else process_table()
+    found, frontier = set(), set(pids)
+    while frontier:
+        frontier = {pid for pid, (ppid, _) in table.items() if ppid in frontier} - found
+        found |= frontier
+    return found
 
 
 def stop(address, grace_s=10.0):

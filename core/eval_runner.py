@@ -6,7 +6,7 @@ evaluation run again with the same weights; env errors it survived are counted.
 import ray
 
 from core.evaluator import Evaluator
-from core.placement import LocalHandle, LocalRef, near_driver, remote_class
+from core.placement import LocalRef, Placement
 from core.worker_group import MISSING, WorkerGroup
 
 
@@ -21,10 +21,8 @@ class EvalRunner:
         self.next_eval = None        # set by begin(), once a restore has set the counters
 
     def _make(self, slot, generation, local):
-        if local:
-            return LocalHandle(Evaluator(self.spec, self.spec.args.eval_episodes))
-        return remote_class(Evaluator).options(num_cpus=0, scheduling_strategy=near_driver()
-                                               ).remote(self.spec, self.spec.args.eval_episodes)
+        return Placement(local).spawn(Evaluator, self.spec, self.spec.args.eval_episodes,
+                                      num_cpus=0)
 
     def prepare(self):
         """Start the remote test worker now if Ray allows (it takes seconds to import torch and

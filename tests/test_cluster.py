@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from core.cluster import _cmdlines, cluster_processes
+from core.cluster import cluster_processes, process_table
 from tests.test_e2e import REPO, read_run
 from tests.test_faults import (actor_pids, descendants, finish, metrics_rows, process_title,
                                start_main)
@@ -54,7 +54,7 @@ def cluster(tmp_path_factory):
 
 
 def raylets(port):
-    table = _cmdlines()
+    table = process_table()
     return {pid for pid in cluster_processes(port, table) if "raylet/raylet" in table[pid][1]}
 
 
@@ -103,7 +103,7 @@ def test_every_node_reports_127_0_0_1_and_listens_on_loopback_only(cluster):
 def rollout_worker_nodes(port):
     """{worker pid: its node's raylet pid} for the cluster's rollout workers."""
     nodes = raylets(port)
-    table = _cmdlines()
+    table = process_table()
     return {pid: ppid for pid, (ppid, _) in table.items()
             if ppid in nodes and process_title(pid).startswith("ray::RolloutWorker")}
 

@@ -10,6 +10,7 @@ import time
 
 import torch
 
+from core import cluster
 from core.checkpoint import load_checkpoint
 from tests.test_e2e import REPO, read_run, run_main
 
@@ -18,21 +19,7 @@ PLUGINS = os.path.join(REPO, "tests", "plugins")
 
 # -- finding an actor's process: main.py's descendants titled ray::<Class> ---------------------
 def descendants(pid):
-    children = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(parent, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
+    return sorted(cluster.descendants({pid}))
 
 
 def process_title(pid):
