@@ -41,6 +41,8 @@ def start(ray_args):
     if "--disable-usage-stats" not in ray_args:
         ray_args = ray_args + ["--disable-usage-stats"]  # no report sent off the machine
     loopback.prepare(ip)
+    if "--head" in ray_args:
+        loopback.ensure_token()
     from ray.scripts.scripts import main as ray_main
     sys.argv = ["ray", "start"] + ray_args
     return ray_main()

@@ -44,6 +44,27 @@ def token_auth_on():
     Config.initialize("")
 
 
+def ensure_token():
+    """A head needs a token to hand out: ``ray start --head`` refuses to start without one
+    (only ``ray.init`` makes one), so on a fresh machine make one as ``ray get-auth-token
+    --generate`` does, in ~/.ray/auth_token, unless RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH gives
+    it. Returns the file written, or None when a token was there already."""
+    from ray._private.authentication.authentication_token_setup import (
+        _get_default_token_path, generate_and_save_token)
+    from ray._raylet import AuthenticationTokenLoader
+    if os.environ.get("RAY_AUTH_MODE", "token").lower() != "token":
+        return None
+    loader = AuthenticationTokenLoader.instance()
+    if loader.has_token(ignore_auth_mode=True):
+        return None
+    generate_and_save_token()
+    loader.reset_cache()
+    path = str(_get_default_token_path())
+    print(f"ddrl: no Ray token found; generated one in {path} (nodes and drivers that join "
+          f"this head need it: see README, 'Scaling out')", flush=True)
+    return path
+
+
 def prepare(ip=LOOPBACK):
     """Everything above, before ``ray.init`` or ``ray start`` in this process."""
     pin_node_ip(ip)

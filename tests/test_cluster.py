@@ -1,8 +1,9 @@
 """A Ray cluster on loopback, as README "Scaling out" starts it: a head and two worker nodes from
 `core/cluster.py start`, run from another working directory without the repo on PYTHONPATH,
-token authentication on. Every node reports 127.0.0.1 and every port the cluster listens on is
-on 127.0.0.1; main.py --address spreads its rollout workers over the nodes, gets a --user_dir
-plugin to them, and reaches its target with a worker node removed mid-run."""
+token authentication on, in a home directory with no Ray token yet (a fresh machine: the head
+makes one). Every node reports 127.0.0.1 and every port the cluster listens on is on 127.0.0.1;
+main.py --address spreads its rollout workers over the three nodes, gets a --user_dir plugin to
+them, and reaches its target with a worker node removed mid-run."""
 import json
 import os
 import signal
@@ -27,10 +28,21 @@ def free_port():
         return s.getsockname()[1]
 
 
-def outside_env():
-    """A shell elsewhere: no repo on PYTHONPATH (the job's runtime_env must bring the code)."""
+def outside_env(home):
+    """A shell elsewhere: no repo on PYTHONPATH (the job's runtime_env must bring the code), and
+    ``home`` as HOME: the head's token goes to home/.ray/auth_token, where joiners find it."""
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
+    for key in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        env.pop(key, None)
+    env["HOME"] = home
+    return env
+
+
+def driver_env(home):
+    """main.py's environment: this repo's, with the cluster's HOME (so its token)."""
+    env = dict(os.environ)
+    env["HOME"] = home
     return env
 
 
@@ -39,17 +51,24 @@ def cluster(tmp_path_factory):
     port = free_port()
     address = f"127.0.0.1:{port}"
     elsewhere = str(tmp_path_factory.mktemp("elsewhere"))
+    home = str(tmp_path_factory.mktemp("home"))
+    # Two CPUs on each worker node: after one is lost, the replacement of its rollout worker
+    # still finds a free CPU on the other.
     commands = [["--head", "--port", str(port), "--num-cpus", "1", "--include-dashboard",
-                 "false"]] + [["--address", address, "--num-cpus", "1"]] * 2
+                 "false"]] + [["--address", address, "--num-cpus", "2"]] * 2
     try:
         for args in commands:
             proc = subprocess.run([sys.executable, CLUSTER_PY, "start", *args], cwd=elsewhere,
-                                  env=outside_env(), capture_output=True, text=True, timeout=180)
+                                  env=outside_env(home), capture_output=True, text=True,
+                                  timeout=180)
             assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-        yield address, port
+            if "--head" in args:  # a fresh HOME: the head made the cluster's token
+                assert "generated one in" in proc.stdout, proc.stdout[-2000:]
+                assert os.path.isfile(os.path.join(home, ".ray", "auth_token"))
+        yield address, port, home
     finally:
         subprocess.run([sys.executable, CLUSTER_PY, "stop", "--address", address], cwd=elsewhere,
-                       env=outside_env(), capture_output=True, timeout=60)
+                       env=outside_env(home), capture_output=True, timeout=60)
     assert cluster_processes(port) == []
 
 
@@ -88,12 +107,12 @@ def decode_address(hex_ip, width):
 
 
 def test_every_node_reports_127_0_0_1_and_listens_on_loopback_only(cluster):
-    address, port = cluster
+    address, port, home = cluster
     script = ("import json, ray; from core import loopback; loopback.prepare(); "
               f"ray.init(address={address!r}, logging_level='ERROR'); "
               "print(json.dumps(loopback.node_addresses()))")
     proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=120, env=driver_env(home))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == ["127.0.0.1"] * 3
     addresses = listening_addresses(cluster_processes(port))
@@ -109,33 +128,34 @@ def rollout_worker_nodes(port):
 
 
 def test_a_run_spreads_over_the_nodes_and_survives_losing_one(cluster, tmp_path):
-    """PPO on a --user_dir env through --address: the 2 rollout workers run on 2 nodes; the
-    worker node of one is killed (its raylet and everything under it); a replacement starts on
-    a remaining node and the run reaches 475."""
-    address, port = cluster
+    """PPO on a --user_dir env through --address: the 3 rollout workers run on the 3 nodes;
+    one worker node is killed (its raylet and everything under it); a replacement starts on a
+    remaining node and the run reaches 475 with 3 workers again."""
+    address, port, home = cluster
     head_raylet = min(raylets(port))  # the head's started first
     run_dir = str(tmp_path / "run")
     proc = start_main("--address", address, "--user_dir", os.path.join(REPO, "examples",
-                      "user_plugins"), "--env_name", "noisy_cartpole", "--num_workers", "2",
+                      "user_plugins"), "--env_name", "noisy_cartpole", "--num_workers", "3",
                       "--seed", "1", "--total_steps", "150000", "--run_dir", run_dir, "--quiet",
-                      "--no-tensorboard", "--no-elastic_start")  # learning starts on the nodes
+                      "--no-tensorboard", "--no-elastic_start",  # learning starts on the nodes
+                      env=driver_env(home))
     spread, victim = None, None
     deadline = time.time() + 180
     while proc.poll() is None and time.time() < deadline and victim is None:
         placed = rollout_worker_nodes(port)
-        if len(set(placed.values())) == 2 and len(metrics_rows(run_dir)) >= 1:
+        if len(set(placed.values())) == 3 and len(metrics_rows(run_dir)) >= 1:
             spread = sorted(set(placed.values()))
             victim = next(node for node in spread if node != head_raylet)
             for pid in [victim] + [p for p, node in placed.items() if node == victim]:
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.1)
     code, out, err = finish(proc, timeout=400)
-    assert victim is not None, "the workers never ran on two nodes: " + err[-3000:]
+    assert victim is not None, "the workers never ran on three nodes: " + err[-3000:]
     assert code == 0, err[-3000:]
     summary, rows = read_run(run_dir)
     assert summary["stopped_because"] == "target_return", summary
     assert summary["worker_restarts"] >= 1, summary
-    assert int(rows[-1]["workers"]) == 2
+    assert int(rows[-1]["workers"]) == 3
 
 
 def test_the_test_sessions_own_ray_instance_is_on_loopback(ray_session):

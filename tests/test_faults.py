@@ -42,9 +42,9 @@ def metrics_rows(run_dir):
         return []
 
 
-def start_main(*flags):
+def start_main(*flags, env=None):
     return subprocess.Popen([sys.executable, os.path.join(REPO, "main.py"), *flags], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
 def kill_when(proc, class_name, ready, deadline=120):
