@@ -1,0 +1,192 @@
+"""What a GPU is used for, in one place: how many GPUs each kind of actor reserves from Ray
+(``gpu_plan``) and which torch device a process computes on (``resolve_device``).
+
+The decision, and why:
+
+- **SAC (replay)**: the update is the bottleneck (a 256x256 update costs milliseconds; acting
+  one step costs microseconds), so the GPU goes where the gradients are computed. With one
+  learner (``--num_learners 1``) the parameter server computes the updates itself: it reserves
+  the GPU. With ``--num_learners N > 1`` the learner workers compute the gradients and share the
+  GPUs; the parameter server only averages and applies them (an Adam step on ~0.2M parameters)
+  and stays on the CPU. Rollout workers, the replay buffer and the test worker reserve none:
+  they act one batch of observations at a time or move numpy arrays, which a GPU would only
+  slow down by the copies to and from it.
+- **PPO (gradient collecting)**: the rollout workers compute the gradients on their own
+  fragments, so they share the GPUs for that; acting stays on the CPU (a batched forward pass
+  of a few envs per step is cheaper there than a copy to the device and back). The driver's
+  learner only averages gradients and takes an optimizer step (~0.1 ms): it stays on the CPU.
+
+Sharing: one process computes on one device (nothing here splits a model over GPUs), so an
+actor reserves at most one GPU. When actors outnumber GPUs, each reserves ``1 / k`` with ``k``
+the actors per device rounded up, so that every share fits on one device: Ray never splits a
+fractional request over two GPUs, and ``num_gpus / N`` (e.g. 2/3 for 3 learners on 2 GPUs)
+would leave the third actor unscheduled. With ``k`` dividing evenly this is ``num_gpus / N``.
+
+A process computes on "cuda" only when it was given GPUs (in a Ray actor: ``ray.get_gpu_ids()``
+is not empty; in the driver, with ``--num_workers 0`` or PPO's in-process worker: its planned
+share is > 0, i.e. ``--num_gpus`` > 0) and torch can use CUDA. A process given GPUs that torch
+cannot see (a CPU-only torch build, a node whose GPUs Ray counts but the driver does not) says
+so in one line on stderr and computes on the CPU: the run still works.
+"""
+import math
+import sys
+from dataclasses import dataclass
+
+import ray
+import torch
+
+from core.registry import ConfigError
+
+LOOPS = ("ppo", "sac")
+
+
+@dataclass(frozen=True)
+class GpuPlan:
+    """GPUs each kind of actor reserves from Ray (``num_gpus`` of its actor options)."""
+    loop: str
+    num_gpus: int = 0
+    num_workers: int = 0
+    num_learners: int = 1
+    parameter_server_gpus: float = 0.0
+    learner_worker_gpus: float = 0.0
+    rollout_worker_gpus: float = 0.0
+    replay_buffer_gpus: float = 0.0
+    test_worker_gpus: float = 0.0
+    driver_learner_gpus: float = 0.0
+
+    @property
+    def reserved(self) -> float:
+        """GPUs the run's actors reserve together (never more than ``num_gpus``)."""
+        learners = self.num_learners if self.num_learners > 1 else 0
+        return (self.parameter_server_gpus + learners * self.learner_worker_gpus
+                + max(1, self.num_workers) * self.rollout_worker_gpus)
+
+
+def gpu_share(num_gpus, sharers):
+    """GPUs each of ``sharers`` actors reserves so that all fit on ``num_gpus`` whole devices:
+    1 when there are enough, else 1/k with k actors per device (rounded down to Ray's
+    precision of 1e-4, so that k shares never add up to more than one device)."""
+    if num_gpus <= 0 or sharers <= 0:
+        return 0.0
+    per_device = math.ceil(sharers / num_gpus)
+    return math.floor(1e4 / per_device) / 1e4
+
+
+def plan_gpus(loop, num_gpus, num_workers, num_learners=1) -> GpuPlan:
+    """The plan for one loop ("ppo" or "sac") from the flags' values (see the module doc)."""
+    if loop not in LOOPS:
+        raise ValueError(f"no GPU plan for the {loop!r} loop (known: {', '.join(LOOPS)})")
+    base = dict(loop=loop, num_gpus=int(num_gpus), num_workers=int(num_workers),
+                num_learners=int(num_learners))
+    if loop == "ppo":
+        # --num_workers 0: the one in-process worker computes the gradients.
+        return GpuPlan(**base, rollout_worker_gpus=gpu_share(num_gpus, max(1, num_workers)))
+    if num_learners > 1:
+        return GpuPlan(**base, learner_worker_gpus=gpu_share(num_gpus, num_learners))
+    return GpuPlan(**base, parameter_server_gpus=gpu_share(num_gpus, 1))
+
+
+def gpu_plan(args, loop) -> GpuPlan:
+    """``plan_gpus`` from parsed flags (--num_gpus, --num_workers, --num_learners)."""
+    return plan_gpus(loop, getattr(args, "num_gpus", 0) or 0, getattr(args, "num_workers", 0),
+                     getattr(args, "num_learners", 1) or 1)
+
+
+def gpu_plan_for(spec) -> GpuPlan:
+    """The plan for a core.plugins.PluginSpec: the loop is its model's (``model_cls.trainer``)."""
+    from core.plugins import load_plugins
+    return gpu_plan(spec.args, load_plugins(spec).model_cls.trainer)
+
+
+# -- inside a process -------------------------------------------------------------------------
+_warning = None  # the one line this process printed, if any (reported by actors' device_info)
+
+
+def in_ray_actor() -> bool:
+    return ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None
+
+
+def given_gpus(planned_gpus):
+    """(whether this process was given GPUs, what it was given, in words): Ray's GPU ids in an
+    actor; in the driver, where no Ray reservation applies, its planned share."""
+    if in_ray_actor():
+        ids = list(ray.get_gpu_ids())
+        return bool(ids), f"GPU(s) {ids} by Ray"
+    return planned_gpus > 0, f"a {planned_gpus:g} GPU share by --num_gpus"
+
+
+def resolve_device(planned_gpus, role="this process") -> str:
+    """"cuda" when this process was given GPUs and torch can use CUDA, else "cpu" (with one
+    line on stderr, once per process, when GPUs were given but torch sees none)."""
+    global _warning
+    given, what = given_gpus(planned_gpus)
+    if not given:
+        return "cpu"
+    if torch.cuda.is_available():
+        return "cuda"
+    if _warning is None:
+        build = "a CPU-only build" if torch.version.cuda is None else "no CUDA device visible"
+        _warning = (f"ddrl: {role} was given {what}, but torch {torch.__version__} cannot use "
+                    f"CUDA here ({build}): it computes on the CPU")
+        print(_warning, file=sys.stderr, flush=True)
+    return "cpu"
+
+
+def device_info(device):
+    """What an actor reports about where it computes (for tests and diagnostics)."""
+    return {"device": str(device), "gpu_ids": list(ray.get_gpu_ids()) if in_ray_actor() else [],
+            "warning": _warning}
+
+
+def to_cpu(value):
+    """``value`` (tensors in dicts, lists, tuples) with every tensor on the CPU: optimizer state
+    leaves a GPU process for checkpoints, which must load on machines without one. Tensors
+    already there are returned as they are (no copy)."""
+    if isinstance(value, torch.Tensor):
+        return value.cpu()
+    if isinstance(value, dict):
+        return {k: to_cpu(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(to_cpu(v) for v in value)
+    return value
+
+
+def learning_model(model, device):
+    """The model a process learns with: ``model`` itself on the CPU (no copy, bit-identical),
+    else a copy on ``device``, so the original keeps acting on the CPU (PPO's rollout worker)."""
+    if str(device) == "cpu":
+        return model
+    import copy
+    return copy.deepcopy(model).to(device)
+
+
+# -- checks ------------------------------------------------------------------------------------
+def check_local_gpus(num_gpus, visible, cuda_visible_devices=None):
+    """A local run cannot use GPUs torch does not see: one paragraph naming both."""
+    if num_gpus <= visible:
+        return
+    if torch.version.cuda is None:
+        why = f"torch {torch.__version__} is a CPU-only build"
+    elif cuda_visible_devices is not None:
+        why = f"CUDA_VISIBLE_DEVICES={cuda_visible_devices!r} (set by --gpu or the environment)"
+    else:
+        why = "no CUDA device was found"
+    allowed = f"0 to {visible}" if visible else "0"
+    raise ConfigError(
+        f"--num_gpus {num_gpus} asks for {num_gpus} GPU(s), but torch sees {visible} CUDA "
+        f"device(s) on this machine ({why}). Allowed here: --num_gpus {allowed}; with 0 "
+        f"everything runs on the CPU. To use a Ray cluster's GPUs, join it with --address "
+        f"(its GPUs are counted there).")
+
+
+def check_cluster_gpus(num_gpus, cluster_gpus, address):
+    """A run that reserves more GPUs than the joined cluster has would wait forever for its
+    GPU actors: one paragraph instead."""
+    if num_gpus <= cluster_gpus:
+        return
+    have = int(cluster_gpus)
+    raise ConfigError(
+        f"--num_gpus {num_gpus}, but the Ray cluster at --address {address} has {cluster_gpus:g} "
+        f"GPU(s) in all. Allowed: --num_gpus {'0 to ' + str(have) if have else '0'}; a node "
+        f"offers its GPUs when started with them (`python -m core.cluster start ... "
+        f"--num-gpus N`).")
