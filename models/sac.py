@@ -98,11 +98,12 @@ class TwinQ(nn.Module):
         return self.q1(x).squeeze(-1), self.q2(x).squeeze(-1)
 
 
-def as_float_tensor(x):
+def as_float_tensor(x, device=None):
+    """float32 tensor on ``device`` (None: the CPU). Already there, a tensor is not copied."""
     if isinstance(x, torch.Tensor):
-        return x.float()
+        return x.float().to(device)
     # A copy: batches from Ray's object store are read-only arrays (a few KB here).
-    return torch.tensor(np.asarray(x), dtype=torch.float32)
+    return torch.tensor(np.asarray(x), dtype=torch.float32, device=device)
 
 
 @register_model("sac")
@@ -181,9 +182,15 @@ class SACModel(BaseModel):
         self.critic_target = frozen_copy(self.critic)
         self.log_alpha = nn.Parameter(torch.full((1,), math.log(args.init_alpha)))
 
+    @property
+    def device(self):
+        """Where this model computes: the CPU, or the GPU of a learning process
+        (core/devices.py). Batches move here; results leave as CPU numpy arrays."""
+        return self.action_scale.device
+
     # -- policy -------------------------------------------------------------------------------
     def flat_obs(self, obs):
-        return as_float_tensor(obs).reshape(-1, self.obs_dim)
+        return as_float_tensor(obs, self.device).reshape(-1, self.obs_dim)
 
     def sample(self, obs, deterministic=False):
         """Squashed actions in [-1, 1] and their log-probabilities (tanh-corrected), [B, A], [B].
@@ -203,7 +210,7 @@ class SACModel(BaseModel):
     @torch.no_grad()
     def choose_actions(self, obs, deterministic=False):
         actions, _ = self.sample(self.flat_obs(obs), deterministic)
-        return self.to_env_actions(actions).numpy(), {}
+        return self.to_env_actions(actions).cpu().numpy(), {}
 
     # -- learning -----------------------------------------------------------------------------
     @property
@@ -215,13 +222,15 @@ class SACModel(BaseModel):
         ``batch`` is a core.replay_buffer.ReplayBatch or, with unit weights, a Transitions."""
         t = getattr(batch, "transitions", batch)
         weights = getattr(batch, "weights", None)
-        rewards = as_float_tensor(t.rewards).reshape(-1)
+        device = self.device
+        rewards = as_float_tensor(t.rewards, device).reshape(-1)
         weights = (torch.ones_like(rewards) if weights is None
-                   else as_float_tensor(weights).reshape(-1))
-        actions = self.from_env_actions(as_float_tensor(t.actions).reshape(-1, self.action_dim))
+                   else as_float_tensor(weights, device).reshape(-1))
+        actions = self.from_env_actions(
+            as_float_tensor(t.actions, device).reshape(-1, self.action_dim))
         return (self.flat_obs(t.observations), actions, rewards,
-                self.flat_obs(t.next_observations), as_float_tensor(t.terminated).reshape(-1),
-                weights)
+                self.flat_obs(t.next_observations),
+                as_float_tensor(t.terminated, device).reshape(-1), weights)
 
     @torch.no_grad()
     def critic_targets(self, rewards, next_obs, terminated):
@@ -238,14 +247,14 @@ class SACModel(BaseModel):
         priorities of an Ape-X explorer's block). Draws next actions, so it is stochastic."""
         obs, actions, rewards, next_obs, terminated, _ = self.unpack(batch)
         target_q = self.critic_targets(rewards, next_obs, terminated)
-        return (self.critic(obs, actions)[0] - target_q).abs().numpy()
+        return (self.critic(obs, actions)[0] - target_q).abs().cpu().numpy()
 
     def step(self, batch, progress=0.0):
         """Gradients of the critic, actor and alpha losses on a replay batch, all from the
         current weights, by parameter name; plus statistics ("td_errors": numpy [B] |Q1 - target|
         for priority updates, the rest floats)."""
         obs, actions, rewards, next_obs, terminated, weights = self.unpack(batch)
-        with torch.autocast("cpu", dtype=torch.bfloat16,
+        with torch.autocast(obs.device.type, dtype=torch.bfloat16,
                             enabled=getattr(self.args, "sac_precision", "fp32") == "bf16"):
             return self.losses_and_gradients(obs, actions, rewards, next_obs, terminated,
                                              weights)
@@ -279,12 +288,14 @@ class SACModel(BaseModel):
 
         with torch.no_grad():
             td_errors = (current_q_values[0] - target_q).abs()
-        stats = {"critic_loss": critic_loss.item(), "actor_loss": actor_loss.item(),
-                 "alpha_loss": alpha_loss.item(), "alpha": alpha.item(),
-                 "q_mean": current_q_values[0].detach().mean().item(),
-                 "entropy": -log_prob.detach().mean().item(),
-                 "td_error_mean": td_errors.mean().item(),
-                 "td_errors": td_errors.numpy()}
+        # One copy to the CPU for all scalars (on a GPU each .item() would wait on its own).
+        scalars = torch.stack([
+            critic_loss.detach(), actor_loss.detach(), alpha_loss.detach(), alpha.reshape(()),
+            current_q_values[0].detach().mean(), -log_prob.detach().mean(), td_errors.mean(),
+        ]).tolist()
+        stats = dict(zip(("critic_loss", "actor_loss", "alpha_loss", "alpha", "q_mean",
+                          "entropy", "td_error_mean"), scalars))
+        stats["td_errors"] = td_errors.cpu().numpy()
         return self.collect_gradients(), stats
 
     def configure_optimizer(self):
