@@ -7,11 +7,16 @@ gradients of all learners for one version (never the last pusher's alone, the se
 bug), applies them, and hands out the weights with their version number. With a single
 learner (--num_learners 1) the server computes the gradients itself (``update``): the weights
 then never travel per update, only when a rollout or test worker asks for them.
+
+GPUs (core/devices.py): whichever of the two computes the gradients (the server with one
+learner, the learner workers with several) holds its model on the GPU it was given; gradients,
+weights, TD errors and optimizer state leave it as CPU numpy arrays or tensors.
 """
 import numpy as np
 import torch
 
 from core.checkpoint import save_checkpoint
+from core.devices import device_info, gpu_plan, resolve_device, to_cpu
 from core.faults import all_finite
 from core.learner import Learner, average_gradients
 from core.plugins import load_plugins
@@ -28,6 +33,9 @@ class ParameterServer:
         plugins = load_plugins(spec)
         torch.manual_seed(spec.args.seed)
         self.model = plugins.model_cls(spec.args, observation_space, action_space)
+        self.device = resolve_device(gpu_plan(spec.args, "sac").parameter_server_gpus,
+                                     "the parameter server")
+        self.model.to(self.device)  # before the optimizer: its state lives beside the weights
         self.learner = Learner(self.model)
         # For --num_learners 1 the server is the learner as well: no weights travel per update.
         self.agent = plugins.agent_cls(spec.args, self.model, seed=spec.args.seed)
@@ -41,6 +49,9 @@ class ParameterServer:
 
     def get_version(self):
         return self.learner.version
+
+    def device_info(self):
+        return device_info(self.device)
 
     def apply(self, *results):
         """One update from the GradientResults of all learners, averaged by sample count. An
@@ -80,12 +91,15 @@ class ParameterServer:
                 np.concatenate([p for _, p in priorities]))
         return stats
 
+    def optimizer_state(self):
+        """On the CPU: checkpoints must load on machines without a GPU."""
+        return to_cpu(self.learner.optimizer.state_dict())
+
     def state(self):
-        return (self.learner.get_weights(), self.learner.optimizer.state_dict(),
-                self.learner.version)
+        return self.learner.get_weights(), self.optimizer_state(), self.learner.version
 
     def save(self, path, meta=None):
-        save_checkpoint(path, self.learner.get_weights(), self.learner.optimizer.state_dict(),
+        save_checkpoint(path, self.learner.get_weights(), self.optimizer_state(),
                         {"updates": self.learner.version, **(meta or {})})
         return path
 
@@ -106,12 +120,18 @@ class LearnerWorker:
         plugins = load_plugins(spec)
         torch.manual_seed(spec.args.seed + 100 + learner_index)
         self.model = plugins.model_cls(spec.args, observation_space, action_space)
+        self.device = resolve_device(gpu_plan(spec.args, "sac").learner_worker_gpus,
+                                     f"learner worker {learner_index}")
+        self.model.to(self.device)
         self.agent = plugins.agent_cls(spec.args, self.model, seed=spec.args.seed + learner_index)
 
     def compute(self, weights, weights_version, batch, buffer=None):
         result = self.agent.fetch_grads(weights, batch, weights_version)
         _send_priorities(result, batch, buffer)
         return result
+
+    def device_info(self):
+        return device_info(self.device)
 
 
 def _send_priorities(result, batch, buffer):

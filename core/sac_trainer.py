@@ -19,6 +19,7 @@ import time
 import numpy as np
 import ray
 
+from core.devices import gpu_plan
 from core.eval_runner import EvalRunner
 from core.faults import death_inside, short_error
 from core.normalizer import NormalizedTrainer
@@ -90,6 +91,38 @@ def add_args(parser):
                             "%(default)s)")
 
 
+def spawn_core(placement, spec, spaces):
+    """The replay buffer and the parameter server."""
+    return spawn_buffer(placement, spec, spaces), spawn_server(placement, spec, spaces)
+
+
+def spawn_buffer(placement, spec, spaces):
+    """The replay buffer: numpy arrays only, no GPU (core/devices.py)."""
+    args = spec.args
+    observation_space, action_space = spaces
+    buffer_cls = PrioritizedReplayBuffer if args.prioritized_replay else ReplayBuffer
+    buffer_kwargs = dict(observation_dtype=np.float32, action_dtype=np.float32, seed=args.seed)
+    if args.prioritized_replay:
+        buffer_kwargs.update(alpha=args.priority_alpha, beta0=args.priority_beta,
+                             beta_steps=max(1, int(args.total_steps * args.utd_ratio)))
+    return placement.spawn(buffer_cls, args.buffer_size, observation_space.shape,
+                           action_space.shape, num_cpus=0,
+                           num_gpus=gpu_plan(args, "sac").replay_buffer_gpus, **buffer_kwargs)
+
+
+def spawn_server(placement, spec, spaces):
+    """The parameter server, with the GPU when it computes the updates itself (one learner;
+    core/devices.py)."""
+    return placement.spawn(ParameterServer, spec, *spaces, num_cpus=0,
+                           num_gpus=gpu_plan(spec.args, "sac").parameter_server_gpus)
+
+
+def spawn_learner(placement, spec, spaces, slot):
+    """A learner worker, with its share of the GPUs when there are several (core/devices.py)."""
+    return placement.spawn(LearnerWorker, spec, *spaces, slot, num_cpus=0,
+                           num_gpus=gpu_plan(spec.args, "sac").learner_worker_gpus)
+
+
 def mean_or_none(values):
     return float(np.mean(values)) if values else None
 
@@ -136,20 +169,10 @@ class SACTrainer(NormalizedTrainer):
     # -- actors --------------------------------------------------------------------------------
     def make_core(self):
         """The replay buffer and the parameter server (again after they died)."""
-        args = self.args
-        observation_space, action_space = self.spaces
-        buffer_cls = PrioritizedReplayBuffer if args.prioritized_replay else ReplayBuffer
-        buffer_kwargs = dict(observation_dtype=np.float32, action_dtype=np.float32,
-                             seed=args.seed)
-        if args.prioritized_replay:
-            buffer_kwargs.update(alpha=args.priority_alpha, beta0=args.priority_beta,
-                                 beta_steps=max(1, int(args.total_steps * args.utd_ratio)))
-        self.buffer = self.placement.spawn(buffer_cls, args.buffer_size, observation_space.shape,
-                                           action_space.shape, num_cpus=0, **buffer_kwargs)
-        self.server = self.placement.spawn(ParameterServer, self.spec, *self.spaces, num_cpus=0)
+        self.buffer, self.server = spawn_core(self.placement, self.spec, self.spaces)
 
     def make_learner(self, slot, generation, local):
-        return self.placement.spawn(LearnerWorker, self.spec, *self.spaces, slot, num_cpus=0)
+        return spawn_learner(self.placement, self.spec, self.spaces, slot)
 
     def make_worker(self, slot, generation, local):
         return make_rollout_worker(self.spec, slot, generation, local,
