@@ -13,6 +13,7 @@ import numpy as np
 import ray
 
 from core import loopback
+from core.devices import check_cluster_gpus
 from core.plugins import REPO_ROOT
 from core.registry import ConfigError
 
@@ -143,6 +144,7 @@ def start_ray(args):
                 f"{args.node_ip_address}), set RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH when the "
                 f"head's token is not in ~/.ray/auth_token, or leave --address out to start a "
                 f"local instance.") from exc
+        check_joined_gpus(args)
         return
     # Local workers inherit this environment: make the repository importable in them.
     path = os.environ.get("PYTHONPATH", "")
@@ -151,6 +153,18 @@ def start_ray(args):
     # address="local": always a new instance, never one that happens to run on this machine.
     ray.init(address="local", num_cpus=args.num_cpus, num_gpus=args.num_gpus,
              _node_ip_address=args.node_ip_address, **common)
+
+
+def check_joined_gpus(args):
+    """--num_gpus counts the joined cluster's GPUs: asking for more would leave the GPU actors
+    waiting forever, so say so now (and leave the cluster as it was)."""
+    if not args.num_gpus:
+        return
+    try:
+        check_cluster_gpus(args.num_gpus, ray.cluster_resources().get("GPU", 0), args.address)
+    except ConfigError:
+        ray.shutdown()  # only disconnects this driver: the cluster keeps running
+        raise
 
 
 class _DropThreadWarning(logging.Filter):

@@ -12,6 +12,7 @@ import time
 import torch
 
 from core.checkpoint import CheckpointManager, check_model_fits, load_checkpoint
+from core.devices import check_local_gpus
 from core.faults import Faults, short_error
 from core.metrics import atomic_write_text
 from core.placement import RayStarter
@@ -122,13 +123,14 @@ class TrainingSession:
                   flush=True)
 
     def check_gpus(self):
+        """A local run may ask only for GPUs torch sees here. With --address the cluster's GPUs
+        count instead: core/placement.py checks them once joined."""
         args = self.args
         if args.num_gpus and args.gpu:
             os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, args.gpu))
-        if args.num_gpus and not args.address and torch.cuda.device_count() < args.num_gpus:
-            raise ConfigError(f"--num_gpus {args.num_gpus} but torch sees "
-                              f"{torch.cuda.device_count()} CUDA device(s) here. Use --num_gpus 0 "
-                              f"on a machine without GPUs (everything then runs on the CPU).")
+        if args.num_gpus and not args.address:
+            check_local_gpus(args.num_gpus, torch.cuda.device_count(),
+                             os.environ.get("CUDA_VISIBLE_DEVICES"))
 
     def save_resolved_config(self):
         import yaml
