@@ -293,7 +293,7 @@ def loopback_cluster(nodes, cpus):
     the way out, whatever the way."""
     port = free_port()
     address = f"127.0.0.1:{port}"
-    print(f"[scaling] starting a {nodes}-node loopback cluster at {address}, {cpus} CPUs each", flush=True)
+    print(f"[cluster] starting a {nodes}-node loopback cluster at {address}, {cpus} CPUs each", flush=True)
     try:
         cluster_cmd("start", "--head", "--port", str(port), "--num-cpus", str(cpus),
                     "--include-dashboard", "false", "--ray-client-server-port", str(free_port()))
@@ -301,7 +301,7 @@ def loopback_cluster(nodes, cpus):
             cluster_cmd("start", "--address", address, "--num-cpus", str(cpus))
         yield address
     finally:
-        print(f"[scaling] stopping the cluster at {address}", flush=True)
+        print(f"[cluster] stopping the cluster at {address}", flush=True)
         subprocess.run([sys.executable, "-m", "core.cluster", "stop", "--address", address], cwd=REPO,
                        timeout=120)
 
