@@ -25,6 +25,7 @@ from core.learner import Learner, average_gradients
 from core.normalizer import NormalizedTrainer
 from core.placement import Placement
 from core.rollout import make_rollout_worker
+from core.sample_ahead import SampleAhead
 from core.types import GradientRequest
 from core.worker_group import WorkerGroup
 
@@ -32,7 +33,7 @@ METRIC_COLUMNS = [
     "iteration", "env_steps", "wall_time_s", "steps_per_s", "updates", "train_return",
     "train_length", "episodes", "eval_return", "eval_return_std", "policy_loss", "value_loss",
     "entropy", "approx_kl", "clip_fraction", "ratio_mean", "grad_norm", "learning_rate",
-    "policy_lag", "gradient_lag", "sample_time_s", "update_time_s", "workers",
+    "policy_lag", "gradient_lag", "sample_time_s", "update_time_s", "workers", "sample_ahead",
     "worker_restarts", "env_errors", "skipped_updates", "recoveries",
 ]
 LOSS_KEYS = ("policy_loss", "value_loss", "entropy")
@@ -71,6 +72,7 @@ class PPOTrainer(NormalizedTrainer):
         self.learner = Learner(self.model)
         self.make_obs_normalizer(args, spaces[0])
         self.num_epochs = int(getattr(args, "num_epochs", 1))
+        self.sample_ahead = SampleAhead(getattr(args, "sample_ahead", "off"), quiet=args.quiet)
         self.graph = None
         if self.num_remote == 0:
             self.group.add(0, local=True)  # --num_workers 0: the deterministic mode
@@ -179,13 +181,24 @@ class PPOTrainer(NormalizedTrainer):
         return members
 
     def collect(self, members, weights):
-        """One fragment from every worker in ``members``: {member: RolloutStats}."""
+        """One fragment from every worker in ``members``: {member: RolloutStats}. Remote
+        workers sample ahead when --sample_ahead says so (the in-process one never: it would
+        compete with the learner in this very process, and --num_workers 0 is the
+        deterministic mode)."""
+        ahead = self.sample_ahead.active()
         calls = {}
         for member in sorted(members, key=lambda m: m.local):  # remote first: they overlap
             ref = self.group.submit(member, "collect", weights, self.learner.version,
-                                    self.args.rollout_steps, self.obs_statistics())
+                                    self.args.rollout_steps, self.obs_statistics(),
+                                    ahead and not member.local)
             calls[ref] = member
         return self.group.gather(calls)
+
+    def all_remote_up(self, delivered):
+        """Every worker of the run remote, up and in this round (what a fair comparison of
+        sampling ahead against plain sampling needs)."""
+        return (self.num_remote > 0 and len(delivered) == self.num_remote
+                and not any(m.local for m in delivered))
 
     def _train(self):
         args, run = self.args, self.run
@@ -204,11 +217,19 @@ class PPOTrainer(NormalizedTrainer):
                 self.faults.env_errors(r.env_errors, run.env_steps)
             self.merge_obs_moments(rollouts)
             sample_time = time.perf_counter() - t0
-            stats, grad_norms, gradient_lags = self.update(delivered, weights, progress)
+            # (the in-process worker never samples ahead)
+            ahead = self.sample_ahead.active() and any(not m.local for m in delivered)
+            stats, grad_norms, gradient_lags, policy_lags = self.update(delivered, weights,
+                                                                        progress)
+            self.sample_ahead.record(sum(r.env_steps for r in rollouts),
+                                     self.all_remote_up(delivered))
             eval_result = self.evaluations.poll(self.weights_and_version,
                                                 self.obs_statistics())
-            if run.record(self.metrics_row(iteration, rollouts, stats, grad_norms,
-                                           gradient_lags, sample_time, t0), eval_result):
+            row = self.metrics_row(iteration, rollouts, stats, grad_norms, gradient_lags,
+                                   sample_time, t0)
+            row.update(policy_lag=float(np.mean(policy_lags)) if policy_lags else None,
+                       sample_ahead=int(ahead))
+            if run.record(row, eval_result):
                 break
         last = self.evaluations.finish()  # the last evaluation counts
         if last is not None:
@@ -224,11 +245,11 @@ class PPOTrainer(NormalizedTrainer):
                       for r in delivered.values())
         num_minibatches = max(1, round(samples / self.args.batch_size))
         mean, std = advantage_moments(list(delivered.values()))
-        stats, grad_norms, gradient_lags = [], [], []
+        stats, grad_norms, gradient_lags, policy_lags = [], [], [], []
         for epoch in range(self.num_epochs):
             for minibatch in range(num_minibatches):
                 if not members:
-                    return stats, grad_norms, gradient_lags
+                    return stats, grad_norms, gradient_lags, policy_lags
                 request = GradientRequest(epoch, minibatch, num_minibatches, mean, std,
                                           progress, self.learner.version)
                 results = self.gradients(weights, request, members)
@@ -250,9 +271,15 @@ class PPOTrainer(NormalizedTrainer):
                     continue
                 self.faults.update_applied()
                 grad_norms.append(norm)
+                # Updates between the policy that acted and the weights this update started
+                # from, over the data that took part (sample-weighted).
+                taking_part = [delivered[m] for m in members]
+                policy_lags.append(np.average(
+                    [self.learner.version - 1 - r.weights_version for r in taking_part],
+                    weights=[max(1, r.env_steps) for r in taking_part]))
                 weights = self.placement.share(self.learner.get_weights())
                 stats += step_stats
-        return stats, grad_norms, gradient_lags
+        return stats, grad_norms, gradient_lags, policy_lags
 
     def weights_and_version(self):
         return self.placement.share(self.learner.get_weights()), self.learner.version
@@ -261,7 +288,6 @@ class PPOTrainer(NormalizedTrainer):
                     t0):
         episode_returns = [x for r in rollouts for x in r.episode_returns]
         episode_lengths = [x for r in rollouts for x in r.episode_lengths]
-        updates = len(grad_norms)
         row = {
             "iteration": iteration, "updates": self.learner.version,
             "train_return": float(np.mean(episode_returns)) if episode_returns else None,
@@ -270,8 +296,6 @@ class PPOTrainer(NormalizedTrainer):
             "grad_norm": float(np.mean(grad_norms)) if grad_norms else None,
             "learning_rate": self.model.learning_rate(min(1.0, self.run.env_steps
                                                           / self.args.total_steps)),
-            # updates between the policy that acted and the one being updated (PPO epochs)
-            "policy_lag": (updates - 1) / 2.0 if updates else None,
             # updates between the weights a gradient was computed with and the learner's
             "gradient_lag": float(np.max(gradient_lags)) if gradient_lags else None,
             "sample_time_s": sample_time,

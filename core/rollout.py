@@ -3,7 +3,10 @@ and hands each fragment to its agent; the learner then asks it for gradients.
 
 The same class runs as a Ray actor (``--num_workers N``) or in the driver (``--num_workers 0``).
 """
+import copy
 import time
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 
 import numpy as np
 import torch
@@ -51,12 +54,28 @@ class RolloutWorker:
         self.envs.action_space.seed(seed + 1_000 * (worker_index + 1))
         self.normalize_obs = bool(getattr(args, "normalize_obs", False))
         self.obs_clip = float(getattr(args, "obs_clip", 10.0))
+        # Sampling ahead (collect's ``ahead``): the acting model, its weights and version, the
+        # sampler thread and the fragment it is sampling.
+        self.acting_model, self.acting_version, self.acting_weights = self.model, None, None
+        self.executor, self.ahead = None, None
 
-    def collect(self, weights, weights_version, num_steps, obs_statistics=None):
-        """Run ``num_steps`` steps in each env with the given weights and pass the fragment to
-        the agent. With --normalize_obs, the policy, the fragment and the agent see observations
+    def collect(self, weights, weights_version, num_steps, obs_statistics=None, ahead=False):
+        """A fragment of ``num_steps`` steps in each env, handed to the agent; returns
+        core.types.RolloutStats.
+
+        Plain (``ahead`` False, the first call, an in-process worker): the fragment is sampled
+        now with these weights. Sampling ahead (``ahead`` True, --sample_ahead): the fragment
+        returned is the one this worker sampled since its previous call, with the weights of that
+        call, and the next one starts at once in a background thread with these weights, while
+        the learner works on this one (it asks this worker for gradients meanwhile). The data
+        are then one round behind the learner: ``weights_version`` and the agent's log-probs
+        and values are those of the policy that acted, and PPO's clipped ratio bounds the step
+        as in APPO and DD-PPO. A fragment sampled ahead is always delivered, also when the
+        next call asks for plain sampling.
+
+        With --normalize_obs, the policy, the fragment and the agent see observations
         normalized with ``obs_statistics`` (mean, var), and the stats carry the moments of the
-        raw ones. Returns core.types.RolloutStats.
+        raw ones.
 
         A step whose env raised (core/envs.py rebuilt it) is kept as an invalid cut
         (``Trajectory.valid``): reward 0, truncated, its final observation the one the policy
@@ -64,8 +83,69 @@ class RolloutWorker:
         episode, becomes truncated at that same observation: the last real transition then
         bootstraps from the real state where the episode was cut, as at a time limit. The cut
         episode is not reported as finished."""
+        if self.ahead is not None:
+            sampled = self.take_ahead()
+        else:
+            self.use_weights(weights, weights_version, acting=ahead)
+            sampled = self.sample(num_steps, obs_statistics)
+        if ahead:  # the envs go on at once; the agent's work below overlaps with them
+            self.use_weights(weights, weights_version, acting=True)
+            self.ahead = self.sampler().submit(self.sample, num_steps, obs_statistics)
+        return self.deliver(sampled)
+
+    # -- sampling ahead --------------------------------------------------------------------------
+    def use_weights(self, weights, version, acting):
+        """Load the weights to act with. Plain sampling acts with the agent's model; sampling
+        ahead with a copy of it (the acting model), which the learner's gradient calls on the
+        agent's model leave alone."""
+        if not acting:
+            self.agent.sync_weights(weights, version)
+            self.acting_model = self.model
+            self.acting_version = version
+            return
+        if self.acting_model is self.model:
+            self.acting_model = copy.deepcopy(self.model)
+            self.acting_version = None
+        if weights is not None and version != self.acting_version:
+            self.acting_model.set_weights(weights)
+        self.acting_version = version
+        self.acting_weights = weights
+
+    def sampler(self):
+        if self.executor is None:
+            self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ddrl-sampler")
+        return self.executor
+
+    def take_ahead(self):
+        """The fragment sampled ahead, waited for (an env failure in it is raised here)."""
+        future, self.ahead = self.ahead, None
+        return future.result()
+
+    def drop_ahead(self):
+        """Wait for a fragment sampled ahead and forget it (a restore replaces the state)."""
+        if self.ahead is not None:
+            try:
+                self.take_ahead()
+            except Exception:  # noqa: BLE001 - its data are dropped anyway
+                pass
+
+    def deliver(self, sampled):
+        """Hand a sampled fragment to the agent; the RolloutStats the trainer gets. The agent
+        bootstraps with the values of the policy that acted: its model gets those weights first
+        (a no-op for plain sampling, which acted with that very model)."""
+        trajectory, stats, acting_weights = sampled
+        if acting_weights is not None:
+            self.agent.sync_weights(acting_weights, trajectory.weights_version)
+        stats.agent_stats = self.agent.send_trajectory(trajectory) or {}
+        return stats
+
+    def sample(self, num_steps, obs_statistics=None):
+        """Step every env ``num_steps`` times with the acting model: (Trajectory, RolloutStats
+        without the agent's statistics, the weights it acted with when they are not the agent's
+        model's own, else None)."""
+        model, weights_version = self.acting_model, self.acting_version
+        acting_weights = self.acting_weights if model is not self.model else None
         start = time.perf_counter()
-        self.agent.sync_weights(weights, weights_version)
         num_envs = len(self.envs)
         obs_buf = np.empty((num_steps, *self.observations.shape), dtype=np.float32)
         rewards = np.empty((num_steps, num_envs), dtype=np.float32)
@@ -91,7 +171,7 @@ class RolloutWorker:
                 extras = {}
                 self.random_steps_left -= num_envs
             else:
-                action, extras = self.model.choose_actions(obs_buf[t])
+                action, extras = model.choose_actions(obs_buf[t])
             result = self.envs.step(action)
             actions.append(action)
             if "log_probs" in extras:
@@ -136,13 +216,13 @@ class RolloutWorker:
             truncated_observations=np.array(truncated_obs, dtype=np.float32).reshape(
                 len(truncated_obs), *self.observations.shape[1:]),
             weights_version=weights_version, valid=valid)
-        agent_stats = self.agent.send_trajectory(trajectory) or {}
-        return RolloutStats(env_steps=trajectory.num_steps, episode_returns=finished_returns,
-                            episode_lengths=finished_lengths, weights_version=weights_version,
-                            sample_time_s=time.perf_counter() - start, agent_stats=agent_stats,
-                            obs_moments=(Moments.of(raw_seen.reshape(-1, *obs_buf.shape[2:]))
-                                         if raw_seen is not None else None),
-                            env_errors=env_errors)
+        return trajectory, RolloutStats(
+            env_steps=trajectory.num_steps, episode_returns=finished_returns,
+            episode_lengths=finished_lengths, weights_version=weights_version,
+            sample_time_s=time.perf_counter() - start,
+            obs_moments=(Moments.of(raw_seen.reshape(-1, *obs_buf.shape[2:]))
+                         if raw_seen is not None else None),
+            env_errors=env_errors), acting_weights
 
     def collect_to_buffer(self, weights, weights_version, num_steps, buffer, prioritized=False,
                           obs_statistics=None):
@@ -160,7 +240,11 @@ class RolloutWorker:
         """Where this worker stands between fragments, as plain data (core/state.py): the
         current observations and unfinished episodes, the warm-up left, the RNGs (torch's of
         this process, the action space's, the agent's) and the envs' own states (None when an
-        env cannot give one; a restore then starts fresh episodes)."""
+        env cannot give one; a restore then starts fresh episodes). A fragment being sampled
+        ahead is finished first and stays for the next collect (its steps are not counted yet,
+        so a restore from here leaves it out, as a fragment never sampled)."""
+        if self.ahead is not None:
+            futures_wait([self.ahead])
         return {"observations": self.observations.copy(),
                 "episode_return": self.episode_return.copy(),
                 "episode_length": self.episode_length.copy(),
@@ -175,6 +259,7 @@ class RolloutWorker:
         where they were, False if the envs could not be restored and were reset (seeded with
         ``fresh_episode_seed`` + env index, so a resumed run does not replay its first
         episodes)."""
+        self.drop_ahead()
         torch.set_rng_state(torch.as_tensor(state["torch_rng"], dtype=torch.uint8))
         set_generator_state(self.envs.action_space.np_random, state["action_space_rng"])
         self.agent.set_state(state["agent"])
@@ -198,6 +283,9 @@ class RolloutWorker:
         return self.envs.observation_space, self.envs.action_space
 
     def close(self):
+        self.drop_ahead()
+        if self.executor is not None:
+            self.executor.shutdown(wait=True)
         self.envs.close()
 
     def ready(self):

@@ -121,6 +121,13 @@ def add_common_args(parser):
                        help="'worker': envs run inside their rollout worker (fast for cheap "
                             "envs); 'actor': every env is its own Ray actor (for heavy "
                             "simulators) (default: %(default)s)")
+    group.add_argument("--sample_ahead", choices=["auto", "on", "off"], default="auto",
+                       help="PPO: Ray workers sample their next fragment while the learner "
+                            "works on the current one, so slow envs never wait for gradients "
+                            "(the data are then one round of updates behind the learner, "
+                            "measured in metrics.csv's policy_lag; PPO's clipping bounds it). "
+                            "'auto': tried once all workers are up and kept only when it "
+                            "measures faster (default: %(default)s)")
     group.add_argument("--num_cpus", type=positive_int, default=None,
                        help="CPUs Ray may use (default: all of this machine's)")
     group.add_argument("--num_gpus", type=non_negative_int, default=0,

@@ -101,6 +101,6 @@ def test_a_worker_that_dies_mid_round_leaves_the_later_steps():
         return gradients(weights, request, members_now)
 
     trainer.gradients = flaky
-    stats, grad_norms, _ = trainer.update(delivered, weights, progress=0.0)
+    stats, grad_norms, _, _ = trainer.update(delivered, weights, progress=0.0)
     assert seen == [[0, 1, 2], [0, 1, 2], [0, 1], [0, 1]]
     assert len(grad_norms) == 4 and trainer.learner.version == 4

@@ -360,6 +360,8 @@ def test_actor_placement_rebuilds_an_env_actor_that_raised_or_died(ray_session):
         # an actor that died is rebuilt as well; the other env's result is kept
         dead = envs.envs[0]
         ray.kill(dead, no_restart=True)
+        with pytest.raises(ray.exceptions.RayActorError):  # ray.kill returns before the death
+            ray.get(dead.__ray_ready__.remote(), timeout=60)
         args.fail_prob = 0.0
         result = envs.step(np.zeros(2, dtype=np.int64))
         assert result.failed[0] and envs.envs[0] is not dead

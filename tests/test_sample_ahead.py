@@ -1,0 +1,157 @@
+"""--sample_ahead: a rollout worker samples its next fragment while the learner works. The data
+it delivers are those of the weights it acted with (log-probs, values, version); its state
+between fragments stays consistent for checkpoints; an env failure in the background reaches
+the trainer; 'auto' keeps sampling ahead only when it measured faster; PPO's policy_lag column
+measures the lag sampling ahead adds."""
+import numpy as np
+import pytest
+import torch
+
+from core.envs import EnvFailure
+from core.plugins import PluginSpec
+from core.rollout import RolloutWorker
+from core.sample_ahead import SampleAhead
+from core.types import GradientRequest
+from options.options import parse_args
+from tests.test_e2e import read_run, run_main
+
+
+def make_worker(*flags):
+    args = parse_args(["--config", "none", "--num_workers", "0", "--num_envs_per_worker", "2",
+                       "--seed", "3", *flags])
+    return RolloutWorker(PluginSpec(args.env_name, args.model_name, args.agent_name, args),
+                         worker_index=0)
+
+
+def shifted(weights, by):
+    return {k: v + np.float32(by) for k, v in weights.items()}
+
+
+def recorded_log_probs(worker):
+    data = worker.agent.data
+    return data["observations"], data["actions"], data["old_log_probs"], data["old_values"]
+
+
+def log_probs_under(worker, weights, observations, actions):
+    model = worker.model
+    model.set_weights(weights)
+    with torch.no_grad():
+        dist = model.distribution(observations)
+        return model.log_prob(dist, actions), model.values(observations)
+
+
+def test_a_fragment_sampled_ahead_carries_the_weights_that_acted():
+    worker = make_worker()
+    w0 = worker.model.get_weights()
+    w1, w2 = shifted(w0, 0.01), shifted(w0, 0.02)
+    first = worker.collect(w0, 0, 16, None, True)    # sampled now with w0; w0 goes on ahead
+    assert first.weights_version == 0
+    # the learner asks for gradients meanwhile, on newer weights
+    worker.fetch_grads(w1, GradientRequest(0, 0, 1, 0.0, 1.0, 0.0, 1))
+    second = worker.collect(w1, 1, 16, None, True)   # the fragment sampled ahead with w0
+    assert second.weights_version == 0
+    obs, actions, old_log_probs, old_values = recorded_log_probs(worker)
+    log_probs, values = log_probs_under(worker, w0, obs, actions)
+    torch.testing.assert_close(old_log_probs, log_probs, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(old_values, values, rtol=1e-5, atol=1e-5)
+    other, _ = log_probs_under(worker, w1, obs, actions)
+    assert not torch.allclose(old_log_probs, other)   # the control: not the newer weights'
+    third = worker.collect(w2, 2, 16, None, False)    # plain again: the w1 fragment first
+    assert third.weights_version == 1
+    assert worker.collect(w2, 2, 16, None, False).weights_version == 2
+    worker.close()
+
+
+def test_state_waits_for_the_fragment_ahead_and_restore_drops_it():
+    worker = make_worker()
+    w0 = worker.model.get_weights()
+    worker.collect(w0, 0, 8, None, True)
+    state = worker.get_state()              # after the fragment sampled ahead
+    assert worker.ahead is not None and worker.ahead.done()
+    delivered = worker.collect(w0, 1, 8, None, False)   # that fragment, nothing new
+    assert delivered.env_steps == 16 and delivered.weights_version == 0
+    np.testing.assert_array_equal(worker.observations, state["observations"])
+    worker.collect(w0, 1, 8, None, True)
+    worker.set_state(state)                 # drops the fragment in flight, takes the state
+    assert worker.ahead is None
+    np.testing.assert_array_equal(worker.observations, state["observations"])
+    worker.close()
+
+
+def test_an_env_failure_while_sampling_ahead_reaches_the_next_collect(monkeypatch):
+    worker = make_worker("--max_env_errors", "1")
+    w0 = worker.model.get_weights()
+    worker.collect(w0, 0, 4, None, True)
+
+    def broken(actions):
+        raise EnvFailure("env 0 of worker 0 raised 1 times in a row")
+    # the failure happens in the background thread; it must surface, not vanish
+    worker.ahead.result()
+    monkeypatch.setattr(worker.envs, "step", broken)
+    worker.collect(w0, 1, 4, None, True)     # delivers the good one, starts a failing one
+    with pytest.raises(EnvFailure):
+        worker.collect(w0, 2, 4, None, True)
+    worker.close()
+
+
+# -- 'auto' ---------------------------------------------------------------------------------------
+def feed(decision, rounds, steps, seconds, eligible=True, start=0.0):
+    now = start
+    for _ in range(rounds):
+        now += seconds
+        decision.record(steps, eligible, now=now)
+    return now
+
+
+def test_auto_keeps_sampling_ahead_only_when_it_measured_faster():
+    faster = SampleAhead("auto", quiet=True, min_rounds=3, min_seconds=1.0)
+    assert not faster.active()
+    now = feed(faster, 1, 100, 1.0)                 # the clock starts
+    now = feed(faster, 4, 100, 0.5, start=now)      # plain: 200 steps/s (first round skipped)
+    assert faster.active() and not faster.decided()
+    feed(faster, 5, 100, 0.25, start=now)           # ahead: 400 steps/s (1 s counted)
+    assert faster.decided() and faster.active()
+    assert faster.summary() == {"mode": "auto", "on": True, "off_steps_per_s": 200.0,
+                                "on_steps_per_s": 400.0}
+
+    same = SampleAhead("auto", quiet=True, min_rounds=3, min_seconds=1.0)
+    now = feed(same, 5, 100, 0.5)
+    feed(same, 4, 100, 0.48, start=now)             # 4% faster: within the margin
+    assert same.decided() and not same.active()
+
+
+def test_auto_counts_only_rounds_with_every_remote_worker_up():
+    decision = SampleAhead("auto", quiet=True, min_rounds=2, min_seconds=0.1)
+    now = feed(decision, 10, 100, 0.5, eligible=False)
+    assert not decision.active() and decision.summary() is None
+    now = feed(decision, 2, 100, 0.5, eligible=True, start=now)   # first round skipped
+    assert not decision.active()
+    now = feed(decision, 1, 100, 0.5, eligible=False, start=now)  # a worker died: start over
+    feed(decision, 2, 100, 0.5, eligible=True, start=now)
+    assert not decision.active()
+
+
+def test_on_and_off_are_decided_from_the_start():
+    assert SampleAhead("on").active() and SampleAhead("on").decided()
+    assert not SampleAhead("off").active() and SampleAhead("off").decided()
+
+
+# -- end to end ----------------------------------------------------------------------------------
+def test_ppo_samples_ahead_learns_and_measures_the_lag_it_adds(tmp_path):
+    """CartPole, 2 Ray workers sampling ahead: the run reaches 475, and policy_lag measures the
+    extra round. The first round's fragments are sampled on the spot: (K*M - 1)/2 updates on
+    average for K epochs x M minibatches; every later one was sampled during the previous
+    round: K*M more."""
+    run_dir = str(tmp_path / "run")
+    proc = run_main("--num_workers", "2", "--sample_ahead", "on", "--no-elastic_start",
+                    "--seed", "1", "--total_steps", "150000", "--num_epochs", "10",
+                    "--run_dir", run_dir, "--quiet", "--no-tensorboard", timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary, rows = read_run(run_dir)
+    assert summary["stopped_because"] == "target_return", summary
+    updates_per_round = 10  # 2 workers x 4 envs x 32 steps = 256 samples = 1 batch; 10 epochs
+    lags = [float(r["policy_lag"]) for r in rows if r["policy_lag"]]
+    assert all(int(r["sample_ahead"]) == 1 for r in rows)
+    assert lags[0] == pytest.approx((updates_per_round - 1) / 2)
+    assert len(lags) > 3 and np.median(lags[1:]) == pytest.approx(
+        updates_per_round + (updates_per_round - 1) / 2), lags
