@@ -93,6 +93,10 @@ def parse_args():
     p.add_argument("--warmup_frac", type=float, default=0.4,
                    help="the steady-state window starts at this fraction of --seconds at the earliest "
                         "(default: 0.4)")
+    p.add_argument("--min_window", type=float, default=20.0,
+                   help="a steady-state window shorter than this many seconds is flagged (~ in the table; "
+                        "16 workers were all up only ~40 s after start in a trial: give such points "
+                        "--seconds 90 or more) (default: 20)")
     p.add_argument("--extra", default="",
                    help="flags appended to every command, e.g. --extra \"--sample_ahead on\" (they win; one flag alone: --extra=--compiled_graph)")
     p.add_argument("--seed", type=int, default=0, help="--seed of every run (default: 0)")
@@ -213,7 +217,7 @@ def steady_state(rows, expected_workers, seconds, warmup_frac):
     first, last = window[0], window[-1]
     span = last["wall_time_s"] - first["wall_time_s"]
     seen = [r["workers"] for r in window[1:] if r.get("workers") is not None]
-    out.update(window_start_s=first["wall_time_s"], window_end_s=last["wall_time_s"],
+    out.update(window_start_s=first["wall_time_s"], window_end_s=last["wall_time_s"], window_s=span,
                window_env_steps=last["env_steps"] - first["env_steps"],
                steps_per_s=(last["env_steps"] - first["env_steps"]) / span,
                workers_min=min(seen) if seen else None, workers_max=max(seen) if seen else None,
@@ -244,6 +248,7 @@ def measure_point(args, system, placement, n, address):
                limit_steps_per_s=limit)
     rec.update(steady_state(read_rows(run_dir), workers, args.seconds, args.warmup_frac))
     rec["efficiency"] = rec["steps_per_s"] / limit if rec["steps_per_s"] is not None else None
+    rec["short_window"] = rec.get("window_s") is not None and rec["window_s"] < args.min_window
     try:
         with open(os.path.join(run_dir, "summary.json")) as f:
             rec["stopped_because"] = json.load(f).get("stopped_because")
@@ -253,7 +258,8 @@ def measure_point(args, system, placement, n, address):
         with open(os.path.join(run_dir, "stderr.log")) as f:
             rec["stderr_tail"] = f.read()[-2000:]
     print(f"    {fmt_rate(rec)}; workers seen {rec.get('workers_min')}-{rec.get('workers_max')} of {workers}"
-          + ("" if rec["all_workers_up"] else " (never all up)") + (f"; rc={rc}" if rc else "")
+          + ("" if rec["all_workers_up"] else " (never all up)")
+          + (f"; window only {rec['window_s']:.0f} s" if rec["short_window"] else "") + (f"; rc={rc}" if rc else "")
           + (" TIMEOUT" if timed_out else "") + (f"; {rec['error']}" if rec.get("error") else ""), flush=True)
     return rec
 
@@ -348,11 +354,11 @@ def markdown(points, step_ms, seconds, where):
             elif p.get("steps_per_s") is None:
                 cells.append("failed")
             else:
-                flag = "" if p.get("all_workers_up", True) else "*"
+                flag = ("" if p.get("all_workers_up", True) else "*") + ("~" if p.get("short_window") else "")
                 cells.append(f"{p['steps_per_s']:,.0f} ({100 * p['efficiency']:.0f}%){flag}")
         lines.append(f"| {row_label(system, placement, extra)} | " + " | ".join(cells) + " |")
     lines += ["", "Goals: 8 workers >= 75%, 16 workers >= 60% (N workers x 1 env). "
-              "* = not every worker delivered in the window."]
+              "* = not every worker delivered in the window; ~ = steady-state window under the --min_window."]
     return "\n".join(lines)
 
 
