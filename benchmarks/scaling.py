@@ -98,7 +98,8 @@ def parse_args():
                         "16 workers were all up only ~40 s after start in a trial: give such points "
                         "--seconds 90 or more) (default: 20)")
     p.add_argument("--extra", default="",
-                   help="flags appended to every command, e.g. --extra \"--sample_ahead on\" (they win; one flag alone: --extra=--compiled_graph)")
+                   help="flags appended to every command, e.g. --extra \"--sample_ahead on\" (they win; "
+                        "one flag alone: --extra=--compiled_graph)")
     p.add_argument("--seed", type=int, default=0, help="--seed of every run (default: 0)")
     p.add_argument("--address", default=None, help="run every point against this Ray cluster (HOST:PORT)")
     p.add_argument("--cluster", action="store_true",
