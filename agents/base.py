@@ -21,6 +21,18 @@ class BaseAgent:
         ``weights`` and the minibatch that ``request`` (core.types.GradientRequest) names."""
         raise NotImplementedError
 
+    def export_data(self):
+        """This agent's data of the last fragment (after send_trajectory) as plain arrays, for
+        another worker's agent to compute gradients on together with its own (PPO's gradient
+        workers, --grad_workers); None when this agent cannot share its data (then every
+        worker computes gradients on its own)."""
+        return None
+
+    def absorb_data(self, others):
+        """Add other agents' ``export_data()`` to this agent's data of the round: its
+        gradients are then those of the union."""
+        raise NotImplementedError
+
     def sync_weights(self, weights, version):
         """Load ``weights`` into the model unless this version is loaded already."""
         if weights is not None and version != getattr(self, "weights_version", None):

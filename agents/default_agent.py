@@ -67,9 +67,11 @@ class DefaultAgent(BaseAgent):
         valid = (np.ones(n, dtype=bool) if trajectory.valid is None
                  else np.asarray(trajectory.valid, dtype=bool).reshape(n))
         keep = torch.as_tensor(valid)
+        device = getattr(self.model, "device", "cpu")  # a GPU share of the worker's, if any
 
         def flat(x):
-            return torch.as_tensor(np.asarray(x).reshape(n, *np.asarray(x).shape[2:]))[keep]
+            return torch.as_tensor(np.asarray(x).reshape(n, *np.asarray(x).shape[2:]))[keep].to(
+                device)
 
         self.data = {
             "observations": flat(trajectory.observations).float(),
@@ -84,6 +86,19 @@ class DefaultAgent(BaseAgent):
                 "advantage_sq_sum": float((kept ** 2).sum()),
                 "advantage_count": int(valid.sum())}
 
+    def export_data(self):
+        return {k: v.cpu().numpy() for k, v in self.data.items()}
+
+    def absorb_data(self, others):
+        """The union of this agent's data and ``others`` (their advantages were computed by
+        their own workers with the same gamma and lambda; normalization uses the round's
+        moments over all workers, as before)."""
+        device = self.data["returns"].device
+        self.data = {k: torch.cat([v] + [torch.as_tensor(o[k]).to(device) for o in others])
+                     for k, v in self.data.items()}
+        self.order = None
+        return len(self.data["returns"])
+
     def minibatch_indices(self, request):
         if request.minibatch == 0 or self.order is None:
             self.order = self.rng.permutation(len(self.data["returns"]))
@@ -91,7 +106,8 @@ class DefaultAgent(BaseAgent):
 
     def fetch_grads(self, weights, request):
         self.sync_weights(weights, request.weights_version)
-        idx = torch.as_tensor(self.minibatch_indices(request))
+        idx = torch.as_tensor(self.minibatch_indices(request),
+                              device=self.data["returns"].device)
         if len(idx) == 0:  # fewer valid samples than minibatches: contribute nothing, not NaN
             self.model.zero_grad(set_to_none=True)
             return GradientResult(self.model.collect_gradients(), 0, request.weights_version, {})

@@ -39,6 +39,11 @@ METRIC_COLUMNS = [
 LOSS_KEYS = ("policy_loss", "value_loss", "entropy")
 
 
+def samples(rollout):
+    """Samples a fragment contributes to learning (its valid steps)."""
+    return rollout.agent_stats.get("advantage_count", rollout.env_steps)
+
+
 def advantage_moments(rollouts):
     """Mean and std of the advantages of the whole rollout, all workers together."""
     stats = [r.agent_stats for r in rollouts]
@@ -67,8 +72,8 @@ class PPOTrainer(NormalizedTrainer):
         self.pending_states = {}           # slot -> saved worker state, applied when it joins
         torch.manual_seed(args.seed)
         self.model = plugins.model_cls(args, *spaces)
-        if args.num_gpus and torch.cuda.is_available():
-            self.model.to("cuda")  # the learner's update on the GPU; workers act on the CPU
+        # The learner stays on the CPU: its optimizer step takes ~0.1 ms; the workers compute
+        # the gradients, on their GPU shares if any (core/devices.py).
         self.learner = Learner(self.model)
         self.make_obs_normalizer(args, spaces[0])
         self.num_epochs = int(getattr(args, "num_epochs", 1))
@@ -184,15 +189,63 @@ class PPOTrainer(NormalizedTrainer):
         """One fragment from every worker in ``members``: {member: RolloutStats}. Remote
         workers sample ahead when --sample_ahead says so (the in-process one never: it would
         compete with the learner in this very process, and --num_workers 0 is the
-        deterministic mode)."""
+        deterministic mode). Workers that will not compute gradients this round send their
+        agent's data along (see ``pool``)."""
         ahead = self.sample_ahead.active()
+        computing = set(self.planned_grad_workers(members))
         calls = {}
         for member in sorted(members, key=lambda m: m.local):  # remote first: they overlap
             ref = self.group.submit(member, "collect", weights, self.learner.version,
                                     self.args.rollout_steps, self.obs_statistics(),
-                                    ahead and not member.local)
+                                    ahead and not member.local, member not in computing)
             calls[ref] = member
         return self.group.gather(calls)
+
+    # -- gradient workers ----------------------------------------------------------------------
+    def grad_worker_count(self, members):
+        """--grad_workers: 'auto' is one per CPU of the Ray cluster (a minibatch step is one
+        call to each gradient worker: more of them than CPUs only adds calls), at most all."""
+        wanted = self.args.grad_workers
+        if self.graph is not None:
+            return len(members)  # a compiled graph is built over every worker
+        if wanted == "auto":
+            wanted = max(1, int(ray.cluster_resources().get("CPU", 1))
+                         if ray.is_initialized() else 1)
+        return min(len(members), wanted)
+
+    def planned_grad_workers(self, members):
+        """The workers meant to compute this round's gradients: the first by slot, remote
+        ones before the in-process stand-in (stable from round to round)."""
+        ordered = sorted(members, key=lambda m: (m.local, m.slot))
+        return ordered[:self.grad_worker_count(members)]
+
+    def pool(self, delivered):
+        """{gradient worker: [the members whose data it computes on]}. The planned gradient
+        workers that delivered take the data the others exported, balanced by sample count
+        (one ``absorb`` call each); when none of them delivered, the first exporter computes
+        on its own data instead. A worker whose agent cannot share its data (export_data
+        returns None) computes on its own. A gradient worker that dies while absorbing leaves
+        the round with its group's data."""
+        planned = [m for m in self.planned_grad_workers(list(delivered)) if m in delivered]
+        groups = {m: [m] for m in delivered if m in planned or delivered[m].data is None}
+        exported = sorted((m for m in delivered if m not in groups),
+                          key=lambda m: -samples(delivered[m]))
+        if exported and not groups:  # no planned gradient worker delivered
+            first = exported.pop(0)
+            groups[first] = [first]
+        leaders = [m for m in groups if m in planned] or list(groups)
+        load = {m: samples(delivered[m]) for m in leaders}
+        for member in exported:
+            leader = min(load, key=load.get)
+            groups[leader].append(member)
+            load[leader] += samples(delivered[member])
+        calls = {self.group.submit(leader, "absorb", [delivered[m].data for m in group[1:]]):
+                 leader for leader, group in groups.items() if len(group) > 1}
+        absorbed = self.group.gather(calls) if calls else {}
+        for stats in delivered.values():
+            stats.data = None  # held by the gradient workers now
+        return {leader: group for leader, group in groups.items()
+                if len(group) == 1 or leader in absorbed}
 
     def all_remote_up(self, delivered):
         """Every worker of the run remote, up and in this round (what a fair comparison of
@@ -237,14 +290,16 @@ class PPOTrainer(NormalizedTrainer):
         return self.learner
 
     def update(self, delivered, weights, progress):
-        """K epochs x M minibatch steps on the data the workers in ``delivered`` hold; a
-        worker that dies leaves the round, the others go on. A step whose loss or averaged
-        gradient is not finite is skipped (core/faults.py counts it)."""
-        members = list(delivered)
-        samples = sum(r.agent_stats.get("advantage_count", r.env_steps)
-                      for r in delivered.values())
-        num_minibatches = max(1, round(samples / self.args.batch_size))
-        mean, std = advantage_moments(list(delivered.values()))
+        """K epochs x M minibatch steps on the data the workers in ``delivered`` hold, computed
+        by the gradient workers (``pool``); a gradient worker that dies leaves the round with
+        its group's data, the others go on. A step whose loss or averaged gradient is not
+        finite is skipped (core/faults.py counts it)."""
+        rollouts = list(delivered.values())
+        num_minibatches = max(1, round(sum(samples(r) for r in rollouts)
+                                       / self.args.batch_size))
+        mean, std = advantage_moments(rollouts)
+        groups = self.pool(delivered)
+        members = list(groups)
         stats, grad_norms, gradient_lags, policy_lags = [], [], [], []
         for epoch in range(self.num_epochs):
             for minibatch in range(num_minibatches):
@@ -273,7 +328,7 @@ class PPOTrainer(NormalizedTrainer):
                 grad_norms.append(norm)
                 # Updates between the policy that acted and the weights this update started
                 # from, over the data that took part (sample-weighted).
-                taking_part = [delivered[m] for m in members]
+                taking_part = [delivered[m] for leader in members for m in groups[leader]]
                 policy_lags.append(np.average(
                     [self.learner.version - 1 - r.weights_version for r in taking_part],
                     weights=[max(1, r.env_steps) for r in taking_part]))

@@ -11,6 +11,7 @@ from concurrent.futures import wait as futures_wait
 import numpy as np
 import torch
 
+from core.devices import gpu_plan, gpu_plan_for, learning_model, resolve_device
 from core.envs import EnvGroup
 from core.normalizer import Moments, normalize
 from core.placement import resolve
@@ -41,7 +42,12 @@ class RolloutWorker:
                                                          args.num_envs_per_worker),
                              placement=args.env_placement, worker_index=worker_index)
         self.model = plugins.model_cls(args, self.envs.observation_space, self.envs.action_space)
-        self.agent = plugins.agent_cls(args, self.model, seed=seed + worker_index)
+        # Acting stays on the CPU; the agent learns on this worker's GPU share, if it has one
+        # (core/devices.py: PPO's workers compute the gradients).
+        device = resolve_device(gpu_plan(args, plugins.model_cls.trainer).rollout_worker_gpus,
+                                f"rollout worker {worker_index}")
+        self.agent = plugins.agent_cls(args, learning_model(self.model, device),
+                                       seed=seed + worker_index)
         # Guarded like every reset (core/envs.py): an env that raises here is rebuilt; the
         # errors are reported with the first fragment's stats.
         self.observations = self.envs.reset()
@@ -59,7 +65,8 @@ class RolloutWorker:
         self.acting_model, self.acting_version, self.acting_weights = self.model, None, None
         self.executor, self.ahead = None, None
 
-    def collect(self, weights, weights_version, num_steps, obs_statistics=None, ahead=False):
+    def collect(self, weights, weights_version, num_steps, obs_statistics=None, ahead=False,
+                export=False):
         """A fragment of ``num_steps`` steps in each env, handed to the agent; returns
         core.types.RolloutStats.
 
@@ -75,7 +82,8 @@ class RolloutWorker:
 
         With --normalize_obs, the policy, the fragment and the agent see observations
         normalized with ``obs_statistics`` (mean, var), and the stats carry the moments of the
-        raw ones.
+        raw ones. With ``export``, the stats carry the agent's data of the fragment
+        (``RolloutStats.data``) for a gradient worker to compute on (``absorb``).
 
         A step whose env raised (core/envs.py rebuilt it) is kept as an invalid cut
         (``Trajectory.valid``): reward 0, truncated, its final observation the one the policy
@@ -86,24 +94,33 @@ class RolloutWorker:
         if self.ahead is not None:
             sampled = self.take_ahead()
         else:
-            self.use_weights(weights, weights_version, acting=ahead)
+            self.use_weights(weights, weights_version, ahead)
             sampled = self.sample(num_steps, obs_statistics)
         if ahead:  # the envs go on at once; the agent's work below overlaps with them
-            self.use_weights(weights, weights_version, acting=True)
+            self.use_weights(weights, weights_version, ahead=True)
             self.ahead = self.sampler().submit(self.sample, num_steps, obs_statistics)
-        return self.deliver(sampled)
+        stats = self.deliver(sampled)
+        if export:
+            stats.data = self.agent.export_data()
+        return stats
+
+    def absorb(self, others):
+        """Compute this round's gradients on the union of this worker's fragment and
+        ``others`` (other workers' exported data); returns the samples this worker now holds."""
+        return self.agent.absorb_data(others)
 
     # -- sampling ahead --------------------------------------------------------------------------
-    def use_weights(self, weights, version, acting):
-        """Load the weights to act with. Plain sampling acts with the agent's model; sampling
-        ahead with a copy of it (the acting model), which the learner's gradient calls on the
-        agent's model leave alone."""
-        if not acting:
+    def use_weights(self, weights, version, ahead):
+        """Load the weights to act with. Plain sampling on the CPU acts with the agent's own
+        model. Sampling ahead acts with a model apart (a copy), which the learner's gradient
+        calls on the agent's model leave alone; so does a worker whose agent learns on a GPU
+        (it acts with the CPU model it was built with)."""
+        if not ahead and self.agent.model is self.model:
             self.agent.sync_weights(weights, version)
             self.acting_model = self.model
             self.acting_version = version
             return
-        if self.acting_model is self.model:
+        if self.acting_model is self.agent.model:  # the first fragment sampled apart
             self.acting_model = copy.deepcopy(self.model)
             self.acting_version = None
         if weights is not None and version != self.acting_version:
@@ -144,7 +161,7 @@ class RolloutWorker:
         without the agent's statistics, the weights it acted with when they are not the agent's
         model's own, else None)."""
         model, weights_version = self.acting_model, self.acting_version
-        acting_weights = self.acting_weights if model is not self.model else None
+        acting_weights = self.acting_weights if model is not self.agent.model else None
         start = time.perf_counter()
         num_envs = len(self.envs)
         obs_buf = np.empty((num_steps, *self.observations.shape), dtype=np.float32)
@@ -302,8 +319,9 @@ def make_rollout_worker(spec, slot, generation, local, num_cpus=1.0):
         return LocalHandle(RolloutWorker(spec, slot))
     # SPREAD: on a cluster, workers go to different nodes (one node lost costs the fewest);
     # on one machine it changes nothing.
-    return remote_class(RolloutWorker).options(num_cpus=num_cpus, scheduling_strategy="SPREAD"
-                                               ).remote(spec, slot, generation)
+    return remote_class(RolloutWorker).options(
+        num_cpus=num_cpus, num_gpus=gpu_plan_for(spec).rollout_worker_gpus,
+        scheduling_strategy="SPREAD").remote(spec, slot, generation)
 
 
 def restore_workers(placement, workers, state, fresh_episode_seed):

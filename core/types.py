@@ -69,3 +69,6 @@ class RolloutStats:
     # "reset"), "error" ("TypeName: text"), "step" (t in the fragment; None for a reset outside
     # one)}.
     env_errors: List[dict] = field(default_factory=list)
+    # The agent's data of this fragment (BaseAgent.export_data), when the trainer asked for it:
+    # a gradient worker then computes on it together with its own (--grad_workers).
+    data: Any = None

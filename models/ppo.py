@@ -141,8 +141,14 @@ class PPOModel(BaseModel):
     def values(self, obs):
         return self.critic(obs).squeeze(-1)
 
+    @property
+    def device(self):
+        """Where this model computes: the CPU, or a rollout worker's GPU (core/devices.py)."""
+        return next(self.parameters()).device
+
     def flat_obs(self, obs):
-        return torch.as_tensor(np.asarray(obs), dtype=torch.float32).reshape(-1, self.obs_dim)
+        return torch.as_tensor(np.asarray(obs), dtype=torch.float32,
+                               device=self.device).reshape(-1, self.obs_dim)
 
     @torch.no_grad()
     def choose_actions(self, obs, deterministic=False):
@@ -164,12 +170,12 @@ class PPOModel(BaseModel):
             actions = out + std * noise
             log_prob = (-0.5 * noise.pow(2) - self.log_std
                         - 0.5 * math.log(2 * math.pi)).sum(-1)
-        return actions.numpy(), {"log_probs": log_prob.numpy(),
-                                 "values": self.values(obs).numpy()}
+        return actions.cpu().numpy(), {"log_probs": log_prob.cpu().numpy(),
+                                       "values": self.values(obs).cpu().numpy()}
 
     @torch.no_grad()
     def predict_values(self, obs):
-        return self.values(self.flat_obs(obs)).numpy()
+        return self.values(self.flat_obs(obs)).cpu().numpy()
 
     # -- learning -----------------------------------------------------------------------------
     def step(self, batch: PPOBatch, progress: float = 0.0):

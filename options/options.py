@@ -80,6 +80,15 @@ def target_return(text):
     return _number(float, None, text, allow_none=True)
 
 
+def auto_or_positive_int(text):
+    if str(text).lower() == "auto":
+        return "auto"
+    try:
+        return positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither 'auto' nor an integer >= 1")
+
+
 def gpu_list(text):
     ids = [s.strip() for s in str(text).split(",") if s.strip()]
     if not all(s.isdigit() for s in ids):
@@ -128,6 +137,13 @@ def add_common_args(parser):
                             "measured in metrics.csv's policy_lag; PPO's clipping bounds it). "
                             "'auto': tried once all workers are up and kept only when it "
                             "measures faster (default: %(default)s)")
+    group.add_argument("--grad_workers", type=auto_or_positive_int, default="auto",
+                       help="PPO: how many of the rollout workers compute the gradients of a "
+                            "round, each on the fragments of several (the others send theirs "
+                            "along): every minibatch step is one call to each of them, so "
+                            "fewer calls per step when workers outnumber the CPUs. The update "
+                            "is the same (the gradient of the union). 'auto': one per CPU of "
+                            "the Ray cluster, at most --num_workers (default: %(default)s)")
     group.add_argument("--num_cpus", type=positive_int, default=None,
                        help="CPUs Ray may use (default: all of this machine's)")
     group.add_argument("--num_gpus", type=non_negative_int, default=0,

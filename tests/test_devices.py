@@ -221,7 +221,27 @@ def scenario(num_gpus, num_learners, expected_free, server=True, others=False):
     return found
 
 
+def ppo_workers(num_gpus, num_workers, expected_free):
+    args = parse_args(["--config", "none", "--num_workers", str(num_workers),
+                       "--num_envs_per_worker", "1", "--num_gpus", str(num_gpus)])
+    spec = PluginSpec(args.env_name, args.model_name, args.agent_name, args)
+    workers = [make_rollout_worker(spec, i, 0, False, 0.5) for i in range(num_workers)]
+
+    def where(worker):
+        from core import devices
+        return {"gpu_ids": list(ray.get_gpu_ids()), "learns_on": str(worker.agent.model.device),
+                "acts_on": str(worker.model.device), "warning": devices._warning}
+    found = {"workers": ray.get([w.__ray_call__.remote(where) for w in workers], timeout=60),
+             "free_gpus": free_gpus(expected_free)}
+    for worker in workers:
+        ray.kill(worker)
+    free_gpus(2.0)
+    return found
+
+
 print(json.dumps({
+    "ppo_two_workers": ppo_workers(2, 2, expected_free=0.0),
+    "ppo_four_workers_two_gpus": ppo_workers(2, 4, expected_free=0.0),
     "one_learner": scenario(2, 1, expected_free=1.0, others=True),
     "two_learners": scenario(2, 2, expected_free=0.0),
     "two_learners_one_gpu": scenario(1, 2, expected_free=1.0, server=False),
@@ -266,3 +286,18 @@ def test_several_learners_share_the_gpus_and_the_server_stays_on_the_cpu(placed)
             assert_on_cpu_with_warning(info, f"learner worker {i}")
     assert placed["two_learners"]["free_gpus"] == 0.0
     assert placed["two_learners_one_gpu"]["free_gpus"] == 1.0
+
+
+def test_ppo_rollout_workers_share_the_gpus_for_their_gradients_and_act_on_the_cpu(placed):
+    two = placed["ppo_two_workers"]["workers"]
+    assert sorted(len(w["gpu_ids"]) for w in two) == [1, 1]
+    assert two[0]["gpu_ids"] != two[1]["gpu_ids"]          # one device each
+    four = placed["ppo_four_workers_two_gpus"]["workers"]
+    assert all(len(w["gpu_ids"]) == 1 for w in four)        # half of one device each
+    assert sorted(w["gpu_ids"][0] for w in four) == [0, 0, 1, 1]
+    for worker in two + four:
+        # this torch is a CPU-only build: the learning model falls back to the CPU, saying so
+        assert worker["learns_on"] == worker["acts_on"] == "cpu"
+        assert worker["warning"].startswith("ddrl: rollout worker")
+        assert "cannot use CUDA" in worker["warning"]
+    assert placed["ppo_two_workers"]["free_gpus"] == 0.0

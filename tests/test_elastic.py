@@ -1,5 +1,7 @@
 """Elastic PPO rounds: whichever workers deliver a fragment take part, and the averaged gradient
-is the gradient of one process on the union of the delivered data."""
+is the gradient of one process on the union of the delivered data, whether every worker
+computes on its own fragment or a few gradient workers on the pooled fragments of all
+(--grad_workers)."""
 from types import SimpleNamespace
 
 import numpy as np
@@ -49,15 +51,25 @@ def union_gradient(model, agents, mean, std):
     return gradients
 
 
+def own_data(members):
+    """Every worker's agent data of the fragment it sampled (before any pooling)."""
+    return {m: dict(m.handle.obj.agent.data) for m in members}
+
+
+@pytest.mark.parametrize("grad_workers", ["3", "1", "2"])
 @pytest.mark.parametrize("missing", [2, 0])
-def test_a_missing_worker_leaves_the_union_of_the_delivered_data(missing):
-    trainer = make_trainer()
+def test_a_missing_worker_leaves_the_union_of_the_delivered_data(missing, grad_workers):
+    trainer = make_trainer("--grad_workers", grad_workers)
     members = sorted(trainer.group.members, key=lambda m: m.slot)
     weights = trainer.learner.get_weights()
     delivered = trainer.collect(members, weights)
     assert len(delivered) == 3
+    data = own_data(members)
     lost = members[missing]
     del delivered[lost]            # its fragment never arrived: it takes no part in the round
+    pooled = trainer.pool
+    groups = []
+    trainer.pool = lambda delivered: groups.append(pooled(delivered)) or groups[-1]
 
     applied = []
     apply = trainer.learner.apply
@@ -71,7 +83,15 @@ def test_a_missing_worker_leaves_the_union_of_the_delivered_data(missing):
     trainer.update(delivered, weights, progress=0.0)
 
     assert len(applied) == 1  # 256 delivered samples, batch 256, 1 epoch: one step
-    agents = [m.handle.obj.agent for m in members if m is not lost]
+    # who computed: every worker that delivered, or the planned gradient workers among them
+    computing = sorted(m.slot for m in groups[0])
+    if grad_workers == "3":
+        assert computing == sorted(m.slot for m in delivered)
+    else:
+        assert len(computing) == min(int(grad_workers), 2) and lost.slot not in computing
+        assert sorted(m.slot for g in groups[0].values() for m in g) == sorted(
+            m.slot for m in delivered)
+    agents = [SimpleNamespace(data=data[m]) for m in members if m is not lost]
     mean, std = advantage_moments(list(delivered.values()))
     expected = union_gradient(reference_model, agents, mean, std)
     for name, value in expected.items():
@@ -79,7 +99,7 @@ def test_a_missing_worker_leaves_the_union_of_the_delivered_data(missing):
 
     # The control that makes the test able to fail: with the lost worker's data in the union,
     # the gradient is a different one.
-    everyone = [m.handle.obj.agent for m in members]
+    everyone = [SimpleNamespace(data=data[m]) for m in members]
     with_lost = union_gradient(reference_model, everyone, mean, std)
     assert any(not np.allclose(applied[0][k], v, rtol=1e-3, atol=1e-5)
                for k, v in with_lost.items())
@@ -88,7 +108,7 @@ def test_a_missing_worker_leaves_the_union_of_the_delivered_data(missing):
 def test_a_worker_that_dies_mid_round_leaves_the_later_steps():
     """Two epochs of two minibatches (384 samples, batch 256); the third worker's gradient
     calls fail from the second epoch on: it leaves the round, the other two finish it."""
-    trainer = make_trainer("--num_epochs", "2")
+    trainer = make_trainer("--num_epochs", "2", "--grad_workers", "3")
     members = sorted(trainer.group.members, key=lambda m: m.slot)
     weights = trainer.learner.get_weights()
     delivered = trainer.collect(members, weights)
@@ -104,3 +124,29 @@ def test_a_worker_that_dies_mid_round_leaves_the_later_steps():
     stats, grad_norms, _, _ = trainer.update(delivered, weights, progress=0.0)
     assert seen == [[0, 1, 2], [0, 1, 2], [0, 1], [0, 1]]
     assert len(grad_norms) == 4 and trainer.learner.version == 4
+
+
+def test_a_gradient_worker_that_dies_mid_round_takes_its_groups_data_along():
+    """Two gradient workers for three rollout workers: worker 2's fragment is pooled with one
+    of them. When that gradient worker stops answering in the second epoch, the round goes on
+    with the other one's data alone; the steps are not lost."""
+    trainer = make_trainer("--num_epochs", "2", "--grad_workers", "2")
+    members = sorted(trainer.group.members, key=lambda m: m.slot)
+    delivered = trainer.collect(members, trainer.learner.get_weights())
+    groups = trainer.pool(delivered)
+    assert sorted(len(g) for g in groups.values()) == [1, 2]
+    victim = next(leader for leader, group in groups.items() if len(group) == 2)
+    trainer.pool = lambda delivered: groups
+    gradients = trainer.gradients
+    seen = []
+
+    def flaky(weights, request, members_now):
+        members_now = [m for m in members_now if m is not victim or request.epoch == 0]
+        seen.append(sorted(m.slot for m in members_now))
+        return gradients(weights, request, members_now)
+
+    trainer.gradients = flaky
+    _, grad_norms, _, _ = trainer.update(delivered, trainer.learner.get_weights(), 0.0)
+    survivor = next(m for m in groups if m is not victim)
+    assert seen == [[0, 1], [0, 1], [survivor.slot], [survivor.slot]]
+    assert len(grad_norms) == 4
