@@ -94,7 +94,7 @@ class DefaultAgent(BaseAgent):
         their own workers with the same gamma and lambda; normalization uses the round's
         moments over all workers, as before)."""
         device = self.data["returns"].device
-        self.data = {k: torch.cat([v] + [torch.as_tensor(o[k]).to(device) for o in others])
+        self.data = {k: torch.cat([v] + [torch.tensor(o[k], device=device) for o in others])
                      for k, v in self.data.items()}
         self.order = None
         return len(self.data["returns"])

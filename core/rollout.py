@@ -4,6 +4,7 @@ and hands each fragment to its agent; the learner then asks it for gradients.
 The same class runs as a Ray actor (``--num_workers N``) or in the driver (``--num_workers 0``).
 """
 import copy
+import inspect
 import time
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
@@ -60,6 +61,11 @@ class RolloutWorker:
         self.envs.action_space.seed(seed + 1_000 * (worker_index + 1))
         self.normalize_obs = bool(getattr(args, "normalize_obs", False))
         self.obs_clip = float(getattr(args, "obs_clip", 10.0))
+        # A model that can act without its values (PPO's choose_actions(..., values=False))
+        # gets them for the whole fragment at once after it: a slow env's step starts with
+        # cold caches, and a second network per step is a large part of what the step costs.
+        self.values_later = ("values" in inspect.signature(self.model.choose_actions).parameters
+                             and callable(getattr(self.model, "predict_values", None)))
         # Sampling ahead (collect's ``ahead``): the acting model, its weights and version, the
         # sampler thread and the fragment it is sampling.
         self.acting_model, self.acting_version, self.acting_weights = self.model, None, None
@@ -156,6 +162,13 @@ class RolloutWorker:
         stats.agent_stats = self.agent.send_trajectory(trajectory) or {}
         return stats
 
+    def fragment_values(self, model, obs_buf):
+        """The acting model's values of a whole fragment in one batch: the same numbers as one
+        call per step, for a fraction of the cost (see ``values_later``)."""
+        num_steps, num_envs = obs_buf.shape[:2]
+        return model.predict_values(obs_buf.reshape(num_steps * num_envs, *obs_buf.shape[2:])
+                                    ).reshape(num_steps, num_envs)
+
     def sample(self, num_steps, obs_statistics=None):
         """Step every env ``num_steps`` times with the acting model: (Trajectory, RolloutStats
         without the agent's statistics, the weights it acted with when they are not the agent's
@@ -187,12 +200,15 @@ class RolloutWorker:
                 action = np.stack([self.envs.action_space.sample() for _ in range(num_envs)])
                 extras = {}
                 self.random_steps_left -= num_envs
+            elif self.values_later:
+                action, extras = model.choose_actions(obs_buf[t], values=False)
             else:
                 action, extras = model.choose_actions(obs_buf[t])
             result = self.envs.step(action)
             actions.append(action)
             if "log_probs" in extras:
                 log_probs.append(extras["log_probs"])
+            if "values" in extras:
                 values.append(extras["values"])
             rewards[t], terminated[t], truncated[t] = (result.rewards, result.terminated,
                                                        result.truncated)
@@ -228,7 +244,10 @@ class RolloutWorker:
             observations=obs_buf, actions=np.stack(actions), rewards=rewards,
             terminated=terminated, truncated=truncated,
             log_probs=np.stack(log_probs) if len(log_probs) == num_steps else None,
-            values=np.stack(values) if len(values) == num_steps else None, last_observations=np.asarray(seen(self.observations), dtype=np.float32),
+            values=(np.stack(values) if len(values) == num_steps else
+                    self.fragment_values(model, obs_buf) if len(log_probs) == num_steps
+                    and self.values_later else None),
+            last_observations=np.asarray(seen(self.observations), dtype=np.float32),
             truncated_index=np.array(truncated_index, dtype=np.int64).reshape(-1, 2),
             truncated_observations=np.array(truncated_obs, dtype=np.float32).reshape(
                 len(truncated_obs), *self.observations.shape[1:]),
@@ -256,7 +275,7 @@ class RolloutWorker:
     def get_state(self):
         """Where this worker stands between fragments, as plain data (core/state.py): the
         current observations and unfinished episodes, the warm-up left, the RNGs (torch's of
-        this process, the action space's, the agent's) and the envs' own states (None when an
+        this process, the action space's, the agent's, the acting model's) and the envs' own states (None when an
         env cannot give one; a restore then starts fresh episodes). A fragment being sampled
         ahead is finished first and stays for the next collect (its steps are not counted yet,
         so a restore from here leaves it out, as a fragment never sampled)."""
@@ -269,6 +288,8 @@ class RolloutWorker:
                 "torch_rng": torch.get_rng_state(),
                 "action_space_rng": generator_state(self.envs.action_space.np_random),
                 "agent": self.agent.get_state(),
+                "acting_rng": (generator_state(self.acting_model.acting_rng)
+                               if hasattr(self.acting_model, "acting_rng") else None),
                 "envs": self.envs.get_state()}
 
     def set_state(self, state, fresh_episode_seed=None):
@@ -280,6 +301,8 @@ class RolloutWorker:
         torch.set_rng_state(torch.as_tensor(state["torch_rng"], dtype=torch.uint8))
         set_generator_state(self.envs.action_space.np_random, state["action_space_rng"])
         self.agent.set_state(state["agent"])
+        if state.get("acting_rng") is not None and hasattr(self.acting_model, "acting_rng"):
+            set_generator_state(self.acting_model.acting_rng, state["acting_rng"])
         self.random_steps_left = int(state["random_steps_left"])
         if state["envs"] is not None and len(state["envs"]) == len(self.envs):
             self.envs.set_state(state["envs"])

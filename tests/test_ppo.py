@@ -30,10 +30,23 @@ def random_obs(n, seed=0):
     return np.random.default_rng(seed).uniform(-1, 1, size=(n, 4)).astype(np.float32)
 
 
-# -- choose_actions' hand-written log-probs ---------------------------------------------------
+# -- choose_actions' hand-written log-probs, through numpy (plain MLP actors on the CPU) and
+# through torch (any other actor, or a GPU) --------------------------------------------------
+PATHS = ["numpy", "torch"]
+
+
+def acting_through(model, path):
+    if path == "torch":
+        model.numpy_actor = None
+    else:
+        assert model.numpy_actor is not None
+    return model
+
+
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("deterministic", [False, True])
-def test_discrete_sampling_log_probs_match_categorical(deterministic):
-    model = make_model(spaces.Discrete(3))
+def test_discrete_sampling_log_probs_match_categorical(deterministic, path):
+    model = acting_through(make_model(spaces.Discrete(3)), path)
     with torch.no_grad():  # make the logits large enough to matter
         model.actor[-1].weight.mul_(300.0)
     obs = random_obs(64)
@@ -47,9 +60,11 @@ def test_discrete_sampling_log_probs_match_categorical(deterministic):
         np.testing.assert_array_equal(actions, dist.probs.argmax(-1).numpy())
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("deterministic", [False, True])
-def test_box_sampling_log_probs_match_summed_normal(deterministic):
-    model = make_model(spaces.Box(-1.0, 1.0, shape=(2,)), "--log_std_init", "-0.7")
+def test_box_sampling_log_probs_match_summed_normal(deterministic, path):
+    model = acting_through(make_model(spaces.Box(-1.0, 1.0, shape=(2,)), "--log_std_init",
+                                      "-0.7"), path)
     obs = random_obs(64)
     actions, extras = model.choose_actions(obs, deterministic=deterministic)
     with torch.no_grad():
@@ -61,9 +76,10 @@ def test_box_sampling_log_probs_match_summed_normal(deterministic):
         np.testing.assert_allclose(actions, mean.numpy(), atol=1e-7)
 
 
-def test_gumbel_max_sampling_draws_from_the_softmax():
+@pytest.mark.parametrize("path", PATHS)
+def test_gumbel_max_sampling_draws_from_the_softmax(path):
     # Logits set by hand: zero weights, bias = log(0.2, 0.3, 0.5); 40000 seeded draws.
-    model = make_model(spaces.Discrete(3))
+    model = acting_through(make_model(spaces.Discrete(3)), path)
     with torch.no_grad():
         model.actor[-1].weight.zero_()
         model.actor[-1].bias.copy_(torch.log(torch.tensor([0.2, 0.3, 0.5])))
@@ -72,6 +88,36 @@ def test_gumbel_max_sampling_draws_from_the_softmax():
     frequencies = np.bincount(actions, minlength=3) / len(actions)
     # standard error sqrt(.25/40000) = .0025; 0.01 is 4 standard errors
     np.testing.assert_allclose(frequencies, [0.2, 0.3, 0.5], atol=0.01)
+
+
+def test_the_numpy_actor_follows_every_change_of_the_torch_weights():
+    """set_weights, an optimizer step and load_state_dict all reach the numpy copy."""
+    model = make_model(spaces.Discrete(3))
+    obs = random_obs(8)
+
+    def agree():
+        with torch.no_grad():
+            expected = model.actor(torch.as_tensor(obs)).numpy()
+        np.testing.assert_allclose(model.numpy_actor(obs), expected, rtol=1e-5, atol=1e-6)
+        return expected
+
+    before = agree()
+    model.set_weights({k: v * 1.5 for k, v in model.get_weights().items()})
+    after_set = agree()
+    learner = Learner(model)
+    gradients = {k: np.ones_like(v) for k, v in model.get_weights().items()}
+    learner.apply(gradients)
+    after_step = agree()
+    model.load_state_dict(make_model(spaces.Discrete(3)).state_dict())
+    agree()
+    assert not np.allclose(before, after_set) and not np.allclose(after_set, after_step)
+
+
+def test_a_network_that_is_not_a_plain_mlp_acts_through_torch():
+    from models.numpy_mlp import NumpyMLP
+    assert NumpyMLP.of(torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.LayerNorm(8))) is None
+    assert NumpyMLP.of(torch.nn.Linear(4, 8)) is None
+    assert NumpyMLP.of(torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU())) is not None
 
 
 # -- the clipped objective ---------------------------------------------------------------------

@@ -1,0 +1,72 @@
+"""A plain MLP's forward pass in numpy, for acting.
+
+A rollout worker acts on a few observations per env step. With slow envs (a simulator that
+answers in milliseconds) every step starts with cold caches, and what a step costs is then
+mostly the code it touches: measured on the project's 2-core machines, a 64x64 actor on one
+observation took 48 us through torch warm but 473 us right after a 5 ms wait, against 38 and
+250 us in numpy. At 16 workers x 200 steps/s that difference is most of a core. Learning (the
+gradients) stays in torch; acting reads the very same memory through numpy views of the
+parameters, so every in-place change (set_weights, an optimizer step, load_state_dict) is seen
+at once. (Version counters would not do: the fused Adam step does not bump them.) Only a
+parameter whose storage is replaced (``.to()``, assigning ``.data``) needs new views: its
+address tells.
+"""
+import numpy as np
+from torch import nn
+
+ACTIVATIONS = {
+    nn.Tanh: np.tanh,
+    nn.ReLU: lambda x: np.maximum(x, 0.0),
+    nn.ELU: lambda x: np.where(x > 0.0, x, np.expm1(x)),
+}
+
+
+class NumpyMLP:
+    """The forward pass of an ``nn.Sequential`` of Linear layers and the activations above."""
+
+    def __init__(self, module):
+        self.module = module
+        self.layers = list(module)
+        self.linears = [m for m in self.layers if isinstance(m, nn.Linear)]
+        self.seen = None
+        self.plan = None
+
+    @classmethod
+    def of(cls, module):
+        """A NumpyMLP for ``module``, or None when it is anything else than a plain MLP (a
+        plugin's own network acts through torch)."""
+        if not isinstance(module, nn.Sequential) or not len(module):
+            return None
+        if not all(isinstance(m, nn.Linear) or type(m) in ACTIVATIONS for m in module):
+            return None
+        return cls(module)
+
+    def _addresses(self):
+        return tuple((m.weight.data_ptr(), m.bias.data_ptr() if m.bias is not None else 0)
+                     for m in self.linears)
+
+    def refresh(self):
+        """New views when a parameter's storage was replaced (CPU parameters only)."""
+        addresses = self._addresses()
+        if addresses == self.seen:
+            return
+        plan = []
+        for m in self.layers:
+            if isinstance(m, nn.Linear):
+                bias = (m.bias.detach().numpy() if m.bias is not None
+                        else np.zeros(m.out_features, dtype=np.float32))
+                plan.append((m.weight.detach().numpy().T, bias))  # views, not copies
+            else:
+                plan.append(ACTIVATIONS[type(m)])
+        self.plan, self.seen = plan, addresses
+
+    def __call__(self, x):
+        self.refresh()
+        for step in self.plan:
+            x = x @ step[0] + step[1] if isinstance(step, tuple) else step(x)
+        return x
+
+
+def log_softmax(logits):
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
