@@ -64,3 +64,20 @@ def test_start_ray_is_a_no_op_when_ray_is_already_up(monkeypatch):
     monkeypatch.setattr(ray, "init", lambda *a, **kw: calls.append(kw))
     start_ray(parse_args(["--config", "none"]))
     assert calls == []
+
+
+@pytest.mark.parametrize("nodes, actors, share", [
+    ([2], 2, 1.0),                # one per CPU
+    ([2], 16, 0.125),             # more workers than CPUs: an equal share
+    ([1, 1, 1], 4, 0.5),          # an equal share (0.75) would fit 3, not 4
+    ([1, 2, 2], 7, 0.6666),       # 1 + 3 + 3 actors of 2/3 CPU
+    ([6, 6, 6], 16, 1.0),
+])
+def test_rollout_workers_reserve_a_share_that_fits_on_the_nodes(nodes, actors, share):
+    from core.run import fitting_share
+    found = fitting_share(nodes, actors)
+    assert found == pytest.approx(share)
+    assert sum(int(c / found + 1e-9) for c in nodes) >= actors
+    # and it is the largest such share: a little more would leave an actor without a place
+    if found < 1.0:
+        assert sum(int(c / (found + 1e-3)) for c in nodes) < actors
