@@ -2,8 +2,10 @@
 
 ``--env_placement worker`` (default) runs the wrapper classes inside the rollout worker: a
 CartPole step costs ~7 us and a Ray call ~1.1 ms, so cheap envs must not pay a call per step
-(benchmarks/sampling.py measures both placements). ``--env_placement actor`` gives every env its
-own actor for heavy simulators; the group then steps all of them with one ray.get per step.
+(benchmarks/sampling.py measures both placements). ``--env_placement actor`` puts the envs in
+Ray actors of their own, ``--envs_per_actor`` of them per actor (core/env_host.py): one actor
+per env for heavy simulators that compute, several for envs that wait (stepped concurrently in
+their host, one call per host and step). The group steps every host at once and waits for all.
 
 An env that raises (a simulator binding that loses its connection now and then) must not end
 the run: every step and reset is guarded. The env that raised is rebuilt with a fresh seed and
@@ -15,7 +17,8 @@ import numpy as np
 import ray
 from gymnasium import spaces
 
-from core.plugins import make_env, make_env_actor
+from core.env_host import EnvHost
+from core.plugins import make_env
 
 
 class EnvFailure(RuntimeError):
@@ -91,44 +94,62 @@ class EnvGroup:
         # caller takes them with take_reset_errors().
         self.reset_errors = []
         if placement == "actor":
-            self.envs = [make_env_actor(plugins, args, s) for s in self.seeds]
-            # __ray_call__ runs a function on the actor's instance: works for any wrapper,
-            # whether or not it defines a method returning its spaces.
-            self.observation_space, self.action_space = ray.get(self.envs[0].__ray_call__.remote(
-                lambda env: (env.observation_space, env.action_space)))
+            per_host = max(1, int(getattr(args, "envs_per_actor", 1) or 1))
+            # env e lives in host e // per_host, at index e % per_host there
+            self.where = [(e // per_host, e % per_host) for e in range(len(self.seeds))]
+            self.host_seeds = [self.seeds[i:i + per_host]
+                               for i in range(0, len(self.seeds), per_host)]
+            self.hosts = [self._new_host(seeds) for seeds in self.host_seeds]
+            self.host_dead = [False] * len(self.hosts)
+            self.observation_space, self.action_space = ray.get(self.hosts[0].spaces.remote())
         else:
             self.envs = [make_env(plugins, args, s) for s in self.seeds]
             self.observation_space = self.envs[0].observation_space
             self.action_space = self.envs[0].action_space
 
     def __len__(self):
-        return len(self.envs)
+        return len(self.seeds)
 
     # -- guarded calls -------------------------------------------------------------------------
+    def _new_host(self, seeds):
+        from core.placement import remote_class
+        return remote_class(EnvHost).options(num_cpus=0).remote(self.plugins.env_cls, self.args,
+                                                                seeds)
+
+    def _by_host(self, indices):
+        """{host: [env indices]} for the actor placement."""
+        groups = {}
+        for e in indices:
+            groups.setdefault(self.where[e][0], []).append(e)
+        return groups
+
+    def _host_calls(self, indices, submit):
+        """Submit one call per host for the envs ``indices`` (``submit(host, envs)`` returns
+        its ref), wait for all, and return {env: its outcome from the host's list}; every env of
+        a host that died gets (None, the error)."""
+        groups = self._by_host(indices)
+        refs = {h: submit(h, envs) for h, envs in groups.items()}
+        ray.wait(list(refs.values()), num_returns=len(refs))
+        outcomes = {}
+        for h, envs in groups.items():
+            try:
+                for e, outcome in zip(envs, ray.get(refs[h])):
+                    outcomes[e] = outcome
+            except Exception as exc:  # noqa: BLE001 - the host died: all its envs failed
+                self.host_dead[h] = True
+                for e in envs:
+                    outcomes[e] = (None, exc)
+        return outcomes
+
     def _each(self, indices, method, args_per_env, kwargs_per_env=None):
         """Call ``method`` on the envs ``indices``: one (result, None) or (None, exception) per
         env, so one env that raises loses none of the others' results."""
         kwargs_per_env = kwargs_per_env or [{}] * len(indices)
         if self.placement == "actor":
-            refs = []
-            for i, a, k in zip(indices, args_per_env, kwargs_per_env):
-                try:
-                    refs.append(getattr(self.envs[i], method).remote(*a, **k))
-                except Exception as exc:  # noqa: BLE001 - an env fault, recorded by the caller
-                    refs.append(exc)
-            pending = [r for r in refs if isinstance(r, ray.ObjectRef)]
-            if pending:  # wait for all first: the results of the envs that did not fail
-                ray.wait(pending, num_returns=len(pending))
-            outcomes = []
-            for r in refs:
-                if not isinstance(r, ray.ObjectRef):
-                    outcomes.append((None, r))
-                    continue
-                try:
-                    outcomes.append((ray.get(r), None))
-                except Exception as exc:  # noqa: BLE001 - RayTaskError, RayActorError
-                    outcomes.append((None, exc))
-            return outcomes
+            calls = {e: (a, k) for e, a, k in zip(indices, args_per_env, kwargs_per_env)}
+            outcomes = self._host_calls(indices, lambda h, envs: self.hosts[h].call.remote(
+                method, [(self.where[e][1], *calls[e]) for e in envs]))
+            return [outcomes[e] for e in indices]
         outcomes = []
         for i, a, k in zip(indices, args_per_env, kwargs_per_env):
             try:
@@ -148,25 +169,31 @@ class EnvGroup:
                                   else f" of worker {self.worker_index}")
             raise env_failure(where, self.errors_in_a_row[e], error) from exc
 
-    def _close_env(self, env):
-        try:  # best effort: the env is broken already
-            if self.placement == "actor":
-                ray.kill(env, no_restart=True)
-            else:
-                getattr(env, "close", lambda: None)()
-        except Exception:  # noqa: BLE001
-            pass
-
     def _rebuild(self, e, errors):
         """Replace env e by a new one with a fresh seed and reset it, until that works (each
-        failure counts); the new env's first observation."""
+        failure counts); the new env's first observation. With the actor placement the env is
+        rebuilt in its host, and a host that died is replaced first (its other envs failed in
+        the same call and are rebuilt in turn)."""
         while True:
             seed = fresh_seed(self.seeds[e], self.error_counts[e])
-            self._close_env(self.envs[e])
             try:
                 if self.placement == "actor":
-                    self.envs[e] = make_env_actor(self.plugins, self.args, seed)
-                    return ray.get(self.envs[e].reset.remote(seed=seed))[0]
+                    h, index = self.where[e]
+                    if self.host_dead[h]:
+                        try:  # best effort: it is gone already
+                            ray.kill(self.hosts[h], no_restart=True)
+                        except Exception:  # noqa: BLE001
+                            pass
+                        self.hosts[h], self.host_dead[h] = self._new_host(self.host_seeds[h]), False
+                    try:
+                        return ray.get(self.hosts[h].rebuild.remote(index, seed))
+                    except ray.exceptions.RayActorError:
+                        self.host_dead[h] = True
+                        raise
+                try:  # best effort: the env is broken already
+                    getattr(self.envs[e], "close", lambda: None)()
+                except Exception:  # noqa: BLE001
+                    pass
                 self.envs[e] = make_env(self.plugins, self.args, seed)
                 return self.envs[e].reset(seed=seed)[0]
             except Exception as exc:  # noqa: BLE001 - counts as another error of env e
@@ -189,11 +216,11 @@ class EnvGroup:
     # -- the group's API -----------------------------------------------------------------------
     def reset(self):
         """First reset, seeded: env e of this group gets seeds[e]."""
-        return np.stack(self._reset(range(len(self.envs)), self.seeds, self.reset_errors))
+        return np.stack(self._reset(range(len(self.seeds)), self.seeds, self.reset_errors))
 
     def reset_all(self, seeds):
         """Reset every env with these seeds; the new first observations, stacked."""
-        return np.stack(self._reset(range(len(self.envs)), list(seeds), self.reset_errors))
+        return np.stack(self._reset(range(len(self.seeds)), list(seeds), self.reset_errors))
 
     def take_reset_errors(self):
         """The errors reset() and reset_all() survived since the last call, cleared."""
@@ -202,15 +229,22 @@ class EnvGroup:
 
     def step(self, actions) -> StepResult:
         env_actions = [to_env_action(self.action_space, a) for a in actions]
-        num_envs = len(self.envs)
-        outcomes = self._each(range(num_envs), "step", [(a,) for a in env_actions])
+        num_envs = len(self.seeds)
+        if self.placement == "actor":  # one call per host; it resets the envs that ended
+            outcomes = self._host_calls(range(num_envs), lambda h, envs: self.hosts[h].step.remote(
+                [(self.where[e][1], env_actions[e]) for e in envs]))
+            outcomes = [outcomes[e] if len(outcomes[e]) == 3 else (*outcomes[e], None)
+                        for e in range(num_envs)]
+        else:
+            outcomes = [(*o, None) for o in self._each(range(num_envs), "step",
+                                                         [(a,) for a in env_actions])]
         observations = [None] * num_envs
         rewards = np.zeros(num_envs, dtype=np.float32)
         terminated = np.zeros(num_envs, dtype=bool)
         truncated = np.zeros(num_envs, dtype=bool)
         failed = np.zeros(num_envs, dtype=bool)
         errors = []
-        for e, (result, exc) in enumerate(outcomes):
+        for e, (result, exc, _) in enumerate(outcomes):
             if exc is not None:
                 failed[e] = truncated[e] = True
                 self._record(e, "step", exc, errors)
@@ -220,9 +254,16 @@ class EnvGroup:
             rewards[e], terminated[e], truncated[e] = result[1], result[2], result[3]
         ended = [e for e in range(num_envs) if not failed[e] and (terminated[e] or truncated[e])]
         final = {e: observations[e] for e in ended}
-        if ended:
+        if self.placement != "actor" and ended:
             for e, obs in zip(ended, self._reset(ended, None, errors)):
                 observations[e] = obs
+        for e in ended if self.placement == "actor" else ():
+            reset = outcomes[e][2]
+            if isinstance(reset, tuple):
+                observations[e] = reset[0]
+            else:  # the reset in the host raised
+                self._record(e, "reset", reset, errors)
+                observations[e] = self._rebuild(e, errors)
         for e in np.flatnonzero(failed):
             observations[e] = self._rebuild(int(e), errors)
         return StepResult(np.stack(observations), rewards, terminated, truncated, final,
@@ -232,9 +273,8 @@ class EnvGroup:
         """Every env's state (see envs/gym_env.py:get_state), or None if one of them cannot
         give it (a wrapper without get_state, or a simulator that is not plain data)."""
         if self.placement == "actor":
-            states = ray.get([env.__ray_call__.remote(
-                lambda env: env.get_state() if hasattr(env, "get_state") else None)
-                for env in self.envs])
+            states = [state for found in ray.get([h.get_state.remote() for h in self.hosts])
+                      for state in found]
         else:
             states = [env.get_state() if hasattr(env, "get_state") else None
                       for env in self.envs]
@@ -242,14 +282,21 @@ class EnvGroup:
 
     def set_state(self, states):
         if self.placement == "actor":
-            ray.get([env.set_state.remote(s) for env, s in zip(self.envs, states)])
+            per_host = [[] for _ in self.hosts]
+            for e, state in enumerate(states):
+                per_host[self.where[e][0]].append(state)
+            ray.get([h.set_state.remote(s) for h, s in zip(self.hosts, per_host)])
         else:
             for env, state in zip(self.envs, states):
                 env.set_state(state)
 
     def close(self):
+        if self.placement == "actor":
+            for host in self.hosts:
+                try:
+                    ray.kill(host)
+                except Exception:  # noqa: BLE001 - gone already
+                    pass
+            return
         for env in self.envs:
-            if self.placement == "actor":
-                ray.kill(env)
-            else:
-                getattr(env, "close", lambda: None)()
+            getattr(env, "close", lambda: None)()

@@ -2,14 +2,13 @@
 
 Workers receive names and the parsed flags, never classes: each worker imports the built-in
 plugin folders and the --user_dir itself, so a user's plugin works in an actor exactly as in the
-driver (and a class never has to be pickled by value).
+driver. (Env host actors, core/env_host.py, get the env class itself: a --user_dir module
+travels by value, core/registry.py.)
 """
 import inspect
 import os
 from dataclasses import dataclass
 from typing import Any, Optional
-
-import ray
 
 from core.registry import ConfigError, import_user_dir, unwrap_actor_class
 
@@ -27,24 +26,9 @@ class PluginSpec:
 
 @dataclass
 class Plugins:
-    env_cls: type        # plain class, runs in-process
-    env_actor_cls: Any   # Ray actor class for --env_placement actor
+    env_cls: type        # plain class: runs in the rollout worker or in an env host actor
     model_cls: type
     agent_cls: type
-
-
-_actor_classes = {}
-
-
-def as_actor_class(registered):
-    """The Ray actor class for a registered env: itself if it carries @ray.remote, otherwise
-    ray.remote applied once and cached (Ray's anti-pattern list: never redefine remote classes
-    in a loop)."""
-    if hasattr(registered, "__ray_metadata__"):
-        return registered
-    if registered not in _actor_classes:
-        _actor_classes[registered] = ray.remote(registered)
-    return _actor_classes[registered]
 
 
 def load_plugins(spec: PluginSpec) -> Plugins:
@@ -54,7 +38,7 @@ def load_plugins(spec: PluginSpec) -> Plugins:
     from models import MODEL_REGISTRY
     from agents import AGENT_REGISTRY
     env = ENV_REGISTRY.get(spec.env_name)
-    return Plugins(unwrap_actor_class(env), env, MODEL_REGISTRY.get(spec.model_name),
+    return Plugins(unwrap_actor_class(env), MODEL_REGISTRY.get(spec.model_name),
                    AGENT_REGISTRY.get(spec.agent_name))
 
 
@@ -62,11 +46,6 @@ def make_env(plugins: Plugins, args, seed=None):
     """Build one env in this process. ``seed`` goes to __init__ when it takes one; the first
     reset is always seeded as well (core.envs.EnvGroup)."""
     return _construct(plugins.env_cls, args, seed)
-
-
-def make_env_actor(plugins: Plugins, args, seed=None):
-    actor_cls = as_actor_class(plugins.env_actor_cls).options(num_cpus=0)
-    return _construct(actor_cls.remote, args, seed, signature_of=plugins.env_cls)
 
 
 def _construct(factory, args, seed, signature_of=None):

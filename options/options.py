@@ -144,6 +144,12 @@ def add_common_args(parser):
                             "fewer calls per step when workers outnumber the CPUs. The update "
                             "is the same (the gradient of the union). 'auto': one per CPU of "
                             "the Ray cluster, at most --num_workers (default: %(default)s)")
+    group.add_argument("--envs_per_actor", type=positive_int, default=1,
+                       help="with --env_placement actor: envs per env actor, stepped together "
+                            "in one call and concurrently in threads there (envs that wait on "
+                            "a simulator overlap their waits); fewer actors, fewer calls per "
+                            "step. 1 gives every env a process of its own, for heavy "
+                            "simulators that compute (default: %(default)s)")
     group.add_argument("--num_cpus", type=positive_int, default=None,
                        help="CPUs Ray may use (default: all of this machine's)")
     group.add_argument("--num_gpus", type=non_negative_int, default=0,

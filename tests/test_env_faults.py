@@ -341,10 +341,15 @@ def test_evaluator_stops_after_max_env_errors_for_one_episode():
 
 
 # -- actor placement ----------------------------------------------------------------------------
-def test_actor_placement_rebuilds_an_env_actor_that_raised_or_died(ray_session):
+@pytest.mark.parametrize("per_actor", ["1", "2"])
+def test_actor_placement_rebuilds_an_env_actor_that_raised_or_died(ray_session, per_actor):
+    """One env actor per env, or one hosting both (--envs_per_actor 2): an env that raises is
+    rebuilt in its host and the other's result stands; a host that died is replaced, every env
+    it held rebuilt."""
     ray = ray_session
     args = parse_args(["--config", "none", "--user_dir", PLUGINS, "--env_name",
-                       "flaky_cartpole", "--fail_prob", "0.3", "--max_env_errors", "50"])
+                       "flaky_cartpole", "--fail_prob", "0.3", "--max_env_errors", "50",
+                       "--envs_per_actor", per_actor])
     plugins = load_plugins(PluginSpec("flaky_cartpole", "ppo", "default_agent", args, PLUGINS))
     envs = EnvGroup(plugins, args, [21, 22], placement="actor", worker_index=0)
     try:
@@ -355,17 +360,21 @@ def test_actor_placement_rebuilds_an_env_actor_that_raised_or_died(ray_session):
             assert result.observations.shape == (2, 4)
             errors += result.errors
             failed += int(result.failed.sum())
-        assert failed == len(errors) > 0
+        assert failed == len([e for e in errors if e["method"] == "step"]) > 0
         assert {e["error"] for e in errors} == {"RuntimeError: simulated simulator disconnect"}
-        # an actor that died is rebuilt as well; the other env's result is kept
-        dead = envs.envs[0]
+        assert len(envs.hosts) == 3 - int(per_actor)
+        # a host that died is rebuilt as well; with one env per host the other's result stands
+        dead = envs.hosts[0]
         ray.kill(dead, no_restart=True)
         with pytest.raises(ray.exceptions.RayActorError):  # ray.kill returns before the death
             ray.get(dead.__ray_ready__.remote(), timeout=60)
-        args.fail_prob = 0.0
         result = envs.step(np.zeros(2, dtype=np.int64))
-        assert result.failed[0] and envs.envs[0] is not dead
+        assert result.failed[0] and envs.hosts[0] is not dead
         assert result.errors[0]["env"] == 0 and "Actor" in result.errors[0]["error"]
-        assert not result.failed[1] or result.errors[-1]["env"] == 1
+        if per_actor == "2":  # both envs were in the dead host
+            assert result.failed[1] and "Actor" in result.errors[1]["error"]
+        assert result.observations.shape == (2, 4)
+        result = envs.step(np.zeros(2, dtype=np.int64))   # the new host steps
+        assert result.observations.shape == (2, 4)
     finally:
         envs.close()

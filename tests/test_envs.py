@@ -138,19 +138,22 @@ def constant_actions(action_space, num_envs):
     return np.zeros((num_envs, *action_space.shape), dtype=np.float32)
 
 
-@pytest.mark.parametrize("placement", ["worker", "actor"])
+@pytest.mark.parametrize("placement", ["worker", "actor", "actor-hosting-2"])
 @pytest.mark.parametrize("env_name, flags", [
     ("custom_env", ["--custom_env_episode_steps", "3"]),      # a plain class
     ("gym_env", ["--gym_id", "CartPole-v1", "--max_episode_steps", "3"]),  # @ray.remote
 ])
 def test_env_group_auto_resets_and_reports_final_observations(env_name, flags, placement,
                                                               request):
-    if placement == "actor":
+    if placement != "worker":  # one env actor per env, or one hosting both (--envs_per_actor)
         request.getfixturevalue("ray_session")
+        flags = flags + ["--envs_per_actor", "2" if placement.endswith("2") else "1"]
     args = parse_args(["--env_name", env_name, *flags])
     plugins = load_plugins(PluginSpec(env_name, "ppo", "default_agent", args))
     seeds = [11, 12]
-    group = EnvGroup(plugins, args, seeds, placement=placement)
+    group = EnvGroup(plugins, args, seeds, placement=placement.split("-")[0])
+    if placement != "worker":
+        assert len(group.hosts) == (1 if placement.endswith("2") else 2)
     # The reference: the same plain class stepped by hand, reset by hand when an episode ends.
     reference = [plugins.env_cls(args, seed=s) for s in seeds]
     try:
