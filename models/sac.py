@@ -24,6 +24,7 @@ from torch import nn
 from core.registry import ConfigError
 from models import register_model
 from models.base import BaseModel, require_box_observations
+from models.numpy_mlp import NumpyMLP
 from models.ppo import hidden_sizes
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
@@ -83,6 +84,25 @@ class Actor(nn.Module):
     def forward(self, obs):
         latent = self.trunk(obs)
         return self.mu(latent), self.log_std(latent).clamp(LOG_STD_MIN, LOG_STD_MAX)
+
+
+class NumpyActor:
+    """The built-in Actor's forward pass in numpy, for acting (models/numpy_mlp.py)."""
+
+    def __init__(self, actor):
+        self.trunk = NumpyMLP(actor.trunk) if len(actor.trunk) else None
+        self.mu = NumpyMLP(nn.Sequential(actor.mu))
+        self.log_std = NumpyMLP(nn.Sequential(actor.log_std))
+
+    @classmethod
+    def of(cls, actor):
+        if type(actor) is not Actor or (len(actor.trunk) and NumpyMLP.of(actor.trunk) is None):
+            return None
+        return cls(actor)
+
+    def __call__(self, obs):
+        latent = self.trunk(obs) if self.trunk is not None else obs
+        return self.mu(latent), np.clip(self.log_std(latent), LOG_STD_MIN, LOG_STD_MAX)
 
 
 class TwinQ(nn.Module):
@@ -174,6 +194,11 @@ class SACModel(BaseModel):
         self.target_entropy = (-float(self.action_dim) if args.target_entropy == "auto"
                                else float(args.target_entropy))
         self.build_networks(args)
+        # Acting on the CPU goes through numpy when the actor is the built-in one with a plain
+        # MLP trunk (models/numpy_mlp.py says why), with a generator of its own seeded from
+        # torch's (rollout workers keep its state in checkpoints).
+        self.numpy_actor = NumpyActor.of(self.actor)
+        self.acting_rng = np.random.default_rng(int(torch.randint(0, 2**62, (1,)).item()))
 
     def build_networks(self, args):
         """Actor, twin critics, their target copy and log(alpha); a subclass may override."""
@@ -209,6 +234,14 @@ class SACModel(BaseModel):
 
     @torch.no_grad()
     def choose_actions(self, obs, deterministic=False):
+        if (self.numpy_actor is not None and self.device.type == "cpu"
+                and not torch.is_autocast_enabled("cpu")):
+            obs = np.asarray(obs, dtype=np.float32).reshape(-1, self.obs_dim)
+            mu, log_std = self.numpy_actor(obs)
+            u = mu if deterministic else mu + np.exp(log_std) * self.acting_rng.standard_normal(
+                mu.shape, np.float32)
+            return (np.tanh(u) * self.action_scale.numpy() + self.action_bias.numpy()).astype(
+                np.float32), {}
         actions, _ = self.sample(self.flat_obs(obs), deterministic)
         return self.to_env_actions(actions).cpu().numpy(), {}
 

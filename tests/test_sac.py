@@ -135,8 +135,12 @@ def test_tanh_correction_is_stable_in_the_tails():
     assert tanh_log_prob_correction(far).item() == pytest.approx(expected, rel=1e-6)
 
 
-def test_actions_within_bounds_and_deterministic_is_the_squashed_mean():
+@pytest.mark.parametrize("path", ["numpy", "torch"])
+def test_actions_within_bounds_and_deterministic_is_the_squashed_mean(path):
     model = make_model()
+    if path == "torch":  # acting through torch (a GPU, bf16, or an actor of a plugin's own)
+        model.numpy_actor = None
+    assert model.numpy_actor is not None or path == "torch"
     obs = random_batch(512).transitions.observations
     with torch.no_grad():  # push the means far out, both ways
         model.actor.mu.weight.mul_(100.0)
@@ -156,6 +160,27 @@ def test_actions_within_bounds_and_deterministic_is_the_squashed_mean():
     actions, _ = model.choose_actions(obs[:4], deterministic=True)
     expected = LOW + (np.tanh([0.4, -1.1]) + 1) * (HIGH - LOW) / 2
     np.testing.assert_allclose(actions, np.tile(expected, (4, 1)), atol=1e-6)
+
+
+def test_numpy_acting_draws_what_the_torch_actor_draws():
+    """The numpy path's mean and spread are the torch actor's: deterministic actions agree, and
+    the squashed Gaussian draws of both paths have the same moments."""
+    model = make_model()
+    obs = random_batch(64).transitions.observations
+    deterministic, _ = model.choose_actions(obs, deterministic=True)
+    numpy_draws = np.stack([model.choose_actions(obs[:1])[0][0] for _ in range(4000)])
+    numpy_actor, model.numpy_actor = model.numpy_actor, None
+    expected, _ = model.choose_actions(obs, deterministic=True)
+    torch.manual_seed(0)
+    torch_draws = np.stack([model.choose_actions(obs[:1])[0][0] for _ in range(4000)])
+    np.testing.assert_allclose(deterministic, expected, atol=1e-5)
+    np.testing.assert_allclose(numpy_draws.mean(0), torch_draws.mean(0), atol=0.05)
+    np.testing.assert_allclose(numpy_draws.std(0), torch_draws.std(0), rtol=0.1)
+    model.numpy_actor = numpy_actor
+    with torch.no_grad():  # it follows the torch weights
+        model.actor.mu.bias.add_(0.5)
+    moved, _ = model.choose_actions(obs, deterministic=True)
+    assert not np.allclose(moved, deterministic)
 
 
 # -- the soft Bellman target by hand ---------------------------------------------------------------
