@@ -17,9 +17,11 @@ Every point is one main.py subprocess from the repo root, run for --seconds (--m
             --seed 0 --run_dir DIR  <system flags>  --num_workers W --num_envs_per_worker E
             --env_placement P  [--address HOST:PORT]  <--extra>
 
-Two placements per system and N in --workers: ``worker``, N rollout workers x 1 env each (the
-env inside the worker); ``actor``, 1 worker x N envs with --env_placement actor (every env its own
-Ray actor, stepped with one ray.get per step). Later flags win, so --extra overrides everything.
+Placements per system and N in --workers: ``worker``, N rollout workers x 1 env each (the env
+inside the worker); ``actor``, 1 worker x N envs with --env_placement actor --envs_per_actor N
+(one env actor hosting all N, stepping them concurrently); ``actor1``, the same with one actor
+per env (--envs_per_actor 1: one Ray call per env and step). Later flags win, so --extra
+overrides everything.
 
 Steady state: metrics.csv has one row per PPO round (SAC: every --log_steps env steps) with the
 env steps and the wall time since process start. The window starts at the first row at or after
@@ -34,11 +36,12 @@ mean sample/update times, the commit, the date and the load average before it; t
 (efficiency against N, the goals 75% at 8 and 60% at 16 dashed); prints the markdown table. Run
 directories (metrics.csv, summary.json, stdout.log, stderr.log) go to <out without .json>/.
 
-A run stops at --max_time, then waits for its last evaluation (10 episodes of the slow env: up
-to 25 s on CartPole), so each point takes about --seconds + 35 s. --cluster nodes get 6 logical
-CPUs each by default: a rollout worker reserves min(1, cluster CPUs / workers) CPUs, and a share
-that does not pack into each node's CPUs (3 nodes x 1 CPU, 4 workers at 0.75) leaves a worker
-pending forever.
+Evaluations run every 50,000 env steps (--eval_interval), so the test worker's slow episodes
+take little of the two cores from what is measured. A run stops at --max_time, then waits for an
+evaluation still in flight (10 episodes of the slow env: up to 25 s on CartPole), so each point
+takes about --seconds + 35 s. --cluster nodes get 1 logical CPU each by default (3 nodes on a
+2-core machine: the logical CPUs stay close to the real ones; rollout workers reserve shares
+that fit, and --grad_workers auto counts these CPUs).
 """
 import argparse
 import contextlib
@@ -83,8 +86,10 @@ def parse_args():
                    help=f"systems to run, in this order (default: all of {list(SYSTEMS)} and any --system)")
     p.add_argument("--system", action="append", default=[], metavar="NAME=FLAGS",
                    help="add or replace a system: main.py flags, may use {minibatch4}; repeatable")
-    p.add_argument("--placements", nargs="+", default=["worker", "actor"], choices=["worker", "actor"],
-                   help="worker: N workers x 1 env; actor: 1 worker x N envs, --env_placement actor "
+    p.add_argument("--placements", nargs="+", default=["worker", "actor"],
+                   choices=["worker", "actor", "actor1"],
+                   help="worker: N workers x 1 env; actor: 1 worker x N envs in one env actor "
+                        "(--env_placement actor --envs_per_actor N); actor1: one env actor per env "
                         "(default: both)")
     p.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8, 16],
                    help="the N of each point: workers (placement worker) or envs (placement actor)")
@@ -106,10 +111,9 @@ def parse_args():
                    help="start a loopback cluster (core/cluster.py: a head and --cluster_nodes - 1 "
                         "nodes on 127.0.0.1), run every point against it, stop it at the end")
     p.add_argument("--cluster_nodes", type=int, default=3, help="nodes of --cluster, head included (default: 3)")
-    p.add_argument("--cluster_cpus", type=int, default=6,
-                   help="--num-cpus of each --cluster node (default: 6, so that 16 workers each get a "
-                        "whole logical CPU: with fractional shares Ray packs fewer workers on a node "
-                        "than the run asks for)")
+    p.add_argument("--cluster_cpus", type=int, default=1,
+                   help="--num-cpus of each --cluster node (default: 1: three nodes on this 2-core "
+                        "machine)")
     p.add_argument("--timeout", type=float, default=None,
                    help="seconds before a run is killed (default: 1.5 x --seconds + 120)")
     p.add_argument("--cooldown", type=float, default=5.0, help="seconds of pause between runs (default: 5)")
@@ -157,8 +161,10 @@ def point_command(args, system, placement, n, run_dir, address):
     flags = flags.format(minibatch4=max(1, workers * envs * rollout_steps // 4))
     common = (f"--user_dir benchmarks/plugins --env_name slow_env --step_ms {args.step_ms:g} --config none "
               f"--target_return none --total_steps 1000000000 --max_time {args.seconds:g} "
-              f"--no-tensorboard --quiet --seed {args.seed}")
-    point = f"--num_workers {workers} --num_envs_per_worker {envs} --env_placement {placement}"
+              f"--no-tensorboard --quiet --seed {args.seed} --eval_interval 50000")
+    point = f"--num_workers {workers} --num_envs_per_worker {envs} --env_placement " + (
+        "worker" if placement == "worker" else
+        f"actor --envs_per_actor {envs if placement == 'actor' else 1}")
     tail = f"{flags} {point}" + (" --address {address}" if address else "") + f" {args.extra}".rstrip()
     key = f"main.py {common} {tail}"
     argv = ([sys.executable, "main.py"] + shlex.split(common) + ["--run_dir", run_dir]
@@ -327,7 +333,8 @@ def fmt_rate(rec):
 
 
 def row_label(system, placement, extra):
-    shape = "N workers x 1 env" if placement == "worker" else "1 worker x N envs, env actors"
+    shape = {"worker": "N workers x 1 env", "actor": "1 worker x N envs in one env actor",
+             "actor1": "1 worker x N envs, one env actor each"}[placement]
     return f"{system}, {shape}" + (f" `{extra}`" if extra else "")
 
 
