@@ -336,6 +336,11 @@ class PPOTrainer(NormalizedTrainer):
                 stats += step_stats
         return stats, grad_norms, gradient_lags, policy_lags
 
+    def summary_extra(self):
+        """What summary.json gets from this loop: what --sample_ahead auto measured."""
+        found = self.sample_ahead.summary()
+        return {"sample_ahead": found} if found else {}
+
     def weights_and_version(self):
         return self.placement.share(self.learner.get_weights()), self.learner.version
 

@@ -270,6 +270,8 @@ class TrainingSession:
 
     def finish(self):
         extra = {"run_dir": self.run_dir, **self.faults.counts}
+        if self.trainer is not None:
+            extra.update(getattr(self.trainer, "summary_extra", dict)())
         if self.error is not None:
             extra["error"] = short_error(self.error)
         try:
