@@ -33,6 +33,18 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # commands r
 # Systems run in the order listed.
 
 
+def end_process_group(proc, grace_s=2.0):
+    """SIGTERM, then SIGKILL after ``grace_s``, to the process group of ``proc`` (what it
+    started too), and reap it."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        time.sleep(grace_s if sig == signal.SIGTERM else 0)
+    proc.wait()
+
+
 def ddrl(model, agent=None):
     """ddrl's base command for one model (and agent); a suite appends the env and worker flags."""
     return ("{python} main.py --env_name gym_env --model_name " + model + (f" --agent_name {agent}" if agent else "")
@@ -97,13 +109,7 @@ def run_one(cmd, run_dir, timeout):
         except subprocess.TimeoutExpired:
             rc, timed_out = None, True
         wall = time.time() - t0
-        for sig in (signal.SIGTERM, signal.SIGKILL):  # also sweep up leftovers of a finished run
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                break
-            time.sleep(2 if sig == signal.SIGTERM else 0)
-        proc.wait()
+        end_process_group(proc)  # also sweeps up leftovers of a finished run
     rec = dict(returncode=rc, timed_out=timed_out, process_wall_s=wall, load_before=load, summary=None)
     try:
         with open(os.path.join(run_dir, "summary.json")) as f:

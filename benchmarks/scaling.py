@@ -61,7 +61,7 @@ REPO = os.path.dirname(HERE)
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
-from compare import machine_info  # noqa: E402
+from compare import end_process_group, machine_info  # noqa: E402
 
 GOALS = {8: 0.75, 16: 0.60}  # the goals: fraction of the env's limit at 8 and 16 workers
 
@@ -184,13 +184,7 @@ def run_process(argv, run_dir, timeout):
         except subprocess.TimeoutExpired:
             timed_out = True
         finally:
-            for sig in (signal.SIGTERM, signal.SIGKILL):  # a finished run's leftovers too
-                try:
-                    os.killpg(proc.pid, sig)
-                except ProcessLookupError:
-                    break
-                time.sleep(2 if sig == signal.SIGTERM else 0)
-            proc.wait()
+            end_process_group(proc)  # a finished run's leftovers too
         return proc.returncode if not timed_out else None, timed_out, time.time() - t0
 
 

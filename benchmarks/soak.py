@@ -54,7 +54,7 @@ for path in (REPO, HERE):
     if path not in sys.path:
         sys.path.insert(0, path)
 
-from compare import machine_info  # noqa: E402
+from compare import end_process_group, machine_info  # noqa: E402
 from core.cluster import cluster_processes, descendants, process_table  # noqa: E402
 from scaling import git_commit, loopback_cluster, read_rows, repo_relative, sigterm_as_interrupt  # noqa: E402
 
@@ -181,13 +181,7 @@ def stop_group(proc, grace_s=120):
             proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             pass
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        time.sleep(5 if sig == signal.SIGTERM else 0)
-    proc.wait()
+    end_process_group(proc, grace_s=5.0)
 
 
 def soak(args, address, run_dir, samples):
@@ -327,7 +321,7 @@ def plot(path, data):
     t_warm = data["warmup_minutes"]
     for a in (ax, ax2):
         a.axvline(t_warm, color="k", ls="--", lw=1)
-    ax.set(ylabel="RSS (MB)", title=f"Soak: RSS of every process of the run (warm-up ends at the dashed line)")
+    ax.set(ylabel="RSS (MB)", title="Soak: RSS of every process of the run (warm-up ends at the dashed line)")
     ax.legend(fontsize=7, ncol=2, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     pts = [(s["t"] / 60, s["object_store"]["used"] / 2**20) for s in samples if "used" in s["object_store"]]
     if pts:

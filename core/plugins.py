@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from core.registry import ConfigError, import_user_dir, unwrap_actor_class
+from core.registry import import_user_dir, unwrap_actor_class
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
