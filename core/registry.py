@@ -115,7 +115,6 @@ def unwrap_actor_class(cls):
 def import_package_modules(package_name: str, package_dir: str):
     """Import every module of a plugin folder so that its decorators run (fairseq-style scan)."""
     for file in sorted(os.listdir(package_dir)):
-        path = os.path.join(package_dir, file)
         if file.startswith(("_", ".")):
             continue
         if file.endswith(".py"):

@@ -1,7 +1,6 @@
 """--restore: a run continues from a checkpoint (weights, optimizer state, counters); a file that
 is missing, truncated or from another model is a one-paragraph error naming it."""
 import os
-import shutil
 
 import pytest
 import torch

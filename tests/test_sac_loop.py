@@ -1,7 +1,6 @@
 """The replay-based (SAC) loop: parameter server, learners, UTD budget, end to end."""
 import numpy as np
 import pytest
-import torch
 
 from core.learner import Learner, average_gradients
 from core.parameter_server import LearnerWorker, ParameterServer
