@@ -76,8 +76,9 @@ class StepResult:
 def to_env_action(action_space, action):
     if isinstance(action_space, spaces.Box):
         # The Gaussian is unbounded; the env gets the action clipped to its bounds, the agent
-        # keeps the sampled one for the log-probability (as SB3 does).
-        return np.clip(action, action_space.low, action_space.high)
+        # keeps the sampled one for the log-probability (as SB3 does). (np.minimum/np.maximum:
+        # np.clip costs several times more on a few numbers.)
+        return np.minimum(np.maximum(action, action_space.low), action_space.high)
     return action
 
 

@@ -27,7 +27,10 @@ class NumpyMLP:
     def __init__(self, module):
         self.module = module
         self.layers = list(module)
-        self.linears = [m for m in self.layers if isinstance(m, nn.Linear)]
+        # The parameter objects themselves (their storage may change, they do not): asking a
+        # module for its attributes on every step costs more than the matrix products here.
+        self.parameters = [p for m in self.layers if isinstance(m, nn.Linear)
+                           for p in (m.weight, m.bias) if p is not None]
         self.seen = None
         self.plan = None
 
@@ -42,8 +45,7 @@ class NumpyMLP:
         return cls(module)
 
     def _addresses(self):
-        return tuple((m.weight.data_ptr(), m.bias.data_ptr() if m.bias is not None else 0)
-                     for m in self.linears)
+        return [p.data_ptr() for p in self.parameters]
 
     def refresh(self):
         """New views when a parameter's storage was replaced (CPU parameters only)."""
