@@ -36,6 +36,11 @@ def outside_env(home):
     for key in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
         env.pop(key, None)
     env["HOME"] = home
+    # The GCS takes a node for dead after ~3 s without an answer instead of ~30 s (Ray's
+    # defaults): the replacement of a lost node's worker is placed on the others before a
+    # short run ends. (The same variables work for a real cluster's `core.cluster start`.)
+    env.update(RAY_health_check_period_ms="1000", RAY_health_check_timeout_ms="1000",
+               RAY_health_check_failure_threshold="3")
     return env
 
 
@@ -130,32 +135,38 @@ def rollout_worker_nodes(port):
 def test_a_run_spreads_over_the_nodes_and_survives_losing_one(cluster, tmp_path):
     """PPO on a --user_dir env through --address: the 3 rollout workers run on the 3 nodes;
     one worker node is killed (its raylet and everything under it); a replacement starts on a
-    remaining node and the run reaches 475 with 3 workers again."""
+    remaining node and the run reaches CartPole's 475. (Three workers may reach it before the
+    replacement has built its envs and joined a round: the test asks for its process.)"""
     address, port, home = cluster
     head_raylet = min(raylets(port))  # the head's started first
     run_dir = str(tmp_path / "run")
     proc = start_main("--address", address, "--user_dir", os.path.join(REPO, "examples",
                       "user_plugins"), "--env_name", "noisy_cartpole", "--num_workers", "3",
-                      "--seed", "1", "--total_steps", "150000", "--run_dir", run_dir, "--quiet",
-                      "--no-tensorboard", "--no-elastic_start",  # learning starts on the nodes
+                      "--seed", "1", "--total_steps", "150000",
+                      "--run_dir", run_dir, "--quiet", "--no-tensorboard",
+                      "--no-elastic_start",  # learning starts on the nodes
                       env=driver_env(home))
-    spread, victim = None, None
-    deadline = time.time() + 180
-    while proc.poll() is None and time.time() < deadline and victim is None:
+    victim, survivors, replacement = None, None, None
+    deadline = time.time() + 240
+    while proc.poll() is None and time.time() < deadline and replacement is None:
         placed = rollout_worker_nodes(port)
-        if len(set(placed.values())) == 3 and len(metrics_rows(run_dir)) >= 1:
-            spread = sorted(set(placed.values()))
-            victim = next(node for node in spread if node != head_raylet)
+        if victim is None and len(set(placed.values())) == 3 and len(metrics_rows(run_dir)) >= 1:
+            victim = next(node for node in sorted(set(placed.values())) if node != head_raylet)
+            survivors = {pid: node for pid, node in placed.items() if node != victim}
             for pid in [victim] + [p for p, node in placed.items() if node == victim]:
                 os.kill(pid, signal.SIGKILL)
+        elif victim is not None:
+            new = {pid: node for pid, node in placed.items() if pid not in survivors}
+            replacement = next(iter(new.values()), None)
         time.sleep(0.1)
     code, out, err = finish(proc, timeout=400)
     assert victim is not None, "the workers never ran on three nodes: " + err[-3000:]
+    assert replacement is not None, "no replacement worker started: " + err[-3000:]
+    assert replacement != victim and replacement in set(survivors.values())
     assert code == 0, err[-3000:]
     summary, rows = read_run(run_dir)
     assert summary["stopped_because"] == "target_return", summary
     assert summary["worker_restarts"] >= 1, summary
-    assert int(rows[-1]["workers"]) == 3
 
 
 def test_the_test_sessions_own_ray_instance_is_on_loopback(ray_session):
