@@ -72,24 +72,33 @@ SUITES = {
                    " --out_dir {run_dir} --max_steps {max_steps}",
         }),
     # SAC; both systems evaluate every 1000 env steps (ddrl --eval_interval, sb3 --eval_freq).
-    # sb3: SB3's default SAC settings; ddrl: its automatic preset configs/sac-Pendulum-v1.yaml.
+    # ddrl: its automatic preset configs/sac-Pendulum-v1.yaml; sb3: the same hyperparameters;
+    # sb3-defaults: SB3's own default SAC settings.
     "pendulum-sac": dict(
         target=-200, max_steps=20_000, peer="sb3",
         systems={
             "ddrl-0workers": DDRL_SAC + " --gym_id Pendulum-v1 --num_workers 0 --total_steps {max_steps} --eval_interval 1000",
             "ddrl-2workers": DDRL_SAC + " --gym_id Pendulum-v1 --num_workers 2 --total_steps {max_steps} --eval_interval 1000",
-            "sb3": "{python} benchmarks/sb3_sac.py --env Pendulum-v1 --target_return {target} --seed {seed}"
-                   " --out_dir {run_dir} --max_steps {max_steps} --eval_freq 1000",
+            # the peer on equal terms: SB3 given ddrl's preset hyperparameters (sb3_sac.py --hyperparams ddrl)
+            "sb3": "{python} benchmarks/sb3_sac.py --env Pendulum-v1 --hyperparams ddrl --target_return {target}"
+                   " --seed {seed} --out_dir {run_dir} --max_steps {max_steps} --eval_freq 1000",
+            "sb3-defaults": "{python} benchmarks/sb3_sac.py --env Pendulum-v1 --target_return {target} --seed {seed}"
+                            " --out_dir {run_dir} --max_steps {max_steps} --eval_freq 1000",
         }),
-    # SAC; sb3 with the RL-Zoo LunarLanderContinuous-v3 settings (its lin_ learning rate decays
-    # over max_steps = RL-Zoo's n_timesteps). Evaluations every 10000 env steps on both. Up to 1 h a run.
+    # SAC; sb3-zoo with the RL-Zoo LunarLanderContinuous-v3 settings (its lin_ learning rate decays
+    # over max_steps = RL-Zoo's n_timesteps). Evaluations every 10000 env steps on all. Up to 1 h a run.
     "lunar-sac": dict(
         target=200, max_steps=500_000, peer="sb3", timeout=3600,
         systems={
             "ddrl-2workers": DDRL_SAC + " --gym_id LunarLanderContinuous-v3 --num_workers 2 --total_steps {max_steps}"
                              " --eval_interval 10000",  # the rest from configs/sac-LunarLanderContinuous-v3.yaml
-            "sb3": "{python} benchmarks/sb3_sac.py --env LunarLanderContinuous-v3 --target_return {target} --seed {seed}"
-                   " --out_dir {run_dir} --max_steps {max_steps} --eval_freq 10000 --torch_threads 2",
+            # the peer on equal terms: SB3 given exactly ddrl's preset (net sizes, constant lr, warm-up,
+            # batch, tau; sb3_sac.py --hyperparams ddrl); RL-Zoo's own settings as a second row
+            "sb3": "{python} benchmarks/sb3_sac.py --env LunarLanderContinuous-v3 --hyperparams ddrl"
+                   " --target_return {target} --seed {seed} --out_dir {run_dir} --max_steps {max_steps}"
+                   " --eval_freq 10000 --torch_threads 2",
+            "sb3-zoo": "{python} benchmarks/sb3_sac.py --env LunarLanderContinuous-v3 --target_return {target} --seed {seed}"
+                       " --out_dir {run_dir} --max_steps {max_steps} --eval_freq 10000 --torch_threads 2",
         }),
 }
 

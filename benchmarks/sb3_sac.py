@@ -4,11 +4,20 @@ import time; T0 = time.time()  # noqa: E702  first statement: wall time counts f
     .venv/bin/python benchmarks/sb3_sac.py --env Pendulum-v1 --seed 0 --target_return -200 --out_dir /tmp/sb3sac
     .venv/bin/python benchmarks/sb3_sac.py --env LunarLanderContinuous-v3 --seed 0 --target_return 200 --out_dir /tmp/sb3sac_ll
 
-Pendulum-v1 uses SB3's default SAC settings; LunarLanderContinuous-v3 uses the RL-Zoo entry.
+--hyperparams zoo (default): Pendulum-v1 uses SB3's default SAC settings, LunarLanderContinuous-v3
+the RL-Zoo entry. --hyperparams ddrl: exactly the hyperparameters ddrl's main.py would train with
+for ``--model_name sac --gym_id ENV`` plus --ddrl_flags (its preset configs/sac-ENV.yaml and its
+defaults), translated to SB3's SAC arguments by ``ddrl_hyperparameters``; a ddrl setting SB3 cannot
+express is an error, not a silent difference.
+
+    .venv/bin/python benchmarks/sb3_sac.py --env LunarLanderContinuous-v3 --hyperparams ddrl --seed 0 --out_dir /tmp/sb3eq
+
 Writes OUT_DIR/summary.json (same keys as ddrl's) and OUT_DIR/eval.csv (one row per evaluation).
 """
 import argparse
 import os
+import shlex
+import sys
 
 import torch
 from stable_baselines3 import SAC
@@ -34,6 +43,55 @@ PRESETS = {
 }
 
 
+def ddrl_hyperparameters(env_id, ddrl_flags=""):
+    """SB3 SAC keyword arguments equal to ddrl's SAC settings for ``env_id`` (what
+    ``main.py --env_name gym_env --model_name sac --gym_id ENV <ddrl_flags>`` resolves to: flags,
+    then the automatic preset, then defaults), with the ddrl args they came from.
+
+    The mapping: sac_hidden_sizes -> net_arch (actor and both critics); one learning rate
+    (actor_lr = critic_lr = alpha_lr required: SB3 has one optimizer setting) and ddrl's constant
+    schedule; batch_size, buffer_size, tau, sac_gamma -> gamma; learning_starts = start_steps
+    (SB3 acts uniformly at random until it learns) -> learning_starts; utd_ratio >= 1 ->
+    gradient_steps per env step, below 1 -> one gradient step every 1/utd_ratio env steps;
+    init_alpha and target_entropy -> ent_coef "auto_<init>" and target_entropy. Not expressible,
+    so refused: prioritized replay, bf16 updates, observation normalization. ddrl's
+    weight_sync_interval and update lag have no SB3 counterpart (SB3 acts with the newest
+    weights): they are part of what is compared."""
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from options.options import parse_args
+    a = parse_args(["--env_name", "gym_env", "--model_name", "sac", "--gym_id", env_id]
+                   + shlex.split(ddrl_flags))
+
+    def refuse(why):
+        raise SystemExit(f"sb3_sac.py --hyperparams ddrl: {why}; SB3's SAC has no equal setting, "
+                         f"so the comparison would not be on equal terms.")
+
+    lrs = {a.actor_lr, a.critic_lr, a.alpha_lr}
+    if len(lrs) != 1:
+        refuse(f"ddrl's actor_lr {a.actor_lr}, critic_lr {a.critic_lr} and alpha_lr {a.alpha_lr} differ")
+    if a.learning_starts != a.start_steps:
+        refuse(f"ddrl's learning_starts {a.learning_starts} and start_steps {a.start_steps} differ")
+    if a.prioritized_replay:
+        refuse("ddrl uses --prioritized_replay")
+    if getattr(a, "sac_precision", "fp32") != "fp32":
+        refuse(f"ddrl uses --sac_precision {a.sac_precision}")
+    if getattr(a, "normalize_obs", False):
+        refuse("ddrl normalizes observations")
+    if a.utd_ratio >= 1:
+        if a.utd_ratio != int(a.utd_ratio):
+            refuse(f"utd_ratio {a.utd_ratio} is not a whole number of updates per step")
+        train_freq, gradient_steps = 1, int(a.utd_ratio)
+    else:
+        train_freq, gradient_steps = round(1 / a.utd_ratio), 1
+    entropy = "auto" if a.target_entropy == "auto" else float(a.target_entropy)
+    kwargs = dict(policy="MlpPolicy", learning_rate=float(lrs.pop()), buffer_size=a.buffer_size,
+                  learning_starts=a.learning_starts, batch_size=a.batch_size, tau=a.tau,
+                  gamma=a.sac_gamma, train_freq=train_freq, gradient_steps=gradient_steps,
+                  ent_coef=f"auto_{a.init_alpha}", target_entropy=entropy,
+                  policy_kwargs=dict(net_arch=list(a.sac_hidden_sizes)))
+    return kwargs, a
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--env", default="Pendulum-v1", choices=sorted(PRESETS))
@@ -43,6 +101,12 @@ def main():
     p.add_argument("--eval_freq", type=int, default=None,
                    help="env steps between evaluations; default: the preset's (1000 Pendulum, 10000 LunarLander)")
     p.add_argument("--eval_episodes", type=int, default=10)
+    p.add_argument("--hyperparams", choices=["zoo", "ddrl"], default="zoo",
+                   help="zoo: the PRESETS below (SB3 defaults / RL-Zoo); ddrl: ddrl's own settings "
+                        "for this env (ddrl_hyperparameters)")
+    p.add_argument("--ddrl_flags", default="",
+                   help="with --hyperparams ddrl: ddrl flags the compared ddrl run has beyond its "
+                        "preset (e.g. \"--sac_hidden_sizes 400,300\")")
     p.add_argument("--max_steps", type=int, default=None,
                    help="default: RL-Zoo n_timesteps (2e4 Pendulum, 5e5 LunarLander). "
                         "LunarLander's lin_ learning rate decays over max_steps.")
@@ -57,12 +121,17 @@ def main():
     target = preset["target_return"] if args.target_return is None else args.target_return
     eval_freq = args.eval_freq or preset["eval_freq"]
     max_steps = args.max_steps or preset["n_timesteps"]
+    sac_kwargs = preset["sac"]
+    if args.hyperparams == "ddrl":
+        sac_kwargs, ddrl_args = ddrl_hyperparameters(args.env, args.ddrl_flags)
+        max_steps = args.max_steps or ddrl_args.total_steps
+        print(f"SB3 SAC with ddrl's hyperparameters: {sac_kwargs}", flush=True)
     os.makedirs(args.out_dir, exist_ok=True)
 
     # What SAC(env="<id>") builds itself (Monitor + DummyVecEnv, one env), seeded explicitly.
     env = make_vec_env(args.env, n_envs=1, seed=args.seed, vec_env_cls=DummyVecEnv)
     eval_env = make_eval_env(args.env, args.seed)
-    model = SAC(env=env, seed=args.seed, device="cpu", verbose=0, **preset["sac"])
+    model = SAC(env=env, seed=args.seed, device="cpu", verbose=0, **sac_kwargs)
     cb = EvalStop(eval_env, eval_freq, args.eval_episodes, target, os.path.join(args.out_dir, "eval.csv"), t0=T0)
     model.learn(total_timesteps=max_steps, callback=cb)
     cb.csv.close()
