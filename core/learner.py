@@ -37,24 +37,32 @@ class Learner:
         self.parameters = dict(model.named_parameters())
 
     def apply(self, gradients: Dict[str, np.ndarray], progress: float = 0.0) -> Optional[float]:
-        """One optimizer step with these gradients; returns the gradient norm before clipping,
+        """One optimizer step with these gradients (by parameter name; a parameter left out is
+        not updated by this step); returns the gradient norm before clipping,
         or None, changing nothing, when a gradient holds NaN or inf (a skipped update: one bad
         batch must not poison the weights and the optimizer's moments)."""
         if not gradients_finite(gradients):
             return None
+        unknown = set(gradients) - set(self.parameters)
+        if unknown:
+            raise ValueError(f"gradients for parameters the model does not have: {sorted(unknown)}")
         lr = self.model.learning_rate(progress)
         if lr is not None:  # None: the model keeps the learning rates it configured
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
         for name, param in self.parameters.items():
             # A copy: clipping scales .grad in place and must not touch the caller's arrays.
-            param.grad = torch.tensor(gradients[name]).reshape(param.shape).to(param.device)
+            # A parameter without a gradient is not stepped (Adam skips a None grad; e.g.
+            # CrossQ's actor between its delayed updates), which a zero gradient would not be.
+            grad = gradients.get(name)
+            param.grad = (None if grad is None
+                          else torch.tensor(grad).reshape(param.shape).to(param.device))
+        stepped = [p for p in self.parameters.values() if p.grad is not None]
         max_norm = self.model.max_grad_norm()
         if max_norm:
-            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+            norm = torch.nn.utils.clip_grad_norm_(stepped, max_norm)
         else:
-            norm = torch.linalg.vector_norm(torch.stack([
-                p.grad.norm() for p in self.parameters.values()]))
+            norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in stepped]))
         self.optimizer.step()
         after_update = getattr(self.model, "after_update", None)
         if after_update is not None:  # e.g. SAC's polyak-averaged target critics

@@ -427,9 +427,11 @@ class SACTrainer(NormalizedTrainer):
             "workers": len(self.workers.members),
             **self.faults.counts,
         }
-        for key in self.update_stats[0] if self.update_stats else ():
+        # Over the updates that have the key (CrossQ's actor losses come every policy_delay).
+        keys = dict.fromkeys(k for s in self.update_stats for k in s)
+        for key in keys:
             if key not in ("skipped", "why"):
-                row[key] = float(np.mean([s[key] for s in self.update_stats]))
+                row[key] = float(np.mean([s[key] for s in self.update_stats if key in s]))
         self.reset_window()
         self.last_log_time, self.last_log_updates = now, self.updates_done
         self.next_log = self.run.env_steps + self.args.log_steps
