@@ -1,5 +1,6 @@
 import time; T0 = time.time()  # noqa: E702  first statement: wall time counts from process start, imports included
-"""Peer run: Stable-Baselines3 SAC, stopped at a target eval return (the SAC sibling of sb3_ppo.py).
+"""Peer run: Stable-Baselines3 SAC (or sb3-contrib CrossQ, --algo crossq), stopped at a target eval
+return (the SAC sibling of sb3_ppo.py).
 
     .venv/bin/python benchmarks/sb3_sac.py --env Pendulum-v1 --seed 0 --target_return -200 --out_dir /tmp/sb3sac
     .venv/bin/python benchmarks/sb3_sac.py --env LunarLanderContinuous-v3 --seed 0 --target_return 200 --out_dir /tmp/sb3sac_ll
@@ -11,6 +12,12 @@ defaults), translated to SB3's SAC arguments by ``ddrl_hyperparameters``; a ddrl
 express is an error, not a silent difference.
 
     .venv/bin/python benchmarks/sb3_sac.py --env LunarLanderContinuous-v3 --hyperparams ddrl --seed 0 --out_dir /tmp/sb3eq
+
+--algo crossq: sb3-contrib's CrossQ; zoo = RL-Zoo's crossq.yml entries, ddrl = ddrl's
+``--model_name crossq`` settings (its critic and actor sizes, policy delay, batch renorm momentum,
+eps and warm-up, Adam beta1; sb3-contrib's own beta1 is 0.5 as well).
+
+    .venv/bin/python benchmarks/sb3_sac.py --algo crossq --env LunarLanderContinuous-v3 --hyperparams ddrl --seed 0 --out_dir /tmp/sb3cq
 
 Writes OUT_DIR/summary.json (same keys as ddrl's) and OUT_DIR/eval.csv (one row per evaluation).
 """
@@ -41,9 +48,19 @@ PRESETS = {
                  ent_coef="auto", gamma=0.99, tau=0.01, train_freq=1, gradient_steps=1,
                  learning_starts=10_000, policy_kwargs=dict(net_arch=[400, 300]))),
 }
+# DLR-RM/rl-baselines3-zoo hyperparams/crossq.yml (sb3-contrib's CrossQ defaults otherwise: lr 1e-3,
+# batch 256, policy_delay 3, net_arch pi [256, 256] / qf [1024, 1024], Adam betas (0.5, 0.999)).
+CROSSQ_PRESETS = {
+    "Pendulum-v1": dict(n_timesteps=20_000, eval_freq=1_000, target_return=-200.0,
+                        sac=dict(policy="MlpPolicy", policy_delay=2,
+                                 policy_kwargs=dict(net_arch=[256, 256]))),
+    "LunarLanderContinuous-v3": dict(n_timesteps=200_000, eval_freq=10_000, target_return=200.0,
+                                     sac=dict(policy="MlpPolicy", buffer_size=1_000_000,
+                                              learning_starts=10_000)),
+}
 
 
-def ddrl_hyperparameters(env_id, ddrl_flags=""):
+def ddrl_hyperparameters(env_id, ddrl_flags="", algo="sac"):
     """SB3 SAC keyword arguments equal to ddrl's SAC settings for ``env_id`` (what
     ``main.py --env_name gym_env --model_name sac --gym_id ENV <ddrl_flags>`` resolves to: flags,
     then the automatic preset, then defaults), with the ddrl args they came from.
@@ -59,7 +76,7 @@ def ddrl_hyperparameters(env_id, ddrl_flags=""):
     weights): they are part of what is compared."""
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from options.options import parse_args
-    a = parse_args(["--env_name", "gym_env", "--model_name", "sac", "--gym_id", env_id]
+    a = parse_args(["--env_name", "gym_env", "--model_name", algo, "--gym_id", env_id]
                    + shlex.split(ddrl_flags))
 
     def refuse(why):
@@ -89,12 +106,21 @@ def ddrl_hyperparameters(env_id, ddrl_flags=""):
                   gamma=a.sac_gamma, train_freq=train_freq, gradient_steps=gradient_steps,
                   ent_coef=f"auto_{a.init_alpha}", target_entropy=entropy,
                   policy_kwargs=dict(net_arch=list(a.sac_hidden_sizes)))
+    if algo == "crossq":  # no target critics: tau has no meaning; the CrossQ-specific settings
+        del kwargs["tau"]
+        kwargs.update(policy_delay=a.policy_delay, policy_kwargs=dict(
+            net_arch=dict(pi=list(a.sac_hidden_sizes), qf=list(a.crossq_critic_sizes)),
+            batch_norm_momentum=a.bn_momentum, batch_norm_eps=a.bn_eps,
+            renorm_warmup_steps=a.renorm_warmup_steps,
+            optimizer_kwargs=dict(betas=(a.adam_beta1, 0.999))))
     return kwargs, a
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--env", default="Pendulum-v1", choices=sorted(PRESETS))
+    p.add_argument("--algo", choices=["sac", "crossq"], default="sac",
+                   help="sac: SB3's SAC; crossq: sb3-contrib's CrossQ")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--target_return", type=float, default=None, help="default: the preset's")
     p.add_argument("--out_dir", required=True)
@@ -117,21 +143,25 @@ def main():
     args = p.parse_args()
 
     torch.set_num_threads(args.torch_threads)
-    preset = PRESETS[args.env]
+    preset = (CROSSQ_PRESETS if args.algo == "crossq" else PRESETS)[args.env]
     target = preset["target_return"] if args.target_return is None else args.target_return
     eval_freq = args.eval_freq or preset["eval_freq"]
     max_steps = args.max_steps or preset["n_timesteps"]
     sac_kwargs = preset["sac"]
     if args.hyperparams == "ddrl":
-        sac_kwargs, ddrl_args = ddrl_hyperparameters(args.env, args.ddrl_flags)
+        sac_kwargs, ddrl_args = ddrl_hyperparameters(args.env, args.ddrl_flags, args.algo)
         max_steps = args.max_steps or ddrl_args.total_steps
-        print(f"SB3 SAC with ddrl's hyperparameters: {sac_kwargs}", flush=True)
+        print(f"SB3 {args.algo} with ddrl's hyperparameters: {sac_kwargs}", flush=True)
     os.makedirs(args.out_dir, exist_ok=True)
 
     # What SAC(env="<id>") builds itself (Monitor + DummyVecEnv, one env), seeded explicitly.
     env = make_vec_env(args.env, n_envs=1, seed=args.seed, vec_env_cls=DummyVecEnv)
     eval_env = make_eval_env(args.env, args.seed)
-    model = SAC(env=env, seed=args.seed, device="cpu", verbose=0, **sac_kwargs)
+    if args.algo == "crossq":
+        from sb3_contrib import CrossQ as algo_cls
+    else:
+        algo_cls = SAC
+    model = algo_cls(env=env, seed=args.seed, device="cpu", verbose=0, **sac_kwargs)
     cb = EvalStop(eval_env, eval_freq, args.eval_episodes, target, os.path.join(args.out_dir, "eval.csv"), t0=T0)
     model.learn(total_timesteps=max_steps, callback=cb)
     cb.csv.close()

@@ -190,8 +190,8 @@ def test_flags_errors_and_optimizer():
     assert (args.actor_lr, args.critic_lr, args.alpha_lr) == (1e-3, 1e-3, 1e-3)
     assert args.policy_delay == 3 and args.crossq_critic_sizes == [32, 32]
     assert make_args("--critic_lr", "5e-4").critic_lr == 5e-4
-    betas = {g["betas"] for g in make_model().configure_optimizer().param_groups}
-    assert betas == {(0.5, 0.999)}
+    betas = {g["name"]: g["betas"] for g in make_model().configure_optimizer().param_groups}
+    assert betas == {"critic": (0.5, 0.999), "actor": (0.5, 0.999), "alpha": (0.9, 0.999)}
     with pytest.raises(ConfigError, match="--num_learners 3"):
         CrossQModel(make_args("--num_learners", "3"), OBS, ACT)
 
