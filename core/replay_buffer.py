@@ -10,6 +10,7 @@ Every slot counts how many times it has been written (its generation). A batch c
 generations of its slots, so a priority update that arrives after a slot was overwritten by new
 data is recognised as stale and dropped instead of being pinned on the newcomer.
 """
+import operator
 from typing import NamedTuple
 
 import numpy as np
@@ -162,6 +163,7 @@ class SegmentTree:
     runs over the tree's depth, never over the items.
     """
     operation = None                 # a numpy ufunc combining two children
+    scalar_operation = None          # the same on two Python floats
     neutral = 0.0                    # its identity element, the value of an empty leaf
 
     def __init__(self, capacity: int):
@@ -181,7 +183,7 @@ class SegmentTree:
             indices, last = np.unique(indices[::-1], return_index=True)
             values = values[::-1][last]
         if indices[-1] - indices[0] == indices.size - 1:
-            return self._update_range(indices[0] + self.capacity, values)
+            return self.update_range(int(indices[0]), values)
         nodes = indices + self.capacity
         self.tree[nodes] = values
         children = self.tree.reshape(-1, 2)          # row k: nodes 2k and 2k+1
@@ -192,14 +194,26 @@ class SegmentTree:
             pairs = children[nodes]
             self.tree[nodes] = self.operation(pairs[:, 0], pairs[:, 1])
 
-    def _update_range(self, first: int, values: np.ndarray):
-        """The same for consecutive leaves (a block added to the ring): slices, no gathers."""
-        first, last = int(first), int(first) + values.size - 1
-        self.tree[first:last + 1] = values
-        for _ in range(self.depth):
+    def update_range(self, first_leaf: int, values: np.ndarray):
+        """Set the consecutive leaves from ``first_leaf`` on (a block added to the ring) to
+        ``values``: strided slices, no gathers, written in place. The levels near the root
+        touch a node or two each; there Python arithmetic on floats is cheaper than a numpy
+        call (a 256-leaf block on a 2^20-leaf tree: 8 numpy levels, 12 scalar ones)."""
+        tree, operation = self.tree, self.operation
+        first = int(first_leaf) + self.capacity
+        last = first + len(values) - 1
+        tree[first:last + 1] = values
+        level = 0
+        while level < self.depth and last - first >= 3:
             first, last = first >> 1, last >> 1
-            self.tree[first:last + 1] = self.operation(self.tree[2 * first:2 * last + 2:2],
-                                                       self.tree[2 * first + 1:2 * last + 2:2])
+            operation(tree[2 * first:2 * last + 2:2], tree[2 * first + 1:2 * last + 2:2],
+                      out=tree[first:last + 1])
+            level += 1
+        combine = self.scalar_operation
+        for _ in range(level, self.depth):
+            first, last = first >> 1, last >> 1
+            for node in range(first, last + 1):
+                tree[node] = combine(tree.item(2 * node), tree.item(2 * node + 1))
 
     def __getitem__(self, indices) -> np.ndarray:
         return self.tree[np.asarray(indices, np.int64) + self.capacity]
@@ -211,6 +225,7 @@ class SegmentTree:
 class SumTree(SegmentTree):
     """Sums of priorities: sampling proportional to priority in O(log n) per draw."""
     operation = np.add
+    scalar_operation = operator.add
     neutral = 0.0
 
     def total(self) -> float:
@@ -237,6 +252,7 @@ class SumTree(SegmentTree):
 class MinTree(SegmentTree):
     """Minimum priority: the largest importance weight, used to normalize the others."""
     operation = np.minimum
+    scalar_operation = min
     neutral = np.inf
 
     def min(self) -> float:
@@ -275,15 +291,20 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         n = self._check_block(transitions)
         kept = min(n, self._capacity)
         if priorities is None:
-            p = np.full(kept, self.max_priority)
+            leaves = np.full(kept, self.max_priority ** self.alpha)
         else:   # checked (broadcast to [N]) before anything is written
             p = np.abs(np.broadcast_to(np.asarray(priorities, np.float64), (n,))[n - kept:])
-            p = p + self.epsilon
+            p += self.epsilon
             self.max_priority = max(self.max_priority, float(p.max(initial=0.0)))
-        start = self._total_added % self._capacity
+            leaves = np.power(p, self.alpha, out=p)
+        start = (self._total_added + n - kept) % self._capacity
         super().add(transitions)
-        slots = (start + (n - kept) + np.arange(kept)) % self._capacity
-        self._set_priorities(slots, p)
+        # The block's slots are consecutive in the ring: at most two ranges of leaves.
+        first = min(kept, self._capacity - start)
+        for tree in (self.sum_tree, self.min_tree):
+            tree.update_range(start, leaves[:first])
+            if first < kept:
+                tree.update_range(0, leaves[first:])
         return kept
 
     def sample(self, batch_size) -> ReplayBatch:

@@ -332,3 +332,27 @@ def test_prioritized_ring_keeps_the_newest_priorities():
     np.testing.assert_array_equal(buffer.sum_tree[np.arange(4)], [80, 90, 100, 70])
     assert buffer.sum_tree.total() == 340
     assert buffer.min_tree.min() == 70
+
+
+@pytest.mark.parametrize("capacity", [1, 5, 64, 1000])
+def test_block_adds_keep_every_tree_node_the_sum_and_min_of_its_children(capacity):
+    """Blocks of assorted sizes, wrapping around the ring, longer than it, with and without
+    priorities: afterwards every inner node of both trees combines its two children, and the
+    leaves are the priorities of the transitions stored in their slots."""
+    rng = np.random.default_rng(capacity)
+    buffer = PrioritizedReplayBuffer(capacity, (2,), (1,), alpha=0.7, epsilon=0.0)
+    expected = np.zeros(capacity)
+    total = 0
+    for size in [3, 1, 7, 64, 2 * capacity + 1, 5, 255, 1]:
+        given = rng.random() < 0.7
+        priorities = rng.uniform(0.1, 5.0, size) if given else None
+        buffer.add(block(total, size), priorities=priorities)
+        p = priorities if given else np.full(size, buffer.max_priority)
+        for k in range(max(0, size - capacity), size):
+            expected[(total + k) % capacity] = p[k] ** 0.7
+        total += size
+    for tree, combine in ((buffer.sum_tree, np.add), (buffer.min_tree, np.minimum)):
+        inner = np.arange(1, tree.capacity)
+        np.testing.assert_allclose(tree.tree[inner],
+                                   combine(tree.tree[2 * inner], tree.tree[2 * inner + 1]))
+        np.testing.assert_allclose(tree[np.arange(capacity)], expected)
