@@ -192,6 +192,10 @@ class RolloutWorker:
         def seen(obs):  # what the policy sees
             return normalize(obs, obs_statistics, self.obs_clip) if self.normalize_obs else obs
 
+        begin_fragment = getattr(model, "begin_fragment", None)
+        if begin_fragment is not None:  # e.g. gSDE draws its exploration matrices here
+            begin_fragment(num_envs)
+
         for t in range(num_steps):
             if raw_seen is not None:
                 raw_seen[t] = self.observations

@@ -1,8 +1,16 @@
 """ppo: actor-critic MLP with the PPO clipped objective (Schulman et al. 2017, arXiv:1707.06347).
 
-Categorical head for Discrete actions, state-independent-std Gaussian for Box actions. The loss
-of one minibatch is in ``step``; the agent hands it advantages already normalized with the
-statistics of the whole rollout (so that averaging workers' gradients equals one big batch).
+Categorical head for Discrete actions, state-independent-std Gaussian for Box actions, or with
+``--use_sde`` generalized state-dependent exploration (gSDE; Raffin, Kober, Stulp 2021,
+arXiv:2005.05719, as SB3's ``use_sde``): the action is mu(s) + phi(s) @ E, where phi(s) is the
+actor's last hidden layer (detached) and E a [latent x action] matrix of N(0, sigma^2) entries,
+sigma = exp(log_std) learned per entry. E is drawn per env at the start of every fragment and,
+with ``--sde_sample_freq n``, again every n steps, so exploration is smooth in time and in
+state (white noise per step shakes a pendulum in place). The log-likelihood used by PPO is that
+of the per-state Gaussian N(mu(s), sqrt(phi(s)^2 @ sigma^2)), which does not depend on E.
+
+The loss of one minibatch is in ``step``; the agent hands it advantages already normalized with
+the statistics of the whole rollout (so that averaging workers' gradients equals one big batch).
 """
 import math
 from typing import NamedTuple
@@ -99,7 +107,16 @@ class PPOModel(BaseModel):
                                  "(default: %(default)s; 0 = off)")
         parser.add_argument("--log_std_init", type=float, default=0.0,
                             help="initial log standard deviation of the Gaussian policy "
-                                 "(Box actions; default: %(default)s)")
+                                 "(Box actions; with --use_sde: of every entry of the "
+                                 "exploration matrix) (default: %(default)s)")
+        parser.add_argument("--use_sde", action="store_true",
+                            help="generalized state-dependent exploration (gSDE) for Box "
+                                 "actions: noise phi(s) @ E with an exploration matrix E per env, "
+                                 "redrawn at each fragment's start (models/ppo.py)")
+        parser.add_argument("--sde_sample_freq", type=int, default=-1,
+                            help="with --use_sde, also redraw the exploration matrices every "
+                                 "this many steps of a fragment; -1: once per fragment "
+                                 "(default: %(default)s)")
 
     @classmethod
     def check_spaces(cls, observation_space, action_space):
@@ -117,26 +134,73 @@ class PPOModel(BaseModel):
         self.obs_dim = int(np.prod(observation_space.shape))
         self.discrete = isinstance(action_space, spaces.Discrete)
         self.action_dim = int(action_space.n) if self.discrete else int(action_space.shape[0])
+        self.use_sde = bool(getattr(args, "use_sde", False))
+        if self.use_sde and self.discrete:
+            raise ConfigError(
+                f"--use_sde (state-dependent exploration) is for Box actions; this env's action "
+                f"space is {action_space}. Drop --use_sde for discrete actions.")
         self.build_networks(args)
+        if self.use_sde and not (isinstance(self.actor, nn.Sequential)
+                                 and isinstance(self.actor[-1], nn.Linear)
+                                 and self.log_std.dim() == 2):
+            raise ConfigError(
+                f"--use_sde needs the built-in MLP actor (an nn.Sequential ending in a Linear "
+                f"head, whose input is the latent phi(s), and a [latent x action] log_std); "
+                f"model {type(self).__name__} builds its own networks. Drop --use_sde, or build "
+                f"them as PPOModel.build_networks does.")
         # Acting on the CPU goes through numpy when the actor is a plain MLP (models/numpy_mlp.py
         # says why), with a generator of its own seeded from torch's (so a seed still fixes a
-        # run; rollout workers keep its state in checkpoints).
-        self.numpy_actor = NumpyMLP.of(self.actor)
+        # run; rollout workers keep its state in checkpoints). gSDE acts through torch.
+        self.numpy_actor = None if self.use_sde else NumpyMLP.of(self.actor)
         self.acting_rng = np.random.default_rng(int(torch.randint(0, 2**62, (1,)).item()))
+        # gSDE: one exploration matrix per env [num_envs, latent, action], and the steps taken
+        # with them since the fragment began (for --sde_sample_freq).
+        self.exploration_matrices, self.sde_steps = None, 0
 
     def build_networks(self, args):
         """The actor and the critic; a subclass overrides this to change the network."""
         self.actor = mlp(self.obs_dim, args.hidden_sizes, self.action_dim, args.activation, 0.01)
         self.critic = mlp(self.obs_dim, args.hidden_sizes, 1, args.activation, 1.0)
-        if not self.discrete:
+        if self.use_sde:  # one log std per entry of the exploration matrix (SB3's full_std)
+            latent_dim = self.actor[-1].in_features
+            self.log_std = nn.Parameter(torch.full((latent_dim, self.action_dim),
+                                                   args.log_std_init))
+        elif not self.discrete:
             self.log_std = nn.Parameter(torch.full((self.action_dim,), args.log_std_init))
 
     # -- policy -------------------------------------------------------------------------------
+    def latent_and_mean(self, obs):
+        """gSDE: the actor's last hidden layer phi(s) (detached: the noise scale does not train
+        the features, as SB3's default learn_features=False) and the mean action mu(s)."""
+        latent = self.actor[:-1](obs)
+        return latent.detach(), self.actor[-1](latent)
+
+    def sde_std(self, latent):
+        """gSDE: the per-state standard deviation sqrt(phi(s)^2 @ sigma^2 + 1e-6), [B, A]."""
+        return (latent.pow(2) @ self.log_std.exp().pow(2) + 1e-6).sqrt()
+
     def distribution(self, obs):
+        if self.use_sde:
+            latent, mean = self.latent_and_mean(obs)
+            return Normal(mean, self.sde_std(latent))
         logits_or_mean = self.actor(obs)
         if self.discrete:
             return Categorical(logits=logits_or_mean)
         return Normal(logits_or_mean, self.log_std.exp().expand_as(logits_or_mean))
+
+    def begin_fragment(self, num_envs):
+        """Called by the rollout worker before a fragment's first step: gSDE draws each env's
+        exploration matrix anew (with the current log std). Nothing to do without gSDE."""
+        if self.use_sde:
+            self.resample_exploration(num_envs)
+
+    @torch.no_grad()
+    def resample_exploration(self, num_envs):
+        """E[i] ~ N(0, sigma^2) entrywise for env i, from the acting generator."""
+        sigma = self.log_std.detach().exp().cpu().numpy()
+        draws = self.acting_rng.standard_normal((num_envs, *sigma.shape), np.float32)
+        self.exploration_matrices = torch.as_tensor(draws * sigma, device=self.device)
+        self.sde_steps = 0
 
     def log_prob(self, dist, actions):
         return dist.log_prob(actions) if self.discrete else dist.log_prob(actions).sum(-1)
@@ -192,6 +256,8 @@ class PPOModel(BaseModel):
     def act_torch(self, obs, deterministic):
         # Sampling by hand: building a torch.distributions object costs more than the forward
         # pass on small batches (measured: 100 us against 55 us per call, batch of 4).
+        if self.use_sde:
+            return self.act_sde(obs, deterministic)
         out = self.actor(obs)
         if self.discrete:
             log_probs = torch.log_softmax(out, -1)
@@ -206,6 +272,22 @@ class PPOModel(BaseModel):
             actions = out + std * noise
             log_prob = (-0.5 * noise.pow(2) - self.log_std
                         - 0.5 * math.log(2 * math.pi)).sum(-1)
+        return actions.cpu().numpy(), log_prob.cpu().numpy()
+
+    def act_sde(self, obs, deterministic):
+        """gSDE acting: mu(s) + phi(s) @ E[env], and its log-probability under N(mu, std(s))."""
+        latent, mean = self.latent_and_mean(obs)
+        if deterministic:
+            actions = mean
+        else:
+            rows = latent.shape[0]
+            due = self.args.sde_sample_freq > 0 and self.sde_steps > 0 \
+                and self.sde_steps % self.args.sde_sample_freq == 0
+            if self.exploration_matrices is None or len(self.exploration_matrices) != rows or due:
+                self.resample_exploration(rows)
+            self.sde_steps += 1
+            actions = mean + torch.bmm(latent.unsqueeze(1), self.exploration_matrices).squeeze(1)
+        log_prob = Normal(mean, self.sde_std(latent)).log_prob(actions).sum(-1)
         return actions.cpu().numpy(), log_prob.cpu().numpy()
 
     @torch.no_grad()
