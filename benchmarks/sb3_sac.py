@@ -66,9 +66,10 @@ def ddrl_hyperparameters(env_id, ddrl_flags="", algo="sac"):
     then the automatic preset, then defaults), with the ddrl args they came from.
 
     The mapping: sac_hidden_sizes -> net_arch (actor and both critics); one learning rate
-    (actor_lr = critic_lr = alpha_lr required: SB3 has one optimizer setting) and ddrl's constant
-    schedule; batch_size, buffer_size, tau, sac_gamma -> gamma; learning_starts = start_steps
-    (SB3 acts uniformly at random until it learns) -> learning_starts; utd_ratio >= 1 ->
+    (actor_lr = critic_lr = alpha_lr required: SB3 has one optimizer setting), constant or
+    decaying linearly (--sac_lr_schedule linear -> RL-Zoo's lin_); batch_size, buffer_size, tau,
+    sac_gamma -> gamma; learning_starts = start_steps (SB3 acts uniformly at random until it
+    learns) -> learning_starts; utd_ratio >= 1 ->
     gradient_steps per env step, below 1 -> one gradient step every 1/utd_ratio env steps;
     init_alpha and target_entropy -> ent_coef "auto_<init>" and target_entropy. Not expressible,
     so refused: prioritized replay, bf16 updates, observation normalization. ddrl's
@@ -101,7 +102,10 @@ def ddrl_hyperparameters(env_id, ddrl_flags="", algo="sac"):
     else:
         train_freq, gradient_steps = round(1 / a.utd_ratio), 1
     entropy = "auto" if a.target_entropy == "auto" else float(a.target_entropy)
-    kwargs = dict(policy="MlpPolicy", learning_rate=float(lrs.pop()), buffer_size=a.buffer_size,
+    lr = float(lrs.pop())
+    if getattr(a, "sac_lr_schedule", "constant") == "linear":
+        lr = lin(lr)  # to 0 at learn()'s total_timesteps: main() makes that ddrl's total_steps
+    kwargs = dict(policy="MlpPolicy", learning_rate=lr, buffer_size=a.buffer_size,
                   learning_starts=a.learning_starts, batch_size=a.batch_size, tau=a.tau,
                   gamma=a.sac_gamma, train_freq=train_freq, gradient_steps=gradient_steps,
                   ent_coef=f"auto_{a.init_alpha}", target_entropy=entropy,
@@ -151,6 +155,10 @@ def main():
     if args.hyperparams == "ddrl":
         sac_kwargs, ddrl_args = ddrl_hyperparameters(args.env, args.ddrl_flags, args.algo)
         max_steps = args.max_steps or ddrl_args.total_steps
+        if ddrl_args.sac_lr_schedule == "linear" and max_steps != ddrl_args.total_steps:
+            raise SystemExit(f"sb3_sac.py: ddrl's learning rates decay to 0 at its --total_steps "
+                             f"{ddrl_args.total_steps}; --max_steps {max_steps} would decay SB3's "
+                             f"at another pace. Give both the same budget.")
         print(f"SB3 {args.algo} with ddrl's hyperparameters: {sac_kwargs}", flush=True)
     os.makedirs(args.out_dir, exist_ok=True)
 

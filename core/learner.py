@@ -47,7 +47,10 @@ class Learner:
         if unknown:
             raise ValueError(f"gradients for parameters the model does not have: {sorted(unknown)}")
         lr = self.model.learning_rate(progress)
-        if lr is not None:  # None: the model keeps the learning rates it configured
+        if isinstance(lr, dict):  # by parameter group name (SAC: critic, actor, alpha)
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr[group["name"]]
+        elif lr is not None:  # None: the model keeps the learning rates it configured
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
         for name, param in self.parameters.items():

@@ -53,8 +53,9 @@ class ParameterServer:
     def device_info(self):
         return device_info(self.device)
 
-    def apply(self, *results):
-        """One update from the GradientResults of all learners, averaged by sample count. An
+    def apply(self, *results, progress=0.0):
+        """One update from the GradientResults of all learners, averaged by sample count, at
+        ``progress`` (env steps / total steps: the learning-rate schedule's clock). An
         update whose loss or averaged gradient is NaN or inf is skipped: the stats then say
         ``skipped`` and the weights, optimizer and version stay as they were."""
         gradients = average_gradients([r.gradients for r in results],
@@ -62,7 +63,7 @@ class ParameterServer:
         lags = [self.learner.version - r.weights_version for r in results]
         stats = {k: float(np.mean([r.stats[k] for r in results]))
                  for k, v in results[0].stats.items() if np.isscalar(v)}
-        grad_norm = self.learner.apply(gradients) if all_finite(stats) else None
+        grad_norm = self.learner.apply(gradients, progress) if all_finite(stats) else None
         if grad_norm is None:
             return {"skipped": 1.0, "version": self.learner.version,
                     "why": "a loss is NaN or inf" if not all_finite(stats)
@@ -71,18 +72,18 @@ class ParameterServer:
                      version=self.learner.version)
         return stats
 
-    def update(self, batches, buffer=None):
+    def update(self, batches, buffer=None, progress=0.0):
         """The single-learner path: for each batch in turn, gradients on the server's own,
         newest weights, applied. Several batches per call spread one Ray round trip (and one
         wake-up of the driver) over several updates. Returns one stats dict per update."""
         stats, priorities = [], []
         for batch in batches:
-            result = self.agent.fetch_grads(None, batch)
+            result = self.agent.fetch_grads(None, batch, progress=progress)
             result.weights_version = self.learner.version
             td_errors = result.stats.pop("td_errors", None)
             if td_errors is not None and np.isfinite(td_errors).all():
                 priorities.append((batch, td_errors))
-            stats.append(self.apply(result))
+            stats.append(self.apply(result, progress=progress))
         if buffer is not None and priorities:
             # One fire-and-forget call for all; the buffer ignores slots rewritten since.
             buffer.update_priorities.remote(

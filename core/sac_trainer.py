@@ -294,17 +294,19 @@ class SACTrainer(NormalizedTrainer):
                 self.run.env_steps - self.base_env_steps, self.replay_size)
             if self.updates_submitted >= allowed:
                 return
+            progress = self.run.env_steps / max(1, args.total_steps)  # the lr schedule's clock
             if self.learners.members:
                 count = 1
                 ref = self.server.apply.remote(*[
                     learner.handle.compute.remote(self.learner_weights, self.learner_version,
                                                   self.buffer.sample.remote(args.batch_size),
                                                   buffer)
-                    for learner in self.learners.members])
+                    for learner in self.learners.members], progress=progress)
             else:
                 count = min(args.updates_per_call, allowed - self.updates_submitted)
                 ref = self.server.update.remote(
-                    self.buffer.sample_batches.remote(args.batch_size, count), buffer)
+                    self.buffer.sample_batches.remote(args.batch_size, count), buffer,
+                    progress=progress)
             self.updates.append(ref)
             self.update_counts[ref] = count
             self.updates_submitted += count

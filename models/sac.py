@@ -146,6 +146,11 @@ class SACModel(BaseModel):
         parser.add_argument("--alpha_lr", type=float, default=3e-4,
                             help="Adam learning rate of log(alpha), the entropy temperature "
                                  "(default: %(default)s)")
+        parser.add_argument("--sac_lr_schedule", choices=["constant", "linear"],
+                            default="constant",
+                            help="the three learning rates over the run: constant, or linear "
+                                 "decay to 0 at --total_steps env steps (RL-Zoo's lin_) "
+                                 "(default: %(default)s)")
         parser.add_argument("--tau", type=float, default=0.005,
                             help="polyak coefficient of the target critics after every update: "
                                  "target = tau * online + (1 - tau) * target "
@@ -342,7 +347,13 @@ class SACModel(BaseModel):
         ], fused=True)  # the same update; several times faster on the CPU (see models/ppo.py)
 
     def learning_rate(self, progress):
-        return None  # the three groups keep their own learning rates
+        """Each group's learning rate at ``progress`` (env steps / total steps); None when
+        constant (the groups keep the rates they were configured with)."""
+        if getattr(self.args, "sac_lr_schedule", "constant") != "linear":
+            return None
+        scale = 1.0 - min(1.0, max(0.0, progress))
+        return {"critic": self.args.critic_lr * scale, "actor": self.args.actor_lr * scale,
+                "alpha": self.args.alpha_lr * scale}
 
     def max_grad_norm(self):
         return None

@@ -491,3 +491,15 @@ def test_bf16_precision_changes_only_the_arithmetic_of_the_update():
     assert differs, "bf16 gave bit-identical gradients: autocast did not run"
     assert abs(stats16["critic_loss"] - stats32["critic_loss"]) <= 0.05 * abs(stats32["critic_loss"])
     assert all(p.dtype == torch.float32 for p in bf16.parameters())
+
+
+def test_linear_lr_schedule_scales_every_group_and_constant_keeps_them():
+    from core.learner import Learner
+    model = make_model("--sac_lr_schedule", "linear", "--actor_lr", "1e-3", "--critic_lr", "2e-3",
+                       "--alpha_lr", "4e-3")
+    learner = Learner(model)
+    learner.apply(model.step(random_batch(32))[0], progress=0.25)
+    lrs = {g["name"]: g["lr"] for g in learner.optimizer.param_groups}
+    assert lrs == pytest.approx({"critic": 1.5e-3, "actor": 0.75e-3, "alpha": 3e-3})
+    assert model.learning_rate(1.5) == {"critic": 0.0, "actor": 0.0, "alpha": 0.0}
+    assert make_model().learning_rate(0.9) is None  # constant: the configured rates stay

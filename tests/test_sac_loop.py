@@ -105,3 +105,12 @@ def test_sac_brings_its_own_agent_unless_one_is_named():
     assert parse_args(["--model_name", "sac", "--gym_id", "Pendulum-v1"]).agent_name == "sac_agent"
     assert parse_args([]).agent_name == "default_agent"
     assert parse_args(["--model_name", "custom_model"]).agent_name == "default_agent"
+
+
+def test_the_server_runs_the_lr_schedule_on_the_progress_it_is_given():
+    spec, spaces = pendulum_spec("--sac_lr_schedule", "linear", "--actor_lr", "1e-3",
+                                 "--critic_lr", "1e-3", "--alpha_lr", "1e-3")
+    server = ParameterServer(spec, *spaces)
+    buffer = filled_buffer(spaces)
+    server.update(buffer.sample_batches(64, 2), progress=0.75)
+    assert [g["lr"] for g in server.learner.optimizer.param_groups] == pytest.approx([2.5e-4] * 3)
