@@ -54,8 +54,10 @@ def add_args(parser):
                        help="gradient updates per env step, held in both directions "
                             "(default: %(default)s)")
     group.add_argument("--num_learners", type=positive_int, default=1,
-                       help="learner workers; their gradients for one version are averaged by "
-                            "the parameter server (default: %(default)s)")
+                       help="learner workers, data-parallel: each computes the gradients of "
+                            "batch_size / N of the update's transitions and the parameter "
+                            "server averages them by sample count, the same update as one "
+                            "learner on the whole batch (default: %(default)s)")
     group.add_argument("--weight_sync_interval", type=positive_int, default=64,
                        help="env steps a rollout worker takes between weight pulls "
                             "(default: %(default)s)")
@@ -121,6 +123,13 @@ def spawn_learner(placement, spec, spaces, slot):
     """A learner worker, with its share of the GPUs when there are several (core/devices.py)."""
     return placement.spawn(LearnerWorker, spec, *spaces, slot, num_cpus=0,
                            num_gpus=gpu_plan(spec.args, "sac").learner_worker_gpus)
+
+
+def split_batch(batch_size, parts):
+    """The sizes of ``parts`` near-equal shares of one batch: each learner worker samples its
+    share, so an update uses ``batch_size`` transitions with any number of learners (a uniform
+    sample of B is the union of independent uniform samples of the shares)."""
+    return [batch_size // parts + (i < batch_size % parts) for i in range(parts)]
 
 
 def mean_or_none(values):
@@ -297,11 +306,13 @@ class SACTrainer(NormalizedTrainer):
             progress = self.run.env_steps / max(1, args.total_steps)  # the lr schedule's clock
             if self.learners.members:
                 count = 1
+                members = self.learners.members
                 ref = self.server.apply.remote(*[
                     learner.handle.compute.remote(self.learner_weights, self.learner_version,
-                                                  self.buffer.sample.remote(args.batch_size),
-                                                  buffer)
-                    for learner in self.learners.members], progress=progress)
+                                                  self.buffer.sample.remote(share), buffer)
+                    for learner, share in zip(members, split_batch(args.batch_size,
+                                                                   len(members)))
+                    if share > 0], progress=progress)
             else:
                 count = min(args.updates_per_call, allowed - self.updates_submitted)
                 ref = self.server.update.remote(

@@ -114,3 +114,35 @@ def test_the_server_runs_the_lr_schedule_on_the_progress_it_is_given():
     buffer = filled_buffer(spaces)
     server.update(buffer.sample_batches(64, 2), progress=0.75)
     assert [g["lr"] for g in server.learner.optimizer.param_groups] == pytest.approx([2.5e-4] * 3)
+
+
+def halves(batch):
+    """A ReplayBatch cut in two."""
+    n = len(batch.indices) // 2
+    cut = [lambda a: a[:n], lambda a: a[n:]]
+    return [type(batch)(type(batch.transitions)(*(c(x) for x in batch.transitions)),
+                        c(batch.indices), c(batch.generations), c(batch.weights)) for c in cut]
+
+
+def test_split_batch_learners_make_the_whole_batch_update(monkeypatch):
+    """Two learner workers on the halves of a batch, averaged by the server: the same update as
+    one learner on the whole batch. Sampling noise is switched off (a' and the actor's actions
+    are then functions of the batch alone) so the two computations can be compared exactly."""
+    import torch
+    from core.sac_trainer import split_batch
+    assert split_batch(256, 2) == [128, 128] and split_batch(10, 3) == [4, 3, 3]
+    monkeypatch.setattr(torch, "randn_like", torch.zeros_like)
+    spec, spaces = pendulum_spec()
+    whole = filled_buffer(spaces).sample(64)
+    server = ParameterServer(spec, *spaces)
+    weights = server.get_weights()
+    learners = [LearnerWorker(spec, *spaces, i) for i in range(2)]
+    stats = server.apply(*[learner.compute(weights, 0, half)
+                           for learner, half in zip(learners, halves(whole))])
+    reference = ParameterServer(spec, *spaces)  # same seed: same initial weights
+    reference_stats = reference.update([whole])[0]
+    for name, value in reference.get_weights().items():
+        np.testing.assert_allclose(server.get_weights()[name], value, rtol=1e-5, atol=1e-6)
+    assert stats["critic_loss"] == pytest.approx(reference_stats["critic_loss"], rel=1e-5)
+    # and not a no-op: the update moved the weights
+    assert any(not np.allclose(weights[k], v) for k, v in server.get_weights().items())
