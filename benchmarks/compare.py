@@ -100,6 +100,33 @@ SUITES = {
             "sb3-zoo": "{python} benchmarks/sb3_sac.py --env LunarLanderContinuous-v3 --target_return {target} --seed {seed}"
                        " --out_dir {run_dir} --max_steps {max_steps} --eval_freq 10000 --torch_threads 2",
         }),
+    # CrossQ on LunarLanderContinuous-v3 (RL-Zoo's crossq.yml: 200k steps, 10k warm-up; otherwise
+    # sb3-contrib's defaults, which ddrl's crossq shares: lr 1e-3, 256x256 actor, 1024x1024
+    # critics, policy delay 3, Adam beta1 0.5). sb3: sb3-contrib's CrossQ given exactly ddrl's
+    # settings; sb3-zoo: RL-Zoo's entry.
+    "lunar-crossq": dict(
+        target=200, max_steps=200_000, peer="sb3", timeout=3600,
+        systems={
+            "ddrl-2workers": ddrl("crossq") + " --gym_id LunarLanderContinuous-v3 --num_workers 2"
+                             " --total_steps {max_steps} --learning_starts 10000 --start_steps 10000"
+                             " --eval_interval 10000",
+            "sb3": "{python} benchmarks/sb3_sac.py --algo crossq --env LunarLanderContinuous-v3"
+                   " --hyperparams ddrl --ddrl_flags '--learning_starts 10000 --start_steps 10000'"
+                   " --target_return {target} --seed {seed} --out_dir {run_dir} --max_steps {max_steps}"
+                   " --eval_freq 10000 --torch_threads 2",
+            "sb3-zoo": "{python} benchmarks/sb3_sac.py --algo crossq --env LunarLanderContinuous-v3"
+                       " --target_return {target} --seed {seed} --out_dir {run_dir} --max_steps {max_steps}"
+                       " --eval_freq 10000 --torch_threads 2",
+        }),
+    # PPO with gSDE on Pendulum-v1 against SB3 PPO with RL-Zoo's tuned (gSDE) settings.
+    "pendulum-ppo-sde": dict(
+        target=-200, max_steps=300_000, peer="sb3",
+        systems={
+            "ddrl-2workers-sde": DDRL + " --gym_id Pendulum-v1 --num_workers 2 --num_envs_per_worker 4"
+                                 " --use_sde --sde_sample_freq 4 --total_steps {max_steps}",
+            "sb3": "{python} benchmarks/sb3_ppo.py --env Pendulum-v1 --target_return {target} --seed {seed}"
+                   " --out_dir {run_dir} --max_steps {max_steps}",
+        }),
 }
 
 
