@@ -11,7 +11,9 @@ version, so each collect also loads the weights, as in training. Configurations:
 - ``ray-1``, ``ray-2``: 1 and 2 RolloutWorker Ray actors (num_cpus=1 each), collect called on all of
   them in parallel and one ray.get on the list;
 - ``ray-1-env-actors``: 1 Ray worker with ``--env_placement actor`` (every env its own actor) and
-  ``--actor_envs`` envs, beside ``ray-1`` with the same number of envs and ``--env_placement worker``.
+  ``--actor_envs`` envs, beside ``ray-1`` with the same number of envs and ``--env_placement worker``;
+- ``ray-1-env-host``: the same with ``--envs_per_actor`` = ``--actor_envs`` (one env actor hosting
+  all the worker's envs, stepping them in one call).
 
 Each cell (configuration, envs per worker E, fragment T) does one warm-up collect, then timed rounds
 until ``--seconds`` of wall time and at least ``--min_rounds`` rounds; steps/s = env steps of all
@@ -60,13 +62,16 @@ LABELS = {
     "ray-1": "1 Ray worker",
     "ray-2": "2 Ray workers (steps of both)",
     "ray-1-env-actors": "1 Ray worker, `--env_placement actor`",
+    "ray-1-env-host": "1 Ray worker, `--env_placement actor --envs_per_actor E`",
 }
 
 
-def platform_args(gym_id, num_workers, num_envs, rollout_steps, env_placement="worker", seed=0):
+def platform_args(gym_id, num_workers, num_envs, rollout_steps, env_placement="worker", seed=0,
+                  envs_per_actor=1):
     return parse_args(["--num_workers", str(num_workers), "--num_envs_per_worker", str(num_envs),
                        "--rollout_steps", str(rollout_steps), "--gym_id", gym_id, "--config", "none",
-                       "--env_placement", env_placement, "--seed", str(seed)])
+                       "--env_placement", env_placement, "--seed", str(seed),
+                       "--envs_per_actor", str(envs_per_actor)])
 
 
 def spec_of(args):
@@ -154,11 +159,13 @@ def measure(placement, workers, weights, num_steps, version, seconds, min_rounds
                 cores_stolen=steal / elapsed)  # taken by the hypervisor (this is a VM)
 
 
-def run_config(name, opts, num_workers, num_envs, env_placement, steps_grid, weights, version, cells):
+def run_config(name, opts, num_workers, num_envs, env_placement, steps_grid, weights, version, cells,
+               envs_per_actor=1):
     """Spawn the workers of one configuration, measure every fragment length, kill them."""
     local = num_workers == 0
     placement = Placement(local=local)
-    args = platform_args(opts.gym_id, num_workers, num_envs, steps_grid[0], env_placement, opts.seed)
+    args = platform_args(opts.gym_id, num_workers, num_envs, steps_grid[0], env_placement, opts.seed,
+                         envs_per_actor)
     spec = spec_of(args)
     t0 = time.perf_counter()
     workers = [placement.spawn(RolloutWorker, spec, i, num_cpus=1) for i in range(max(1, num_workers))]
@@ -170,7 +177,7 @@ def run_config(name, opts, num_workers, num_envs, env_placement, steps_grid, wei
         pids += ray.get([w.__ray_call__.remote(lambda self: os.getpid()) for w in workers])
         if env_placement == "actor":
             pids += sum(ray.get([w.__ray_call__.remote(lambda self: ray.get(
-                [e.__ray_call__.remote(lambda env: os.getpid()) for e in self.envs.envs]))
+                [h.__ray_call__.remote(lambda host: os.getpid()) for h in self.envs.hosts]))
                 for w in workers]), [])
     print(f"[{name}] {num_envs} envs/worker, placement {env_placement}: ready in {spawn_s:.2f} s",
           flush=True)
@@ -317,7 +324,10 @@ def markdown(result, opts):
                   "| env placement | " + " | ".join(f"{e}×{t}" for t in ts) + " |",
                   "| --- |" + " ---: |" * len(ts)]
         for cfg, label in (("ray-1", "`worker` (envs inside the worker, the default)"),
-                           ("ray-1-env-actors", "`actor` (one actor per env)")):
+                           ("ray-1-env-actors", "`actor` (one actor per env)"),
+                           ("ray-1-env-host", f"`actor --envs_per_actor {e}` (one actor hosting all)")):
+            if cfg not in result["configs"]:
+                continue
             lines.append(f"| {label} | "
                          + " | ".join(kfmt(median_of(find(summary, cfg, e, t))) for t in ts) + " |")
     rnd = raw["random_actions_1env"]
@@ -350,7 +360,8 @@ def plot(path, result, opts):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(12.5, 6.5))
-    colours = {"local": "C0", "ray-1": "C1", "ray-2": "C2", "ray-1-env-actors": "C3"}
+    colours = {"local": "C0", "ray-1": "C1", "ray-2": "C2", "ray-1-env-actors": "C3",
+               "ray-1-env-host": "C4"}
     styles = ["-", "--", ":", "-."]
     markers = ["o", "s", "^", "D", "v"]
     cells = result["summary"]["cells"]
@@ -457,7 +468,7 @@ def main():
         start_ray(platform_args(opts.gym_id, 1, 1, 1, seed=opts.seed))
         result["ray_init_s"] = time.perf_counter() - t0
     if opts.actor_envs:
-        result["configs"].append("ray-1-env-actors")
+        result["configs"] += ["ray-1-env-actors", "ray-1-env-host"]
     for n in range(opts.passes):
         print(f"=== pass {n + 1}/{opts.passes}", flush=True)
         result["raw"].append(dict(raw_loop(opts), passes_done=n))
@@ -476,6 +487,9 @@ def main():
                            weights, version, result["cells"])
             run_config("ray-1-env-actors", opts, 1, opts.actor_envs, "actor",
                        opts.actor_rollout_steps, weights, version, result["cells"])
+            run_config("ray-1-env-host", opts, 1, opts.actor_envs, "actor",
+                       opts.actor_rollout_steps, weights, version, result["cells"],
+                       envs_per_actor=opts.actor_envs)
         for c in result["cells"][first:]:
             c["pass"] = n
     result["raw"].append(dict(raw_loop(opts), passes_done=opts.passes))

@@ -113,9 +113,9 @@ class EnvGroup:
 
     # -- guarded calls -------------------------------------------------------------------------
     def _new_host(self, seeds):
-        from core.placement import remote_class
-        return remote_class(EnvHost).options(num_cpus=0).remote(self.plugins.env_cls, self.args,
-                                                                seeds)
+        from core.placement import actor_options, remote_class
+        return remote_class(EnvHost).options(**actor_options(num_cpus=0)).remote(
+            self.plugins.env_cls, self.args, seeds)
 
     def _by_host(self, indices):
         """{host: [env indices]} for the actor placement."""

@@ -61,6 +61,23 @@ def remote_class(cls):
     return _remote_classes[cls]
 
 
+# Ray keeps the events of every task (submitted, running, finished: ~0.5-3 KB a task) in the
+# GCS, up to 100,000 tasks, for the dashboard and `ray list tasks`. ddrl's actors take tens of
+# calls a second, so a long run's GCS grew by ~5 MB a minute (benchmarks/soak.py) until that
+# cap. Set per process by core/process.setup_process from --ray_task_events.
+_TASK_EVENTS = {"enabled": False}
+
+
+def record_task_events(enabled):
+    _TASK_EVENTS["enabled"] = bool(enabled)
+
+
+def actor_options(**options):
+    """Ray actor options for ddrl's actors: ``options`` and whether their calls' task events
+    are recorded (their methods inherit the actor's setting)."""
+    return dict(options, enable_task_events=_TASK_EVENTS["enabled"])
+
+
 class Placement:
     def __init__(self, local: bool):
         self.local = local
@@ -71,8 +88,9 @@ class Placement:
         rollout workers, which are replaced, not a recovery from checkpoint)."""
         if self.local:
             return LocalHandle(cls(*args, **kwargs))
-        return remote_class(cls).options(num_cpus=num_cpus, num_gpus=num_gpus,
-                                         scheduling_strategy=near_driver()).remote(*args, **kwargs)
+        return remote_class(cls).options(**actor_options(
+            num_cpus=num_cpus, num_gpus=num_gpus, scheduling_strategy=near_driver())
+        ).remote(*args, **kwargs)
 
     def put(self, value):
         return LocalRef(value) if self.local else ray.put(value)

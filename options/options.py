@@ -190,6 +190,11 @@ def add_common_args(parser):
                        help="start the Ray dashboard (needs ray[default])")
     group.add_argument("--dashboard_host", default="127.0.0.1",
                        help="address the dashboard listens on (default: %(default)s)")
+    group.add_argument("--ray_task_events", action="store_true",
+                       help="let Ray record the events of ddrl's actor calls in the GCS (the "
+                            "dashboard's task views, `ray list tasks`). Off by default: at "
+                            "ddrl's tens of calls per second the GCS grew ~5 MB a minute "
+                            "until Ray's cap of 100,000 tasks (benchmarks/soak.py)")
 
     group = parser.add_argument_group("faults (what a run survives; README, 'Faults')")
     group.add_argument("--max_worker_restarts", type=non_negative_int, default=1000,

@@ -81,3 +81,20 @@ def test_rollout_workers_reserve_a_share_that_fits_on_the_nodes(nodes, actors, s
     # and it is the largest such share: a little more would leave an actor without a place
     if found < 1.0:
         assert sum(int(c / (found + 1e-3)) for c in nodes) < actors
+
+
+@pytest.mark.parametrize("flags, recorded", [([], False), (["--ray_task_events"], True)])
+def test_actors_record_task_events_only_with_the_flag(ray_session, flags, recorded):
+    """Off by default: Ray would keep every call's events in the GCS (it grew ~5 MB a minute in
+    the soak). A method's setting follows its actor's (ray/actor.py)."""
+    from core.placement import record_task_events
+    from core.process import setup_process
+    setup_process(parse_args(["--config", "none", *flags]))
+    try:
+        from core.replay_buffer import ReplayBuffer  # importable where Ray's workers run
+        handle = Placement(local=False).spawn(ReplayBuffer, 4, (1,), (1,), num_cpus=0)
+        assert handle._ray_enable_task_events is recorded
+        assert ray.get(handle.generations.remote(np.array([0]))).tolist() == [0]
+        ray.kill(handle)
+    finally:
+        record_task_events(False)
