@@ -292,7 +292,7 @@ def summarize(result):
 
 
 def find(summary, cfg, e, t):
-    placement = "actor" if cfg.endswith("env-actors") else "worker"
+    placement = "actor" if cfg.startswith("ray-1-env-") else "worker"
     return next((c for c in summary["cells"] if (c["config"], c["env_placement"],
                  c["num_envs_per_worker"], c["rollout_steps"]) == (cfg, placement, e, t)), None)
 
@@ -436,6 +436,8 @@ def main():
         saved = argparse.Namespace(**result["options"])
         result["markdown"] = markdown(result, saved)
         plot(os.path.splitext(opts.replot)[0] + ".png", result, saved)
+        with open(opts.replot, "w") as f:  # the tables as they are drawn now
+            json.dump(result, f, indent=1)
         print(result["markdown"])
         return
     command = " ".join([".venv/bin/python", os.path.relpath(os.path.abspath(sys.argv[0]), REPO)]
