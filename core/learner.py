@@ -46,13 +46,6 @@ class Learner:
         unknown = set(gradients) - set(self.parameters)
         if unknown:
             raise ValueError(f"gradients for parameters the model does not have: {sorted(unknown)}")
-        lr = self.model.learning_rate(progress)
-        if isinstance(lr, dict):  # by parameter group name (SAC: critic, actor, alpha)
-            for group in self.optimizer.param_groups:
-                group["lr"] = lr[group["name"]]
-        elif lr is not None:  # None: the model keeps the learning rates it configured
-            for group in self.optimizer.param_groups:
-                group["lr"] = lr
         for name, param in self.parameters.items():
             # A copy: clipping scales .grad in place and must not touch the caller's arrays.
             # A parameter without a gradient is not stepped (Adam skips a None grad; e.g.
@@ -60,11 +53,36 @@ class Learner:
             grad = gradients.get(name)
             param.grad = (None if grad is None
                           else torch.tensor(grad).reshape(param.shape).to(param.device))
+        return self._step(progress)
+
+    def apply_in_place(self, progress: float = 0.0) -> Optional[float]:
+        """``apply`` for the gradients the model's own ``step`` left in its parameters' .grad
+        (computed in this process, inside ``model.gradients_in_place()``): the same update
+        without copying them to numpy and back. None, changing nothing, when one is NaN or inf
+        (their global norm is then not finite)."""
+        stepped = [p for p in self.parameters.values() if p.grad is not None]
+        if not stepped:
+            return None
+        norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in stepped]))
+        if not torch.isfinite(norm):
+            return None
+        return self._step(progress, norm)
+
+    def _step(self, progress, norm=None):
+        """Learning rates, clipping, the optimizer step and after_update, on the .grad set
+        (``norm``: their global norm, if known)."""
+        lr = self.model.learning_rate(progress)
+        if isinstance(lr, dict):  # by parameter group name (SAC: critic, actor, alpha)
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr[group["name"]]
+        elif lr is not None:  # None: the model keeps the learning rates it configured
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
         stepped = [p for p in self.parameters.values() if p.grad is not None]
         max_norm = self.model.max_grad_norm()
         if max_norm:
             norm = torch.nn.utils.clip_grad_norm_(stepped, max_norm)
-        else:
+        elif norm is None:
             norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in stepped]))
         self.optimizer.step()
         after_update = getattr(self.model, "after_update", None)

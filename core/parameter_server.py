@@ -72,18 +72,33 @@ class ParameterServer:
                      version=self.learner.version)
         return stats
 
+    def apply_in_place(self, result, progress):
+        """``apply`` for one result whose gradients are still in the model's .grad."""
+        stats = {k: float(v) for k, v in result.stats.items() if np.isscalar(v)}
+        grad_norm = self.learner.apply_in_place(progress) if all_finite(stats) else None
+        if grad_norm is None:
+            return {"skipped": 1.0, "version": self.learner.version,
+                    "why": "a loss is NaN or inf" if not all_finite(stats)
+                    else "the gradient has NaN or inf"}
+        stats.update(grad_norm=grad_norm, gradient_lag=0.0, version=self.learner.version)
+        return stats
+
     def update(self, batches, buffer=None, progress=0.0):
         """The single-learner path: for each batch in turn, gradients on the server's own,
         newest weights, applied. Several batches per call spread one Ray round trip (and one
         wake-up of the driver) over several updates. Returns one stats dict per update."""
         stats, priorities = [], []
         for batch in batches:
-            result = self.agent.fetch_grads(None, batch, progress=progress)
+            # The gradients stay in the model's .grad (no copies to numpy and back) unless the
+            # model hands its own (collect_gradients not used): then the usual averaging path.
+            with self.model.gradients_in_place():
+                result = self.agent.fetch_grads(None, batch, progress=progress)
             result.weights_version = self.learner.version
             td_errors = result.stats.pop("td_errors", None)
             if td_errors is not None and np.isfinite(td_errors).all():
                 priorities.append((batch, td_errors))
-            stats.append(self.apply(result, progress=progress))
+            stats.append(self.apply(result, progress=progress) if result.gradients is not None
+                         else self.apply_in_place(result, progress))
         if buffer is not None and priorities:
             # One fire-and-forget call for all; the buffer ignores slots rewritten since.
             buffer.update_priorities.remote(

@@ -1,6 +1,7 @@
 """The model contract. A model is a torch module that owns its loss: ``step(batch)`` returns
 gradients and never applies them (the learner holds the optimizer and applies the average)."""
-from typing import Dict, Tuple
+import contextlib
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 import torch
@@ -72,7 +73,24 @@ class BaseModel(nn.Module):
                 # Arrays from Ray's object store are read-only: copy rather than alias them.
                 tensor.copy_(torch.tensor(np.asarray(weights[name])))
 
-    def collect_gradients(self) -> Gradients:
+    def collect_gradients(self, skip_none=False) -> Optional[Gradients]:
+        """The gradients ``step`` left in the parameters, as numpy arrays by name (a parameter
+        without one: zeros, or left out with ``skip_none``). None inside
+        ``gradients_in_place()``: the learner in this process steps them where they are."""
+        if getattr(self, "_gradients_in_place", False):
+            return None
         return {name: (p.grad.detach().cpu().numpy().copy() if p.grad is not None
                        else np.zeros(tuple(p.shape), dtype=np.float32))
-                for name, p in self.named_parameters()}
+                for name, p in self.named_parameters() if p.grad is not None or not skip_none}
+
+    @contextlib.contextmanager
+    def gradients_in_place(self):
+        """Inside the block ``collect_gradients`` returns None and the gradients stay in the
+        parameters' ``.grad``: a learner that computes its own updates (SAC's parameter server
+        with one learner) then applies them without two copies through numpy
+        (core/learner.py ``apply_in_place``)."""
+        self._gradients_in_place = True
+        try:
+            yield
+        finally:
+            self._gradients_in_place = False

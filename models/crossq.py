@@ -261,9 +261,7 @@ class CrossQModel(SACModel):
         stats["td_errors"] = td_errors.cpu().numpy()
         # Only the parameters this update moves: the actor and log(alpha) are left out between
         # policy updates (their .grad is None), so the learner's Adam does not step them.
-        gradients = {name: p.grad.detach().cpu().numpy().copy()
-                     for name, p in self.named_parameters() if p.grad is not None}
-        return gradients, stats
+        return self.collect_gradients(skip_none=True), stats
 
     def configure_optimizer(self):
         betas = (self.args.adam_beta1, 0.999)

@@ -146,3 +146,30 @@ def test_split_batch_learners_make_the_whole_batch_update(monkeypatch):
     assert stats["critic_loss"] == pytest.approx(reference_stats["critic_loss"], rel=1e-5)
     # and not a no-op: the update moved the weights
     assert any(not np.allclose(weights[k], v) for k, v in server.get_weights().items())
+
+
+def test_the_servers_in_place_update_equals_the_numpy_path_and_skips_nan():
+    """One learner: the parameter server steps the gradients where its model left them. The same
+    update as handing them over as numpy arrays; a NaN batch changes nothing."""
+    import torch
+    spec, spaces = pendulum_spec()
+    batch = filled_buffer(spaces).sample(64)
+    in_place, by_numpy = ParameterServer(spec, *spaces), ParameterServer(spec, *spaces)
+    torch.manual_seed(5)
+    stats = in_place.update([batch])[0]
+    torch.manual_seed(5)
+    result = by_numpy.agent.fetch_grads(None, batch)
+    assert result.gradients is not None  # outside the server's update: numpy gradients
+    result.weights_version = 0
+    by_numpy.apply(result)
+    for name, value in by_numpy.get_weights().items():
+        np.testing.assert_allclose(in_place.get_weights()[name], value, rtol=1e-6, atol=1e-7)
+    assert stats["grad_norm"] > 0 and in_place.get_version() == 1
+
+    t = batch.transitions
+    bad = batch._replace(transitions=t._replace(rewards=np.full_like(t.rewards, np.nan)))
+    before = in_place.get_weights()
+    assert in_place.update([bad])[0]["skipped"] == 1.0
+    assert in_place.get_version() == 1
+    for name, value in in_place.get_weights().items():
+        np.testing.assert_array_equal(value, before[name])
