@@ -64,23 +64,21 @@ class ParameterServer:
         stats = {k: float(np.mean([r.stats[k] for r in results]))
                  for k, v in results[0].stats.items() if np.isscalar(v)}
         grad_norm = self.learner.apply(gradients, progress) if all_finite(stats) else None
-        if grad_norm is None:
-            return {"skipped": 1.0, "version": self.learner.version,
-                    "why": "a loss is NaN or inf" if not all_finite(stats)
-                    else "the averaged gradient has NaN or inf"}
-        stats.update(grad_norm=grad_norm, gradient_lag=float(max(lags)),
-                     version=self.learner.version)
-        return stats
+        return self.outcome(stats, grad_norm, float(max(lags)))
 
     def apply_in_place(self, result, progress):
         """``apply`` for one result whose gradients are still in the model's .grad."""
         stats = {k: float(v) for k, v in result.stats.items() if np.isscalar(v)}
         grad_norm = self.learner.apply_in_place(progress) if all_finite(stats) else None
+        return self.outcome(stats, grad_norm, 0.0)
+
+    def outcome(self, stats, grad_norm, gradient_lag):
+        """An applied update's stats, or the skipped one's (grad_norm None)."""
         if grad_norm is None:
             return {"skipped": 1.0, "version": self.learner.version,
                     "why": "a loss is NaN or inf" if not all_finite(stats)
                     else "the gradient has NaN or inf"}
-        stats.update(grad_norm=grad_norm, gradient_lag=0.0, version=self.learner.version)
+        stats.update(grad_norm=grad_norm, gradient_lag=gradient_lag, version=self.learner.version)
         return stats
 
     def update(self, batches, buffer=None, progress=0.0):
