@@ -28,6 +28,7 @@ The running statistics change in the process that computes the update, so CrossQ
 learner (the parameter server or the local learner): ``--num_learners`` above 1 is refused.
 """
 import contextlib
+import functools
 import math
 
 import torch
@@ -36,7 +37,7 @@ from torch import nn
 from core.registry import ConfigError
 from models import register_model
 from models.ppo import hidden_sizes
-from models.sac import LOG_STD_MAX, LOG_STD_MIN, SACModel
+from models.sac import Actor, SACModel, TwinQ
 from options.options import non_negative_int, positive_float, positive_int
 
 
@@ -99,34 +100,6 @@ def renorm_mlp(in_dim, sizes, out_dim, renorm, last_renorm=False):
     return nn.Sequential(*layers)
 
 
-class RenormActor(nn.Module):
-    """The SAC actor (Gaussian over pre-squash actions, log std clamped) on a renormalized trunk."""
-
-    def __init__(self, obs_dim, sizes, action_dim, renorm):
-        super().__init__()
-        self.trunk = renorm_mlp(obs_dim, sizes, None, renorm, last_renorm=True)
-        last = sizes[-1] if sizes else obs_dim
-        self.mu = nn.Linear(last, action_dim)
-        self.log_std = nn.Linear(last, action_dim)
-
-    def forward(self, obs):
-        latent = self.trunk(obs)
-        return self.mu(latent), self.log_std(latent).clamp(LOG_STD_MIN, LOG_STD_MAX)
-
-
-class RenormTwinQ(nn.Module):
-    """Two Q(s, a) networks with batch renormalization; ``forward`` returns both, each [B]."""
-
-    def __init__(self, obs_dim, sizes, action_dim, renorm):
-        super().__init__()
-        self.q1 = renorm_mlp(obs_dim + action_dim, sizes, 1, renorm)
-        self.q2 = renorm_mlp(obs_dim + action_dim, sizes, 1, renorm)
-
-    def forward(self, obs, actions):
-        x = torch.cat([obs, actions], dim=-1)
-        return self.q1(x).squeeze(-1), self.q2(x).squeeze(-1)
-
-
 @contextlib.contextmanager
 def renorm_training(*modules):
     """Batch renormalization layers of ``modules`` in training mode inside the block."""
@@ -184,9 +157,11 @@ class CrossQModel(SACModel):
             return BatchRenorm(features, momentum=args.bn_momentum, eps=args.bn_eps,
                                warmup_steps=args.renorm_warmup_steps)
 
-        self.actor = RenormActor(self.obs_dim, args.sac_hidden_sizes, self.action_dim, renorm)
-        self.critic = RenormTwinQ(self.obs_dim, args.crossq_critic_sizes, self.action_dim,
-                                  renorm)
+        sizes = args.sac_hidden_sizes
+        self.actor = Actor(self.obs_dim, sizes, self.action_dim,
+                           trunk=renorm_mlp(self.obs_dim, sizes, None, renorm, last_renorm=True))
+        self.critic = TwinQ(self.obs_dim, args.crossq_critic_sizes, self.action_dim,
+                            mlp=functools.partial(renorm_mlp, renorm=renorm))
         self.log_alpha = nn.Parameter(torch.full((1,), math.log(args.init_alpha)))
         # Critic updates applied so far (after_update counts them): which updates also move
         # the actor. A buffer, so it travels with the weights and checkpoints.

@@ -72,11 +72,12 @@ def tanh_log_prob_correction(u):
 
 
 class Actor(nn.Module):
-    """Gaussian over pre-squash actions u, with a state-dependent log std clamped to [-20, 2]."""
+    """Gaussian over pre-squash actions u, with a state-dependent log std clamped to [-20, 2].
+    ``trunk``: the hidden layers (default: a ReLU MLP of ``sizes``; CrossQ passes its own)."""
 
-    def __init__(self, obs_dim, sizes, action_dim):
+    def __init__(self, obs_dim, sizes, action_dim, trunk=None):
         super().__init__()
-        self.trunk = relu_mlp(obs_dim, sizes)
+        self.trunk = relu_mlp(obs_dim, sizes) if trunk is None else trunk
         last = sizes[-1] if sizes else obs_dim
         self.mu = nn.Linear(last, action_dim)
         self.log_std = nn.Linear(last, action_dim)
@@ -108,12 +109,13 @@ class NumpyActor:
 
 
 class TwinQ(nn.Module):
-    """Two independent Q(s, a) networks; ``forward`` returns both, each [B]."""
+    """Two independent Q(s, a) networks; ``forward`` returns both, each [B]. ``mlp(in_dim,
+    sizes, out_dim)`` builds each (default: a ReLU MLP; CrossQ's adds batch renormalization)."""
 
-    def __init__(self, obs_dim, sizes, action_dim):
+    def __init__(self, obs_dim, sizes, action_dim, mlp=relu_mlp):
         super().__init__()
-        self.q1 = relu_mlp(obs_dim + action_dim, sizes, 1)
-        self.q2 = relu_mlp(obs_dim + action_dim, sizes, 1)
+        self.q1 = mlp(obs_dim + action_dim, sizes, 1)
+        self.q2 = mlp(obs_dim + action_dim, sizes, 1)
 
     def forward(self, obs, actions):
         x = torch.cat([obs, actions], dim=-1)

@@ -209,3 +209,10 @@ def test_crossq_runs_end_to_end(tmp_path, placement):
     summary, rows = read_run(run_dir)
     assert summary["env_steps"] >= 768 and summary["last_eval_return"] is not None
     assert int(rows[-1]["updates"]) > 0 and rows[-1]["actor_loss"] not in ("", None)
+
+
+def test_crossq_acts_through_torch_with_running_statistics():
+    """Its actor is SAC's with a renormalized trunk: not a plain MLP, so no numpy acting (which
+    would skip the normalization)."""
+    model = make_model()
+    assert model.numpy_actor is None
