@@ -239,15 +239,10 @@ class CrossQModel(SACModel):
         return self.collect_gradients(skip_none=True), stats
 
     def configure_optimizer(self):
-        betas = (self.args.adam_beta1, 0.999)
-        return torch.optim.Adam([
-            {"params": list(self.critic.parameters()), "lr": self.args.critic_lr,
-             "name": "critic"},
-            {"params": list(self.actor.parameters()), "lr": self.args.actor_lr, "name": "actor"},
-            # the temperature keeps Adam's usual beta1 0.9, as in sb3-contrib's CrossQ
-            {"params": [self.log_alpha], "lr": self.args.alpha_lr, "name": "alpha",
-             "betas": (0.9, 0.999)},
-        ], betas=betas, fused=True)
+        groups = self.parameter_groups()
+        for group in groups:  # the temperature keeps Adam's usual beta1 0.9, as sb3-contrib
+            group["betas"] = (0.9 if group["name"] == "alpha" else self.args.adam_beta1, 0.999)
+        return torch.optim.Adam(groups, fused=True)
 
     @torch.no_grad()
     def after_update(self):
