@@ -33,6 +33,12 @@ class BaseAgent:
         gradients are then those of the union."""
         raise NotImplementedError
 
+    def adopt_data(self, others):
+        """Make the union of other agents' ``export_data()`` this agent's data of the round,
+        dropping any of its own: the learner's agent computes every minibatch gradient on it
+        (PPO with --grad_workers 0). Optional: without it, --grad_workers 0 is refused."""
+        raise NotImplementedError
+
     def sync_weights(self, weights, version):
         """Load ``weights`` into the model unless this version is loaded already."""
         if weights is not None and version != getattr(self, "weights_version", None):

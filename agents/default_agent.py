@@ -99,6 +99,15 @@ class DefaultAgent(BaseAgent):
         self.order = None
         return len(self.data["returns"])
 
+    def adopt_data(self, others):
+        """The union of ``others`` as this agent's data of the round, none of its own (the
+        learner's agent, --grad_workers 0)."""
+        device = getattr(self.model, "device", "cpu")
+        self.data = {k: torch.cat([torch.tensor(o[k], device=device) for o in others])
+                     for k in others[0]}
+        self.order = None
+        return len(self.data["returns"])
+
     def minibatch_indices(self, request):
         if request.minibatch == 0 or self.order is None:
             self.order = self.rng.permutation(len(self.data["returns"]))

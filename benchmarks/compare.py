@@ -119,11 +119,17 @@ SUITES = {
                        " --eval_freq 10000 --torch_threads 2",
         }),
     # PPO with gSDE on Pendulum-v1 against SB3 PPO with RL-Zoo's tuned (gSDE) settings.
+    # ddrl-0workers: the preset (configs/ppo-Pendulum-v1.yaml: RL-Zoo's shape and gSDE, one
+    # process); ddrl-2workers: 2 Ray workers x 2 envs, the learner computing the 640 minibatch
+    # steps per round on their data; ddrl-2workers-calls: a gradient call to each worker per step.
     "pendulum-ppo-sde": dict(
         target=-200, max_steps=300_000, peer="sb3",
         systems={
-            "ddrl-2workers-sde": DDRL + " --gym_id Pendulum-v1 --num_workers 2 --num_envs_per_worker 4"
-                                 " --use_sde --sde_sample_freq 4 --total_steps {max_steps}",
+            "ddrl-0workers": DDRL + " --gym_id Pendulum-v1 --total_steps {max_steps}",
+            "ddrl-2workers": DDRL + " --gym_id Pendulum-v1 --num_workers 2 --num_envs_per_worker 2"
+                             " --total_steps {max_steps}",
+            "ddrl-2workers-calls": DDRL + " --gym_id Pendulum-v1 --num_workers 2 --num_envs_per_worker 2"
+                                   " --grad_workers auto --total_steps {max_steps}",
             "sb3": "{python} benchmarks/sb3_ppo.py --env Pendulum-v1 --target_return {target} --seed {seed}"
                    " --out_dir {run_dir} --max_steps {max_steps}",
         }),

@@ -89,6 +89,18 @@ def auto_or_positive_int(text):
         raise argparse.ArgumentTypeError(f"{text!r} is neither 'auto' nor an integer >= 1")
 
 
+def auto_or_nonnegative_int(text):
+    if str(text).lower() == "auto":
+        return "auto"
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither 'auto' nor an integer >= 0")
+    return value
+
+
 def gpu_list(text):
     ids = [s.strip() for s in str(text).split(",") if s.strip()]
     if not all(s.isdigit() for s in ids):
@@ -137,13 +149,16 @@ def add_common_args(parser):
                             "measured in metrics.csv's policy_lag; PPO's clipping bounds it). "
                             "'auto': tried once all workers are up and kept only when it "
                             "measures faster (default: %(default)s)")
-    group.add_argument("--grad_workers", type=auto_or_positive_int, default="auto",
+    group.add_argument("--grad_workers", type=auto_or_nonnegative_int, default="auto",
                        help="PPO: how many of the rollout workers compute the gradients of a "
                             "round, each on the fragments of several (the others send theirs "
                             "along): every minibatch step is one call to each of them, so "
-                            "fewer calls per step when workers outnumber the CPUs. The update "
-                            "is the same (the gradient of the union). 'auto': one per CPU of "
-                            "the Ray cluster, at most --num_workers (default: %(default)s)")
+                            "fewer calls per step when workers outnumber the CPUs. 0: none, "
+                            "the learner computes every minibatch step itself on the data all "
+                            "workers send (no call per step: for small networks and many "
+                            "minibatches). The update is the same (the gradient of the "
+                            "union). 'auto': one per CPU of the Ray cluster, at most "
+                            "--num_workers (default: %(default)s)")
     group.add_argument("--envs_per_actor", type=positive_int, default=1,
                        help="with --env_placement actor: envs per env actor, stepped together "
                             "in one call and concurrently in threads there (envs that wait on "

@@ -56,7 +56,7 @@ def own_data(members):
     return {m: dict(m.handle.obj.agent.data) for m in members}
 
 
-@pytest.mark.parametrize("grad_workers", ["3", "1", "2"])
+@pytest.mark.parametrize("grad_workers", ["3", "1", "2", "0"])
 @pytest.mark.parametrize("missing", [2, 0])
 def test_a_missing_worker_leaves_the_union_of_the_delivered_data(missing, grad_workers):
     trainer = make_trainer("--grad_workers", grad_workers)
@@ -87,6 +87,10 @@ def test_a_missing_worker_leaves_the_union_of_the_delivered_data(missing, grad_w
     computing = sorted(m.slot for m in groups[0])
     if grad_workers == "3":
         assert computing == sorted(m.slot for m in delivered)
+    elif grad_workers == "0":  # the learner computes on everyone's data, in this process
+        assert computing == [trainer.learner_gradients.slot]
+        assert sorted(m.slot for m in groups[0][trainer.learner_gradients]) == sorted(
+            m.slot for m in delivered)
     else:
         assert len(computing) == min(int(grad_workers), 2) and lost.slot not in computing
         assert sorted(m.slot for g in groups[0].values() for m in g) == sorted(
@@ -150,3 +154,30 @@ def test_a_gradient_worker_that_dies_mid_round_takes_its_groups_data_along():
     survivor = next(m for m in groups if m is not victim)
     assert seen == [[0, 1], [0, 1], [survivor.slot], [survivor.slot]]
     assert len(grad_norms) == 4
+
+
+def test_the_learner_computing_makes_no_gradient_calls_and_takes_every_step():
+    """--grad_workers 0, two epochs of two minibatches: every step is computed in this process
+    on the pooled data (no worker is asked for a gradient), the weights version advances by
+    one per step and no step lags."""
+    trainer = make_trainer("--num_epochs", "2", "--grad_workers", "0")
+    members = sorted(trainer.group.members, key=lambda m: m.slot)
+    delivered = trainer.collect(members, trainer.learner.get_weights())
+    asked = []
+    submit = trainer.group.submit
+    trainer.group.submit = lambda member, method, *a: asked.append(method) or submit(
+        member, method, *a)
+    _, grad_norms, gradient_lags, _ = trainer.update(delivered, None, progress=0.0)
+    assert "fetch_grads" not in asked and "absorb" not in asked
+    assert len(grad_norms) == 4 and trainer.learner.version == 4
+    assert gradient_lags == [0, 0, 0, 0]
+    assert len(trainer.learner_gradients.agent.data["returns"]) == 384
+
+
+def test_grad_workers_0_needs_an_agent_that_adopts_data(monkeypatch):
+    from agents.base import BaseAgent
+    from agents.default_agent import DefaultAgent
+    monkeypatch.setattr(DefaultAgent, "adopt_data", BaseAgent.adopt_data)
+    from core.registry import ConfigError
+    with pytest.raises(ConfigError, match="--grad_workers 0.*DefaultAgent.*adopt_data"):
+        make_trainer("--grad_workers", "0")

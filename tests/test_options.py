@@ -77,6 +77,7 @@ def test_truncated_flag_is_a_misspelling_not_an_abbreviation():
     (["--gpu", "a,b"], "'a,b'"),
     (["--hidden_sizes", "64,x"], "'64,x'"),
     (["--env_placement", "cloud"], "'cloud'"),
+    (["--grad_workers", "-1"], "'-1'"),
 ])
 def test_bad_values_raise_config_error_naming_the_value(argv, value):
     with pytest.raises(ConfigError) as info:
@@ -152,7 +153,7 @@ def test_config_that_is_missing_or_not_a_mapping_raises(tmp_path):
 def test_the_tuned_preset_applies_without_config_and_the_command_line_wins():
     args = parse_args(["--gym_id", "Pendulum-v1", "--gae_lambda", "0.5"])
     assert os.path.basename(args.config) == "ppo-Pendulum-v1.yaml"
-    assert args.gamma == 0.9 and args.rollout_steps == 256  # from the preset
+    assert args.gamma == 0.9 and args.rollout_steps == 1024 and args.use_sde  # from the preset
     assert args.gae_lambda == 0.5                            # typed: wins over the preset's 0.95
 
 

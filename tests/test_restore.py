@@ -101,11 +101,13 @@ def read_csv(path):
         return list(csv.DictReader(f))
 
 
-def test_pause_then_restore_ends_at_the_weights_of_the_straight_run(tmp_path):
+@pytest.mark.parametrize("flags", [(), ("--grad_workers", "0")], ids=["workers", "learner"])
+def test_pause_then_restore_ends_at_the_weights_of_the_straight_run(tmp_path, flags):
     """--num_workers 0, fixed seed: 2N steps straight == N steps, stop, --restore to 2N (same
     weights bit for bit: episodes, RNGs, optimizer and schedules all continue), with the
-    metrics.csv of the resumed run appended, not restarted."""
-    common = ("--num_workers", "0", "--seed", "3", "--total_steps", "6144",
+    metrics.csv of the resumed run appended, not restarted. Whether the worker or the
+    learner (--grad_workers 0, its own minibatch RNG) computes the gradients."""
+    common = (*flags, "--num_workers", "0", "--seed", "3", "--total_steps", "6144",
               "--eval_interval", "2048", "--eval_episodes", "2", "--target_return", "none",
               "--checkpoint_interval", "1000", "--keep_checkpoints", "2", "--quiet")
     straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
