@@ -67,7 +67,10 @@ SUITES = {
     "pendulum-ppo": dict(
         target=-200, max_steps=300_000, peer="sb3",
         systems={
-            "ddrl-2workers": DDRL + " --gym_id Pendulum-v1 --num_workers 2 --num_envs_per_worker 4 --total_steps {max_steps}",
+            # the preset before gSDE (commit 7606222), written out: the preset has changed since
+            "ddrl-2workers": DDRL + " --gym_id Pendulum-v1 --num_workers 2 --num_envs_per_worker 4 --total_steps {max_steps}"
+                             " --rollout_steps 256 --batch_size 256 --lr_schedule linear --no-use_sde"
+                             " --sde_sample_freq -1 --grad_workers auto",
             "sb3": "{python} benchmarks/sb3_ppo.py --env Pendulum-v1 --target_return {target} --seed {seed}"
                    " --out_dir {run_dir} --max_steps {max_steps}",
         }),

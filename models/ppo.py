@@ -12,6 +12,7 @@ of the per-state Gaussian N(mu(s), sqrt(phi(s)^2 @ sigma^2)), which does not dep
 The loss of one minibatch is in ``step``; the agent hands it advantages already normalized with
 the statistics of the whole rollout (so that averaging workers' gradients equals one big batch).
 """
+import argparse
 import math
 from typing import NamedTuple
 
@@ -109,10 +110,11 @@ class PPOModel(BaseModel):
                             help="initial log standard deviation of the Gaussian policy "
                                  "(Box actions; with --use_sde: of every entry of the "
                                  "exploration matrix) (default: %(default)s)")
-        parser.add_argument("--use_sde", action="store_true",
+        parser.add_argument("--use_sde", action=argparse.BooleanOptionalAction, default=False,
                             help="generalized state-dependent exploration (gSDE) for Box "
                                  "actions: noise phi(s) @ E with an exploration matrix E per env, "
-                                 "redrawn at each fragment's start (models/ppo.py)")
+                                 "redrawn at each fragment's start (models/ppo.py); --no-use_sde "
+                                 "turns off a preset's (default: %(default)s)")
         parser.add_argument("--sde_sample_freq", type=int, default=-1,
                             help="with --use_sde, also redraw the exploration matrices every "
                                  "this many steps of a fragment; -1: once per fragment "

@@ -368,9 +368,8 @@ class SACModel(BaseModel):
     @torch.no_grad()
     def after_update(self):
         """Polyak averaging of the target critics: target = tau * online + (1 - tau) * target."""
-        tau = self.args.tau
         targets = dict(self.critic_target.named_buffers())
-        for name, param in self.critic.named_parameters():
-            target = targets[name]
-            target.mul_(1.0 - tau)
-            target.add_(param, alpha=tau)
+        online = dict(self.critic.named_parameters())
+        # one fused call over all tensors: target += tau * (online - target)
+        torch._foreach_lerp_([targets[name] for name in online], list(online.values()),
+                             self.args.tau)
