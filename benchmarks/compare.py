@@ -104,6 +104,10 @@ SUITES = {
         systems={
             "ddrl-2workers": DDRL_SAC + " --gym_id LunarLanderContinuous-v3 --num_workers 2 --total_steps {max_steps}"
                              " --eval_interval 10000",  # the rest from configs/sac-LunarLanderContinuous-v3.yaml
+            # the preset's hyperparameters in one process, the update in bf16 on both cores
+            "ddrl-0workers-bf16": DDRL_SAC + " --gym_id LunarLanderContinuous-v3 --num_workers 0"
+                                  " --sac_precision bf16 --learner_threads 2 --total_steps {max_steps}"
+                                  " --eval_interval 10000",
             # the peer on equal terms: SB3 given exactly ddrl's preset (net sizes, constant lr, warm-up,
             # batch, tau; sb3_sac.py --hyperparams ddrl); RL-Zoo's own settings as a second row
             "sb3": "{python} benchmarks/sb3_sac.py --env LunarLanderContinuous-v3 --hyperparams ddrl"
