@@ -92,6 +92,7 @@ def test_sac_survives_killed_workers_and_a_dead_buffer_and_reaches_its_target(tm
     long before its 12k-step budget."""
     run_dir = str(tmp_path / "run")
     proc = start_main("--model_name", "sac", "--gym_id", "Pendulum-v1", "--seed", "0",
+                      "--num_workers", "2", "--sac_precision", "fp32", "--learner_threads", "1",
                       "--num_learners", "2", "--sac_hidden_sizes", "64,64", "--batch_size",
                       "128", "--actor_lr", "1e-3", "--critic_lr", "1e-3", "--alpha_lr", "1e-3",
                       "--total_steps", "12000", "--target_return", "-400", "--eval_interval",
