@@ -12,6 +12,8 @@ GPUs (core/devices.py): whichever of the two computes the gradients (the server 
 learner, the learner workers with several) holds its model on the GPU it was given; gradients,
 weights, TD errors and optimizer state leave it as CPU numpy arrays or tensors.
 """
+import os
+
 import numpy as np
 import torch
 
@@ -24,7 +26,14 @@ from core.process import setup_process
 
 
 def learner_threads(args):
-    return getattr(args, "learner_threads", None) or getattr(args, "torch_threads", 1)
+    """--learner_threads; 'auto' gives a process alone on the machine (--num_workers 0) two
+    threads, as measured faster on 2 cores (BENCHMARKS.md, "Cost of one SAC update"); with
+    Ray workers the other cores are theirs: --torch_threads. More than 2 is not measured."""
+    wanted = getattr(args, "learner_threads", None)
+    if wanted in (None, "auto"):
+        alone = getattr(args, "num_workers", 1) == 0 and (os.cpu_count() or 1) >= 2
+        return 2 if alone else getattr(args, "torch_threads", 1)
+    return wanted
 
 
 class ParameterServer:

@@ -44,10 +44,11 @@ LOSS_KEYS = ("policy_loss", "value_loss", "entropy")
 class LearnerGradients:
     """--grad_workers 0: the learner's own agent, in this process, computes every minibatch
     gradient on the data all workers send along with their fragments, so a minibatch step is
-    no call at all (PPO with small networks and many small minibatches is bound by the calls
-    otherwise: ~1 ms each against ~0.3 ms for the gradient itself). Its model is the
-    learner's: the gradients are always those of the current weights. It stands in the
-    round's groups like a gradient worker."""
+    no call at all (with small networks and many small minibatches the calls cost more than
+    the gradients: RL-Zoo's Pendulum shape, 640 steps of 64 samples per round, ran 2.5x
+    longer with a call per step; BENCHMARKS.md). Its model is the learner's: the gradients
+    are always those of the current weights. It stands in the round's groups like a
+    gradient worker."""
     slot, local = -1, True
 
     def __init__(self, agent):
@@ -128,7 +129,8 @@ class PPOTrainer(NormalizedTrainer):
         # shared for Ray from that round on), not at the moment Ray happens to be up.
         self.evaluations = EvalRunner(spec, run, faults, lambda: self.remote_spawned)
         self.evaluations.prepare()
-        if args.compiled_graph and self.num_remote:
+        # (the graph is a gradient round trip to every worker: not when the learner computes)
+        if args.compiled_graph and self.num_remote and self.learner_gradients is None:
             self.group.poll(timeout=None)
             self.graph = self.compile_graph()
 

@@ -28,8 +28,8 @@ from core.placement import Placement
 from core.replay_buffer import PrioritizedReplayBuffer, ReplayBuffer
 from core.rollout import make_rollout_worker
 from core.worker_group import MISSING, WorkerGroup, alive
-from options.options import (non_negative_float, non_negative_int, positive_float,
-                             positive_int)
+from options.options import (auto_or_positive_int, non_negative_float, non_negative_int,
+                             positive_float, positive_int)
 
 METRIC_COLUMNS = [
     "iteration", "env_steps", "wall_time_s", "steps_per_s", "updates", "updates_per_s",
@@ -74,13 +74,14 @@ def add_args(parser):
                             "old, overlapping with the parameter server's update (as Ape-X and "
                             "Rapid do); 0: every gradient on the newest weights, strictly in turn "
                             "(default: 1 with Ray workers, 0 with --num_workers 0)")
-    group.add_argument("--learner_threads", type=positive_int, default=None,
+    group.add_argument("--learner_threads", type=auto_or_positive_int, default="auto",
                        help="torch threads of the process that computes SAC updates (the "
                             "parameter server and each learner worker; with --num_workers 0 the "
-                            "whole process). Alone, a 400x300 update is ~1.6x faster with 2 "
-                            "threads than 1 (benchmarks/update_cost.py); in the 2-worker "
-                            "loop on 2 cores it was not (60 against 58 updates/s): the other "
-                            "processes need the second core (default: --torch_threads)")
+                            "whole process). Alone, an update is 1.2-1.6x faster with 2 threads "
+                            "than 1 (benchmarks/update_cost.py); in the 2-worker loop on 2 "
+                            "cores it was not: the other processes need the second core. "
+                            "'auto': 2 with --num_workers 0 on a machine of 2 or more CPUs, "
+                            "else --torch_threads (default: %(default)s)")
     group.add_argument("--updates_per_call", type=positive_int, default=4,
                        help="with one learner, updates the parameter server makes per call, "
                             "on as many batches sampled in one buffer call: fewer Ray round "

@@ -173,3 +173,18 @@ def test_the_servers_in_place_update_equals_the_numpy_path_and_skips_nan():
     assert in_place.get_version() == 1
     for name, value in in_place.get_weights().items():
         np.testing.assert_array_equal(value, before[name])
+
+
+@pytest.mark.parametrize("flags, expected", [
+    (["--num_workers", "0"], 2),                                   # alone: both cores
+    (["--num_workers", "2"], 1),                                   # the workers need a core
+    (["--num_workers", "2", "--torch_threads", "3"], 3),
+    (["--num_workers", "0", "--learner_threads", "1"], 1),         # as asked
+    (["--num_workers", "2", "--learner_threads", "4"], 4),
+])
+def test_learner_threads_auto_gives_a_process_alone_two_threads(monkeypatch, flags, expected):
+    from core.parameter_server import learner_threads
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert learner_threads(parse_args(SAC + flags)) == expected
+    monkeypatch.setattr("os.cpu_count", lambda: 1)   # one CPU: nothing to spread over
+    assert learner_threads(parse_args(SAC + ["--num_workers", "0"])) == 1
