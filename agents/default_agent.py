@@ -93,18 +93,22 @@ class DefaultAgent(BaseAgent):
         """The union of this agent's data and ``others`` (their advantages were computed by
         their own workers with the same gamma and lambda; normalization uses the round's
         moments over all workers, as before)."""
-        device = self.data["returns"].device
-        self.data = {k: torch.cat([v] + [torch.tensor(o[k], device=device) for o in others])
-                     for k, v in self.data.items()}
-        self.order = None
-        return len(self.data["returns"])
+        return self.take_union([self.data, *others])
 
     def adopt_data(self, others):
         """The union of ``others`` as this agent's data of the round, none of its own (the
         learner's agent, --grad_workers 0)."""
+        return self.take_union(others)
+
+    def take_union(self, parts):
+        """Concatenate ``parts`` (this agent's tensors or exported arrays) as this round's data,
+        on the model's device; returns the sample count."""
         device = getattr(self.model, "device", "cpu")
-        self.data = {k: torch.cat([torch.tensor(o[k], device=device) for o in others])
-                     for k in others[0]}
+
+        def tensor(x):  # arrays from Ray's object store are read-only: copy them
+            return x.to(device) if isinstance(x, torch.Tensor) else torch.tensor(x, device=device)
+
+        self.data = {k: torch.cat([tensor(p[k]) for p in parts]) for k in parts[0]}
         self.order = None
         return len(self.data["returns"])
 

@@ -93,12 +93,9 @@ def auto_or_nonnegative_int(text):
     if str(text).lower() == "auto":
         return "auto"
     try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
+        return non_negative_int(text)
+    except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(f"{text!r} is neither 'auto' nor an integer >= 0")
-    return value
 
 
 def gpu_list(text):
