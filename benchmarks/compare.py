@@ -120,6 +120,22 @@ SUITES = {
             "sb3-zoo": "{python} benchmarks/sb3_sac.py --env LunarLanderContinuous-v3 --target_return {target} --seed {seed}"
                        " --out_dir {run_dir} --max_steps {max_steps} --eval_freq 10000 --torch_threads 2",
         }),
+    # LunarLanderContinuous-v3 with the learning rates decaying linearly to 0 over 500k steps
+    # (RL-Zoo's lin_7.3e-4), otherwise the lunar-sac preset's hyperparameters; ddrl in one process
+    # with the update in bf16 on both cores; sb3: SB3 given exactly these hyperparameters
+    # (its update in fp32, the only precision it has); sb3-zoo: RL-Zoo's own entry (400x300).
+    "lunar-sac-lr-decay": dict(
+        target=200, max_steps=500_000, peer="sb3", timeout=3600,
+        systems={
+            "ddrl-0workers-bf16": DDRL_SAC + " --gym_id LunarLanderContinuous-v3 --num_workers 0"
+                                  " --sac_precision bf16 --learner_threads 2 --sac_lr_schedule linear"
+                                  " --total_steps {max_steps} --eval_interval 10000",
+            "sb3": "{python} benchmarks/sb3_sac.py --env LunarLanderContinuous-v3 --hyperparams ddrl"
+                   " --ddrl_flags '--sac_lr_schedule linear' --target_return {target} --seed {seed}"
+                   " --out_dir {run_dir} --max_steps {max_steps} --eval_freq 10000 --torch_threads 2",
+            "sb3-zoo": "{python} benchmarks/sb3_sac.py --env LunarLanderContinuous-v3 --target_return {target} --seed {seed}"
+                       " --out_dir {run_dir} --max_steps {max_steps} --eval_freq 10000 --torch_threads 2",
+        }),
     # CrossQ on LunarLanderContinuous-v3 (RL-Zoo's crossq.yml: 200k steps, 10k warm-up; otherwise
     # sb3-contrib's defaults, which ddrl's crossq shares: lr 1e-3, 256x256 actor, 1024x1024
     # critics, policy delay 3, Adam beta1 0.5). sb3: sb3-contrib's CrossQ given exactly ddrl's
