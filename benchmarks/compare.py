@@ -92,6 +92,14 @@ SUITES = {
                                   " --learner_threads 2 --total_steps {max_steps} --eval_interval 1000",
             "ddrl-2workers-bf16": DDRL_SAC + " --gym_id Pendulum-v1 --num_workers 2 --sac_precision bf16"
                                   " --learner_threads 1 --total_steps {max_steps} --eval_interval 1000",
+            # 2 workers, the update on both cores: two learner processes on the halves of each
+            # batch, averaging their gradients with one allreduce (--learner_sync allreduce)
+            "ddrl-2workers-allreduce": DDRL_SAC + " --gym_id Pendulum-v1 --num_workers 2 --sac_precision fp32"
+                                       " --learner_threads 1 --num_learners 2 --learner_sync allreduce"
+                                       " --total_steps {max_steps} --eval_interval 1000",
+            "ddrl-2workers-allreduce-bf16": DDRL_SAC + " --gym_id Pendulum-v1 --num_workers 2 --sac_precision bf16"
+                                            " --learner_threads 1 --num_learners 2 --learner_sync allreduce"
+                                            " --total_steps {max_steps} --eval_interval 1000",
             # the peer on equal terms: SB3 given ddrl's preset hyperparameters (sb3_sac.py --hyperparams ddrl)
             "sb3": "{python} benchmarks/sb3_sac.py --env Pendulum-v1 --hyperparams ddrl --target_return {target}"
                    " --seed {seed} --out_dir {run_dir} --max_steps {max_steps} --eval_freq 1000",

@@ -48,6 +48,18 @@ class ParameterServer:
         self.learner = Learner(self.model)
         # For --num_learners 1 the server is the learner as well: no weights travel per update.
         self.agent = plugins.agent_cls(spec.args, self.model, seed=spec.args.seed)
+        self.seed = spec.args.seed
+        self.group = None  # with --learner_sync allreduce: this process's AllreduceGroup
+
+    def join_group(self, path, rank, shares):
+        """Join the allreduce learner group (core/allreduce.py) as ``rank`` (0: this is the
+        parameter server, else a replica of it); every rank then holds rank 0's weights and
+        draws its own sampling noise."""
+        from core.allreduce import AllreduceGroup
+        self.group = AllreduceGroup(path, rank, shares)
+        self.group.broadcast_model(self.model)
+        torch.manual_seed(self.seed + 1000 * int(rank))
+        return rank
 
     @property
     def version(self):
@@ -96,6 +108,10 @@ class ParameterServer:
         wake-up of the driver) over several updates. Returns one stats dict per update."""
         stats, priorities = [], []
         for batch in batches:
+            if self.group is not None:  # this rank's rows; the allreduce makes it the whole
+                start, end = self.group.rows(len(batch.indices))
+                share = (end - start) / len(batch.indices)
+                batch = rows_of(batch, start, end)
             # The gradients stay in the model's .grad (no copies to numpy and back) unless the
             # model hands its own (collect_gradients not used): then the usual averaging path.
             with self.model.gradients_in_place():
@@ -104,6 +120,13 @@ class ParameterServer:
             td_errors = result.stats.pop("td_errors", None)
             if td_errors is not None and np.isfinite(td_errors).all():
                 priorities.append((batch, td_errors))
+            if self.group is not None:
+                if result.gradients is not None:
+                    raise RuntimeError(
+                        f"model {type(self.model).__name__} hands back its gradients instead of "
+                        f"leaving them in .grad (BaseModel.collect_gradients), so "
+                        f"--learner_sync allreduce cannot average them; use --learner_sync server")
+                self.group.allreduce(self.model, result.stats, share)
             stats.append(self.apply(result, progress=progress) if result.gradients is not None
                          else self.apply_in_place(result, progress))
         if buffer is not None and priorities:
@@ -133,6 +156,13 @@ class ParameterServer:
             self.learner.optimizer.load_state_dict(optimizer_state)
         self.learner.version = int(version)
         return self.learner.version
+
+
+def rows_of(batch, start, end):
+    """Rows [start, end) of a ReplayBatch."""
+    cut = slice(start, end)
+    return type(batch)(type(batch.transitions)(*(column[cut] for column in batch.transitions)),
+                       batch.indices[cut], batch.generations[cut], batch.weights[cut])
 
 
 class LearnerWorker:

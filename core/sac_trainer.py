@@ -19,12 +19,14 @@ import time
 import numpy as np
 import ray
 
+from core.allreduce import rendezvous_file
 from core.devices import gpu_plan
 from core.eval_runner import EvalRunner
 from core.faults import death_inside, short_error
 from core.normalizer import NormalizedTrainer
 from core.parameter_server import LearnerWorker, ParameterServer
 from core.placement import Placement
+from core.registry import ConfigError
 from core.replay_buffer import PrioritizedReplayBuffer, ReplayBuffer
 from core.rollout import make_rollout_worker
 from core.worker_group import MISSING, WorkerGroup, alive
@@ -58,6 +60,15 @@ def add_args(parser):
                             "batch_size / N of the update's transitions and the parameter "
                             "server averages them by sample count, the same update as one "
                             "learner on the whole batch (default: %(default)s)")
+    group.add_argument("--learner_sync", choices=["server", "allreduce"], default="server",
+                       help="how --num_learners above 1 average their gradients. server: "
+                            "learner workers send them to the parameter server through Ray, "
+                            "which applies their average and hands out the weights; allreduce: "
+                            "the parameter server and N - 1 replicas of it each compute their "
+                            "rows of every batch and average the gradients among themselves "
+                            "(torch.distributed gloo on loopback), each applying the same step "
+                            "(core/allreduce.py). Needs Ray actors (--num_workers 1 or more) "
+                            "(default: %(default)s)")
     group.add_argument("--weight_sync_interval", type=positive_int, default=64,
                        help="env steps a rollout worker takes between weight pulls "
                             "(default: %(default)s)")
@@ -148,6 +159,13 @@ class SACTrainer(NormalizedTrainer):
     def __init__(self, args, spec, plugins, spaces, run, faults, ray_starter=None):
         self.args, self.run, self.spec, self.spaces, self.faults = args, run, spec, spaces, faults
         self.local = args.num_workers == 0
+        self.allreduce = args.learner_sync == "allreduce" and args.num_learners > 1
+        if self.allreduce and self.local:
+            raise ConfigError(
+                f"--learner_sync allreduce runs the {args.num_learners} learners as processes "
+                f"(Ray actors), but --num_workers 0 runs everything in this process. Use "
+                f"--num_workers 1 or more, or --learner_sync server.")
+        self.replicas = []  # with allreduce: the parameter server's replicas, ranks 1..N-1
         self.placement = Placement(local=self.local)
         self.make_core()
 
@@ -157,7 +175,7 @@ class SACTrainer(NormalizedTrainer):
         # One learner: the parameter server computes the gradients itself (no weights travel
         # per update). Several: learner workers, averaged by the server.
         self.learners = WorkerGroup("learner worker", self.make_learner, faults, env_steps)
-        for i in range(args.num_learners if args.num_learners > 1 else 0):
+        for i in range(args.num_learners if args.num_learners > 1 and not self.allreduce else 0):
             self.learners.add(i, local=self.local)
         self.num_workers = max(1, args.num_workers)
         self.workers = WorkerGroup("rollout worker", self.make_worker, faults, env_steps,
@@ -178,8 +196,17 @@ class SACTrainer(NormalizedTrainer):
 
     # -- actors --------------------------------------------------------------------------------
     def make_core(self):
-        """The replay buffer and the parameter server (again after they died)."""
+        """The replay buffer and the parameter server (again after they died), with its
+        replicas in one allreduce group under --learner_sync allreduce."""
         self.buffer, self.server = spawn_core(self.placement, self.spec, self.spaces)
+        if self.allreduce:
+            self.replicas = [spawn_server(self.placement, self.spec, self.spaces)
+                             for _ in range(self.args.num_learners - 1)]
+            path = rendezvous_file()
+            shares = split_batch(self.args.batch_size, self.args.num_learners)
+            # every rank blocks in the rendezvous until all have joined: one get for all
+            self.placement.get([handle.join_group.remote(path, rank, shares) for rank, handle
+                                in enumerate([self.server, *self.replicas])])
 
     def make_learner(self, slot, generation, local):
         return spawn_learner(self.placement, self.spec, self.spaces, slot)
@@ -190,7 +217,10 @@ class SACTrainer(NormalizedTrainer):
 
     def check_core(self, error):
         """Raise CoreActorLost if the replay buffer or the parameter server is gone."""
-        for name, handle in (("replay buffer", self.buffer), ("parameter server", self.server)):
+        replicas = [(f"learner replica {rank}", handle)
+                    for rank, handle in enumerate(self.replicas, start=1)]
+        for name, handle in (("replay buffer", self.buffer), ("parameter server", self.server),
+                             *replicas):
             if not alive(handle):
                 raise CoreActorLost(f"the {name} died ({short_error(error)})")
 
@@ -250,6 +280,7 @@ class SACTrainer(NormalizedTrainer):
         self.learner_weights, self.learner_version = self.weights, self.version
         self.rollouts = {}        # ref -> worker member
         self.updates = []         # refs of ParameterServer.apply / update, oldest first
+        self.replica_updates = {}  # ref -> its replicas' update refs (--learner_sync allreduce)
         self.update_counts = {}   # ref -> updates it makes
         # A restored buffer keeps the budgets running as if the run had never stopped; an empty
         # one starts them (and the warm-up) again from the restore point.
@@ -316,9 +347,12 @@ class SACTrainer(NormalizedTrainer):
                     if share > 0], progress=progress)
             else:
                 count = min(args.updates_per_call, allowed - self.updates_submitted)
-                ref = self.server.update.remote(
-                    self.buffer.sample_batches.remote(args.batch_size, count), buffer,
-                    progress=progress)
+                batches = self.buffer.sample_batches.remote(args.batch_size, count)
+                ref = self.server.update.remote(batches, buffer, progress=progress)
+                if self.replicas:  # the same batches: each rank computes its own rows
+                    self.replica_updates[ref] = [
+                        replica.update.remote(batches, buffer, progress=progress)
+                        for replica in self.replicas]
             self.updates.append(ref)
             self.update_counts[ref] = count
             self.updates_submitted += count
@@ -358,10 +392,13 @@ class SACTrainer(NormalizedTrainer):
             count = self.update_counts.pop(ref)
             try:
                 result = self.placement.get(ref)
+                # the replicas ended the same allreduce: done, or about to be
+                self.placement.get(self.replica_updates.pop(ref, []))
             except Exception as exc:  # noqa: BLE001 - which actor died?
+                # (a replica's death fails the others' allreduce with a plain error)
+                self.check_core(exc)
                 if not death_inside(exc):
                     raise
-                self.check_core(exc)
                 # A learner worker died: the update is lost, the budget submits it again.
                 self.learners.check_health()
                 self.updates_submitted -= count
@@ -401,7 +438,8 @@ class SACTrainer(NormalizedTrainer):
         # Their fragments went to the dead buffer; the updates to the dead server.
         self.workers.drop(list(self.rollouts) + self.updates)
         self.evaluations.cancel()   # it may wait for weights the dead server held
-        for handle in (self.buffer, self.server, *[m.handle for m in self.learners.members]):
+        for handle in (self.buffer, self.server, *self.replicas,
+                       *[m.handle for m in self.learners.members]):
             if not self.local:
                 try:
                     ray.kill(handle, no_restart=True)
@@ -487,7 +525,8 @@ class SACTrainer(NormalizedTrainer):
         """Continue from a checkpoint: the server's weights, optimizer state and version. The
         replay buffer starts empty unless the checkpoint holds it (--checkpoint_buffer), so
         learning may wait for --learning_starts new transitions again."""
-        self.placement.get(self.server.load_state.remote(weights, optimizer_state, updates))
+        self.placement.get([handle.load_state.remote(weights, optimizer_state, updates)
+                            for handle in (self.server, *self.replicas)])
         self.updates_done = int(updates)
 
     def checkpoint_state(self):
