@@ -114,16 +114,19 @@ SUITES = {
     "lunar-sac": dict(
         target=200, max_steps=500_000, peer="sb3", timeout=3600,
         systems={
+            # the preset of commit 324b708 (2 workers, fp32, constant rates), spelled out since
+            # the preset changed (now lunar-sac-lr-decay's ddrl row); the rest from the preset
             "ddrl-2workers": DDRL_SAC + " --gym_id LunarLanderContinuous-v3 --num_workers 2 --total_steps {max_steps}"
-                             " --eval_interval 10000",  # the rest from configs/sac-LunarLanderContinuous-v3.yaml
+                             " --sac_precision fp32 --learner_threads 1 --sac_lr_schedule constant"
+                             " --eval_interval 10000",
             # the preset's hyperparameters in one process, the update in bf16 on both cores
             "ddrl-0workers-bf16": DDRL_SAC + " --gym_id LunarLanderContinuous-v3 --num_workers 0"
-                                  " --sac_precision bf16 --learner_threads 2 --total_steps {max_steps}"
-                                  " --eval_interval 10000",
-            # the peer on equal terms: SB3 given exactly ddrl's preset (net sizes, constant lr, warm-up,
-            # batch, tau; sb3_sac.py --hyperparams ddrl); RL-Zoo's own settings as a second row
+                                  " --sac_precision bf16 --learner_threads 2 --sac_lr_schedule constant"
+                                  " --total_steps {max_steps} --eval_interval 10000",
+            # the peer on equal terms: SB3 given exactly ddrl's hyperparameters (net sizes, constant lr,
+            # warm-up, batch, tau; sb3_sac.py --hyperparams ddrl); RL-Zoo's own settings as a second row
             "sb3": "{python} benchmarks/sb3_sac.py --env LunarLanderContinuous-v3 --hyperparams ddrl"
-                   " --target_return {target} --seed {seed} --out_dir {run_dir} --max_steps {max_steps}"
+                   " --ddrl_flags '--sac_lr_schedule constant' --target_return {target} --seed {seed} --out_dir {run_dir} --max_steps {max_steps}"
                    " --eval_freq 10000 --torch_threads 2",
             "sb3-zoo": "{python} benchmarks/sb3_sac.py --env LunarLanderContinuous-v3 --target_return {target} --seed {seed}"
                        " --out_dir {run_dir} --max_steps {max_steps} --eval_freq 10000 --torch_threads 2",
