@@ -10,9 +10,9 @@ slow one use the same number of samples per update.
 
 Faults: a rollout worker, learner worker or the test worker that dies is replaced (its work in
 flight dropped, core/worker_group.py); an update with a NaN or inf loss or gradient is skipped
-by the parameter server; when the replay buffer or the parameter server dies, the run restores
-itself in place from its newest checkpoint (the buffer's contents too with --checkpoint_buffer),
-at most --max_failures times.
+by the parameter server; when the replay buffer, the parameter server or one of its replicas
+(--learner_sync allreduce) dies, the run restores itself in place from its newest checkpoint
+(the buffer's contents too with --checkpoint_buffer), at most --max_failures times.
 """
 import time
 
