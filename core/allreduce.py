@@ -68,8 +68,11 @@ class AllreduceGroup:
                                 world_size=self.world_size,
                                 timeout=datetime.timedelta(seconds=timeout_s))
 
-    def rows(self, batch_size):
-        return rank_rows(self.shares, self.rank, batch_size)
+    def own_rows(self, batch):
+        """This rank's rows of a ReplayBatch, and their share of it (the allreduce's weight)."""
+        size = len(batch.indices)
+        start, end = rank_rows(self.shares, self.rank, size)
+        return batch.rows(start, end), (end - start) / size
 
     def broadcast_model(self, model):
         """Rank 0's parameters and buffers to every rank (a replica starts, or restarts, as

@@ -109,9 +109,7 @@ class ParameterServer:
         stats, priorities = [], []
         for batch in batches:
             if self.group is not None:  # this rank's rows; the allreduce makes it the whole
-                start, end = self.group.rows(len(batch.indices))
-                share = (end - start) / len(batch.indices)
-                batch = rows_of(batch, start, end)
+                batch, share = self.group.own_rows(batch)
             # The gradients stay in the model's .grad (no copies to numpy and back) unless the
             # model hands its own (collect_gradients not used): then the usual averaging path.
             with self.model.gradients_in_place():
@@ -156,13 +154,6 @@ class ParameterServer:
             self.learner.optimizer.load_state_dict(optimizer_state)
         self.learner.version = int(version)
         return self.learner.version
-
-
-def rows_of(batch, start, end):
-    """Rows [start, end) of a ReplayBatch."""
-    cut = slice(start, end)
-    return type(batch)(type(batch.transitions)(*(column[cut] for column in batch.transitions)),
-                       batch.indices[cut], batch.generations[cut], batch.weights[cut])
 
 
 class LearnerWorker:

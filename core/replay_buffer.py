@@ -31,6 +31,12 @@ class ReplayBatch(NamedTuple):
     generations: np.ndarray         # [B] int64 times each slot had been written when sampled
     weights: np.ndarray             # [B] float32 importance weights (ones when uniform)
 
+    def rows(self, start, end) -> "ReplayBatch":
+        """Rows [start, end) of this batch (views, no copies)."""
+        cut = slice(start, end)
+        return ReplayBatch(Transitions(*(column[cut] for column in self.transitions)),
+                           self.indices[cut], self.generations[cut], self.weights[cut])
+
 
 class ReplayBuffer:
     """A ring of `capacity` transitions stored column by column in their own dtypes."""
