@@ -50,6 +50,16 @@ def measure(threads, sizes, batch_size, n, precision):
     return (time.perf_counter() - start) / n * 1e3
 
 
+def cpu_description():
+    """The CPU's model name and the instruction sets that decide the bf16 figures."""
+    import torch
+    model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+                  if line.startswith("model name")), "unknown") if os.path.exists("/proc/cpuinfo") else "unknown"
+    return {"model_name": model, "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "avx512_bf16": torch.cpu._is_avx512_bf16_supported(),
+            "amx": torch.cpu._is_amx_tile_supported()}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -77,7 +87,8 @@ def main():
                       f"{1e3 / ms:6.1f} updates/s", flush=True)
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"load_average_before": load_before, "results": rows}, f, indent=1)
+            json.dump({"load_average_before": load_before, "cpu": cpu_description(),
+                   "results": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -119,8 +119,19 @@ class TrainingSession:
             print(f"ddrl: {args.env_name}{'/' + gym_id if gym_id else ''} + {args.model_name} + "
                   f"{args.agent_name}, {args.num_workers} workers x {args.num_envs_per_worker} "
                   f"envs, target {target}, run dir {self.run_dir}"
-                  + (f", preset {os.path.relpath(args.config)}" if args.config else ""),
-                  flush=True)
+                  + (f", preset {os.path.relpath(args.config)}" if args.config else "")
+                  + self.precision_note(), flush=True)
+
+    def precision_note(self):
+        """', update in bf16 (auto)' and the like for SAC-family models: what --sac_precision
+        auto chose on this machine's CPU (a parameter server on another node decides by its own)."""
+        requested = getattr(self.args, "sac_precision", None)
+        if requested is None:
+            return ""
+        from core.devices import resolve_precision
+        device = "cuda" if self.args.num_gpus else "cpu"
+        chosen = resolve_precision(requested, device)
+        return f", update in {chosen}" + (" (auto)" if requested == "auto" else "")
 
     def check_gpus(self):
         """A local run may ask only for GPUs torch sees here. With --address the cluster's GPUs

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from gymnasium import spaces
 from torch import nn
 
+from core.devices import resolve_precision
 from core.registry import ConfigError
 from models import register_model
 from models.base import BaseModel, require_box_observations
@@ -162,13 +163,16 @@ class SACModel(BaseModel):
         parser.add_argument("--target_entropy", type=target_entropy_type, default="auto",
                             help="entropy the temperature tuning aims at; 'auto' (default): "
                                  "-dim(action space)")
-        parser.add_argument("--sac_precision", choices=["fp32", "bf16"], default="fp32",
+        parser.add_argument("--sac_precision", choices=["auto", "fp32", "bf16"], default="fp32",
                             help="bf16: the update's matrix products in bfloat16 under "
                                  "torch.autocast; weights, Adam state, losses and targets' "
                                  "arithmetic stay float32. A 256x256 update is ~2x faster on "
-                                 "CPUs with AVX-512 BF16 or AMX (benchmarks/update_cost.py); "
-                                 "check the effect on learning for your task. Acting and "
-                                 "priorities are always float32 (default: %(default)s)")
+                                 "CPUs with AVX-512 BF16 or AMX (benchmarks/update_cost.py) and "
+                                 "14x or more slower where bf16 is emulated (AVX2-only CPUs). "
+                                 "auto: bf16 where the hardware that computes the update has "
+                                 "it, else fp32 (the presets' choice). Check the effect on "
+                                 "learning for your task. Acting and priorities are always "
+                                 "float32 (default: %(default)s)")
         parser.add_argument("--sac_gamma", type=float, default=0.99,
                             help="discount factor of the soft Bellman target "
                                  "(default: %(default)s)")
@@ -297,9 +301,19 @@ class SACModel(BaseModel):
         for priority updates, the rest floats)."""
         obs, actions, rewards, next_obs, terminated, weights = self.unpack(batch)
         with torch.autocast(obs.device.type, dtype=torch.bfloat16,
-                            enabled=getattr(self.args, "sac_precision", "fp32") == "bf16"):
+                            enabled=self.update_precision(obs.device.type) == "bf16"):
             return self.losses_and_gradients(obs, actions, rewards, next_obs, terminated,
                                              weights)
+
+    def update_precision(self, device_type):
+        """--sac_precision resolved for the device that computes the update (core/devices.py:
+        'auto' is bf16 where the hardware multiplies bf16 natively)."""
+        cached = getattr(self, "_update_precision", None)
+        if cached is None or cached[0] != device_type:
+            cached = (device_type, resolve_precision(getattr(self.args, "sac_precision", "fp32"),
+                                                     device_type))
+            self._update_precision = cached
+        return cached[1]
 
     def losses_and_gradients(self, obs, actions, rewards, next_obs, terminated, weights):
         """The body of ``step`` (inside autocast for --sac_precision bf16)."""

@@ -118,6 +118,48 @@ def test_optimizer_state_leaves_a_process_as_cpu_tensors_without_copies_on_the_c
         assert moved["state"][0][key] is value  # already on the CPU: the same tensor
 
 
+# -- --sac_precision auto: bf16 only where the hardware has it ----------------------------------
+@pytest.mark.parametrize("avx512_bf16, amx, expected", [
+    (True, False, "bf16"), (False, True, "bf16"), (False, False, "fp32")])
+def test_auto_precision_is_bf16_only_on_cpus_that_multiply_bf16_natively(
+        monkeypatch, avx512_bf16, amx, expected):
+    monkeypatch.setattr(devices.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    assert devices.resolve_precision("auto") == expected
+    assert devices.resolve_precision("fp32") == "fp32"
+
+
+def test_explicit_bf16_where_it_is_emulated_stays_bf16_with_one_warning_per_process(
+        monkeypatch, capsys):
+    monkeypatch.setattr(devices, "native_bf16", lambda device_type="cpu": False)
+    monkeypatch.setattr(devices, "_emulated_bf16_warned", False)
+    assert [devices.resolve_precision("bf16") for _ in range(3)] == ["bf16"] * 3
+    err = capsys.readouterr().err
+    assert err.count("ddrl:") == 1 and "emulated" in err and "auto" in err
+    monkeypatch.setattr(devices, "native_bf16", lambda device_type="cpu": True)
+    monkeypatch.setattr(devices, "_emulated_bf16_warned", False)
+    assert devices.resolve_precision("bf16") == "bf16" and capsys.readouterr().err == ""
+
+
+def test_the_model_computes_its_update_in_the_precision_auto_resolves_to(monkeypatch):
+    """The SAC model asks core/devices at its first update; autocast runs only for bf16."""
+    import gymnasium as gym
+    from models.sac import SACModel
+    calls = []
+
+    def fake_resolve(requested, device_type="cpu"):
+        calls.append((requested, device_type))
+        return "fp32"
+    monkeypatch.setattr("models.sac.resolve_precision", fake_resolve)
+    env = gym.make("Pendulum-v1")
+    args = parse_args(["--config", "none", "--model_name", "sac", "--gym_id", "Pendulum-v1",
+                       "--sac_precision", "auto", "--sac_hidden_sizes", "8,8"])
+    model = SACModel(args, env.observation_space, env.action_space)
+    assert model.update_precision("cpu") == "fp32" and model.update_precision("cpu") == "fp32"
+    assert calls == [("auto", "cpu")]  # resolved once per device type
+
+
 # -- the checks of --num_gpus ------------------------------------------------------------------
 def test_a_local_run_asking_for_gpus_torch_cannot_see_is_one_paragraph():
     check_local_gpus(0, 0)
