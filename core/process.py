@@ -3,14 +3,23 @@ import os
 
 import torch
 
+# The most torch threads any component of this process asked for. With --num_workers 0 the
+# learner, the rollout worker and the evaluator are objects in the driver's one process and
+# share its thread pool: the rollout worker, made after the learner, must not take the learner's
+# second thread away again (it did until 2026-11-23: "--learner_threads 2" ran on one thread).
+_process_threads = 0
+
 
 def setup_process(args, threads=None):
     """One torch thread per process unless --torch_threads (or, for a learner process, the
     ``threads`` it was given) says otherwise: on 2 cores, two threads per process made
     Stable-Baselines3's PPO 6.5x slower (measured on the 2-core machines), while a large SAC update gains from
-    two (benchmarks/update_cost.py)."""
+    two (benchmarks/update_cost.py). Components sharing a process get the largest of their
+    requests."""
+    global _process_threads
     from core.placement import record_task_events
     record_task_events(getattr(args, "ray_task_events", False))
-    threads = int(threads or getattr(args, "torch_threads", 1) or 1)
-    torch.set_num_threads(threads)
-    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+    wanted = int(threads or getattr(args, "torch_threads", 1) or 1)
+    _process_threads = max(_process_threads, wanted)
+    torch.set_num_threads(_process_threads)
+    os.environ.setdefault("OMP_NUM_THREADS", str(_process_threads))

@@ -123,15 +123,19 @@ class TrainingSession:
                   + self.precision_note(), flush=True)
 
     def precision_note(self):
-        """', update in bf16 (auto)' and the like for SAC-family models: what --sac_precision
-        auto chose on this machine's CPU (a parameter server on another node decides by its own)."""
+        """', update in bf16 (auto) on 2 threads' and the like for SAC-family models: what
+        --sac_precision auto chose on this machine's CPU (a parameter server on another node
+        decides by its own) and the learner's torch threads (--learner_threads)."""
         requested = getattr(self.args, "sac_precision", None)
         if requested is None:
             return ""
         from core.devices import resolve_precision
         device = "cuda" if self.args.num_gpus else "cpu"
         chosen = resolve_precision(requested, device)
-        return f", update in {chosen}" + (" (auto)" if requested == "auto" else "")
+        from core.parameter_server import learner_threads
+        threads = learner_threads(self.args)
+        return (f", update in {chosen}" + (" (auto)" if requested == "auto" else "")
+                + f" on {threads} thread{'s' if threads != 1 else ''}")
 
     def check_gpus(self):
         """A local run may ask only for GPUs torch sees here. With --address the cluster's GPUs

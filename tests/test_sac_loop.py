@@ -188,3 +188,24 @@ def test_learner_threads_auto_gives_a_process_alone_two_threads(monkeypatch, fla
     assert learner_threads(parse_args(SAC + flags)) == expected
     monkeypatch.setattr("os.cpu_count", lambda: 1)   # one CPU: nothing to spread over
     assert learner_threads(parse_args(SAC + ["--num_workers", "0"])) == 1
+
+
+def test_a_rollout_worker_in_the_learners_process_leaves_it_the_learners_threads(monkeypatch):
+    """--num_workers 0: the parameter server, the rollout worker and the evaluator share the
+    driver's process and torch's one thread pool; the worker, made after the server, used to
+    set it back to one thread, so '--learner_threads 2' ran on one."""
+    import torch
+    from core import process
+    from core.evaluator import Evaluator
+    from core.rollout import RolloutWorker
+    threads_before = torch.get_num_threads()
+    monkeypatch.setattr(process, "_process_threads", 0)   # as in a fresh process
+    try:
+        spec, spaces = pendulum_spec("--learner_threads", "2")
+        ParameterServer(spec, *spaces)
+        assert torch.get_num_threads() == 2
+        RolloutWorker(spec)
+        Evaluator(spec, 1)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads_before)
