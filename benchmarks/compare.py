@@ -86,6 +86,11 @@ SUITES = {
                              " --learner_threads 1 --total_steps {max_steps} --eval_interval 1000",
             "ddrl-2workers": DDRL_SAC + " --gym_id Pendulum-v1 --num_workers 2 --sac_precision fp32"
                              " --learner_threads 1 --total_steps {max_steps} --eval_interval 1000",
+            # one process with the update in fp32 on both cores: the preset on a CPU without
+            # native bf16 (--sac_precision auto); before commit 61c528b "--learner_threads 2"
+            # with --num_workers 0 ran on one thread
+            "ddrl-0workers-2threads": DDRL_SAC + " --gym_id Pendulum-v1 --num_workers 0 --sac_precision fp32"
+                                      " --learner_threads 2 --total_steps {max_steps} --eval_interval 1000",
             # the same hyperparameters, the update's matrix products in bfloat16; one process
             # with both cores on the update, or 2 workers with the update on one
             "ddrl-0workers-bf16": DDRL_SAC + " --gym_id Pendulum-v1 --num_workers 0 --sac_precision bf16"
