@@ -146,6 +146,10 @@ SUITES = {
             "ddrl-0workers-bf16": DDRL_SAC + " --gym_id LunarLanderContinuous-v3 --num_workers 0"
                                   " --sac_precision bf16 --learner_threads 2 --sac_lr_schedule linear"
                                   " --total_steps {max_steps} --eval_interval 10000",
+            # the preset on a CPU without native bf16 (--sac_precision auto chooses fp32)
+            "ddrl-0workers-fp32": DDRL_SAC + " --gym_id LunarLanderContinuous-v3 --num_workers 0"
+                                  " --sac_precision fp32 --learner_threads 2 --sac_lr_schedule linear"
+                                  " --total_steps {max_steps} --eval_interval 10000",
             "sb3": "{python} benchmarks/sb3_sac.py --env LunarLanderContinuous-v3 --hyperparams ddrl"
                    " --ddrl_flags '--sac_lr_schedule linear' --target_return {target} --seed {seed}"
                    " --out_dir {run_dir} --max_steps {max_steps} --eval_freq 10000 --torch_threads 2",
