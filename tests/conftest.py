@@ -1,5 +1,6 @@
-"""Shared fixtures: the repo on the import path (here and in Ray's workers), one torch thread,
-and one Ray instance for the whole session, started only when a test asks for it."""
+"""Shared fixtures: the repo on the import path (here and in Ray's workers), one torch thread
+(again after every test), and one Ray instance for the whole session, started only when a test
+asks for it."""
 import os
 import sys
 
@@ -15,6 +16,18 @@ if REPO_ROOT not in _path.split(os.pathsep):
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, _path) if p)
 
 torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Every test leaves this process on one torch thread: a local parameter server built by a
+    test asks for two (--learner_threads auto with --num_workers 0), and core/process.py keeps
+    the largest request a process has seen, so without this the rest of the session would run
+    on two threads beside Ray's workers."""
+    yield
+    from core import process
+    process._process_threads = 0
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")
