@@ -18,11 +18,12 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [REPO, os.path.join(REPO, "benchmarks")]
 ENV_ID = "LunarLanderContinuous-v3"
+
+from update_cost import cpu_description, ms_per_call  # noqa: E402 (after the path)
 
 
 def random_transitions(n, obs_dim, action_dim, seed=0):
@@ -56,7 +57,7 @@ def measure_ddrl(flags, updates):
             model.step(Transitions(*(column[rows] for column in data)))
         learner.apply_in_place()  # the fused Adam step, then after_update (counts the update)
 
-    return timed(update, updates)
+    return ms_per_call(update, updates, warmup=30)
 
 
 def measure_sb3(flags, updates):
@@ -77,16 +78,8 @@ def measure_sb3(flags, updates):
     buffer.next_observations[:, 0] = next_obs
     buffer.dones[:, 0] = dones
     buffer.full, buffer.pos = True, 0
-    return timed(lambda: model.train(gradient_steps=1, batch_size=a.batch_size), updates)
-
-
-def timed(update, updates):
-    for _ in range(30):
-        update()
-    start = time.perf_counter()
-    for _ in range(updates):
-        update()
-    return (time.perf_counter() - start) / updates * 1e3
+    return ms_per_call(lambda: model.train(gradient_steps=1, batch_size=a.batch_size), updates,
+                       warmup=30)
 
 
 def main():
@@ -111,7 +104,6 @@ def main():
         measure = measure_ddrl if args.one[0] == "ddrl" else measure_sb3
         print(json.dumps(measure(flags, args.updates)))
         return
-    from update_cost import cpu_description
     load_before, rows = os.getloadavg()[0], []
     for threads in args.threads:
         runs = {"ddrl": [], "sb3-contrib": []}

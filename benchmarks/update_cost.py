@@ -42,7 +42,12 @@ def measure(threads, sizes, batch_size, n, precision):
         gradients, _ = model.step(batch)
         learner.apply(gradients)
 
-    for _ in range(20):
+    return ms_per_call(update, n, warmup=20)
+
+
+def ms_per_call(update, n, warmup):
+    """Milliseconds per call of ``update`` over ``n`` calls after ``warmup`` untimed ones."""
+    for _ in range(warmup):
         update()
     start = time.perf_counter()
     for _ in range(n):
