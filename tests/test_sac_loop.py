@@ -198,14 +198,11 @@ def test_a_rollout_worker_in_the_learners_process_leaves_it_the_learners_threads
     from core import process
     from core.evaluator import Evaluator
     from core.rollout import RolloutWorker
-    threads_before = torch.get_num_threads()
-    monkeypatch.setattr(process, "_process_threads", 0)   # as in a fresh process
-    try:
-        spec, spaces = pendulum_spec("--learner_threads", "2")
-        ParameterServer(spec, *spaces)
-        assert torch.get_num_threads() == 2
-        RolloutWorker(spec)
-        Evaluator(spec, 1)
-        assert torch.get_num_threads() == 2
-    finally:
-        torch.set_num_threads(threads_before)
+    # As in a fresh process; conftest's one_torch_thread puts the test process back afterwards.
+    monkeypatch.setattr(process, "_process_threads", 0)
+    spec, spaces = pendulum_spec("--learner_threads", "2")
+    ParameterServer(spec, *spaces)
+    assert torch.get_num_threads() == 2
+    RolloutWorker(spec)
+    Evaluator(spec, 1)
+    assert torch.get_num_threads() == 2
