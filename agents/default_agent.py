@@ -29,6 +29,11 @@ def compute_gae(rewards, values, next_values, terminated, truncated, gamma, lam)
     return advantages.astype(np.float32), returns.astype(np.float32)
 
 
+def as_model_input(observations):
+    """uint8 pixels stay uint8 (the model's encoder scales them); anything else float32."""
+    return observations if observations.dtype == torch.uint8 else observations.float()
+
+
 @register_agent("default_agent")
 class DefaultAgent(BaseAgent):
     """GAE(lambda) with bootstrapping at truncation; minibatch gradients for the learner."""
@@ -74,7 +79,7 @@ class DefaultAgent(BaseAgent):
                 device)
 
         self.data = {
-            "observations": flat(trajectory.observations).float(),
+            "observations": as_model_input(flat(trajectory.observations)),
             "actions": flat(trajectory.actions),
             "old_log_probs": flat(trajectory.log_probs).float(),
             "advantages": flat(advantages),

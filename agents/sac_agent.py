@@ -35,7 +35,9 @@ class SACAgent(BaseAgent):
         (``trajectory.valid`` False) are not transitions and are dropped.
         """
         from core.replay_buffer import Transitions  # imported here: only SAC runs need it
-        observations = np.asarray(trajectory.observations, dtype=np.float32)
+        observations = np.asarray(trajectory.observations)
+        if observations.dtype != np.uint8:  # uint8 pixels stay uint8 into the replay buffer
+            observations = observations.astype(np.float32, copy=False)
         num_steps, num_envs = observations.shape[:2]
         n = num_steps * num_envs
         next_observations = np.empty_like(observations)

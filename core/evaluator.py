@@ -19,7 +19,8 @@ class Evaluator:
         self.plugins, self.args = plugins, args
         self.max_errors = int(getattr(args, "max_env_errors", 5))
         self.error_count = 0  # every error survived, for the rebuilt envs' fresh seeds
-        self.envs = [make_env(plugins, args, self.seed + k) for k in range(num_episodes)]
+        self.envs = [make_env(plugins, args, self.seed + k, evaluation=True)
+                     for k in range(num_episodes)]
         self.action_space = self.envs[0].action_space
         # Its initial weights are overwritten before use; drawing them must not advance the
         # training RNG when the test worker shares the driver's process (--num_workers 0).
@@ -47,7 +48,8 @@ class Evaluator:
                 pass
             try:
                 self.envs[k] = make_env(self.plugins, self.args,
-                                        fresh_seed(self.seed + k, self.error_count))
+                                        fresh_seed(self.seed + k, self.error_count),
+                                        evaluation=True)
                 return self.envs[k].reset(seed=seed)[0]
             except Exception as again:  # noqa: BLE001 - another failure of this episode
                 exc = again

@@ -62,7 +62,8 @@ def record_episode(spec, model, args, k, directory, obs_statistics=None):
     """One deterministic episode, rendered to DIRECTORY/episode-<k>.gif; returns the path."""
     from PIL import Image
     args.render_mode = "rgb_array"
-    env = make_env(load_plugins(spec), args, seed=args.seed + EVAL_SEED_OFFSET + k)
+    env = make_env(load_plugins(spec), args, seed=args.seed + EVAL_SEED_OFFSET + k,
+                   evaluation=True)
     render = getattr(env, "render", None)
     if render is None:
         raise ConfigError(f"--record_video: env {args.env_name!r} has no render() method; its "

@@ -5,6 +5,7 @@ plugin folders and the --user_dir itself, so a user's plugin works in an actor e
 driver. (Env host actors, core/env_host.py, get the env class itself: a --user_dir module
 travels by value, core/registry.py.)
 """
+import argparse
 import inspect
 import os
 from dataclasses import dataclass
@@ -42,9 +43,13 @@ def load_plugins(spec: PluginSpec) -> Plugins:
                    AGENT_REGISTRY.get(spec.agent_name))
 
 
-def make_env(plugins: Plugins, args, seed=None):
+def make_env(plugins: Plugins, args, seed=None, evaluation=False):
     """Build one env in this process. ``seed`` goes to __init__ when it takes one; the first
-    reset is always seeded as well (core.envs.EnvGroup)."""
+    reset is always seeded as well (core.envs.EnvGroup). ``evaluation``: the env sees
+    ``args.evaluation`` True (the test worker's and --evaluate's envs), so a wrapper can score
+    whole episodes in the env's own reward (envs/gym_env.py: no Atari reward clipping)."""
+    if evaluation:
+        args = argparse.Namespace(**{**vars(args), "evaluation": True})
     return _construct(plugins.env_cls, args, seed)
 
 

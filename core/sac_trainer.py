@@ -115,7 +115,11 @@ def spawn_buffer(placement, spec, spaces):
     args = spec.args
     observation_space, action_space = spaces
     buffer_cls = PrioritizedReplayBuffer if args.prioritized_replay else ReplayBuffer
-    buffer_kwargs = dict(observation_dtype=np.float32, action_dtype=np.float32, seed=args.seed)
+    # uint8 pixels are stored as uint8 (a quarter of float32's memory); normalized
+    # observations and everything else as float32 (core/rollout.py makes the same choice).
+    pixels = observation_space.dtype == np.uint8 and not getattr(args, "normalize_obs", False)
+    buffer_kwargs = dict(observation_dtype=np.uint8 if pixels else np.float32,
+                         action_dtype=np.float32, seed=args.seed)
     if args.prioritized_replay:
         buffer_kwargs.update(alpha=args.priority_alpha, beta0=args.priority_beta,
                              beta_steps=max(1, int(args.total_steps * args.utd_ratio)))

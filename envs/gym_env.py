@@ -1,4 +1,19 @@
-"""gym_env: any gymnasium id (--gym_id) with Discrete or Box actions and Box observations."""
+"""gym_env: any gymnasium id (--gym_id) with Discrete or Box actions and Box observations.
+
+Atari (any ``ALE/...`` id, from ale-py with its ROMs) gets the standard preprocessing by default
+(Mnih et al. 2015; Machado et al. 2018): up to 30 no-op starts, every action repeated for 4
+frames with the last two max-pooled, 84x84 grayscale, the last 4 frames stacked into a uint8
+[4, 84, 84] observation, rewards clipped to their sign for training; the losses of a life end an
+episode only with ``--episodic_life``. Each part has its flag; ``--no-atari_preprocessing``
+leaves the id as gymnasium makes it. Evaluation envs (``args.evaluation``, set by the test
+worker and --evaluate) never clip rewards nor cut episodes at a life loss: an evaluation return
+is the game's full-episode score. Observations stay uint8 up to the model, which scales them.
+
+MuJoCo ids (HalfCheetah-v5, Hopper-v5, Walker2d-v5, Ant-v5, ...) run on the installed
+``mujoco``; their simulator state is plain arrays, so checkpoints hold it (exact resume).
+"""
+import argparse
+
 import gymnasium as gym
 import numpy as np
 import ray
@@ -21,6 +36,45 @@ class GymEnv:
                                  "LunarLanderContinuous-v3 (default: %(default)s)")
         parser.add_argument("--max_episode_steps", type=int, default=None,
                             help="override the id's time limit (default: the id's own)")
+        atari = parser  # the env's own argument group (argparse deprecates nesting groups)
+        atari.add_argument("--atari_preprocessing", action=argparse.BooleanOptionalAction,
+                           default=True,
+                           help="Atari (ALE/... ids): apply the standard preprocessing "
+                                "that the next flags set (default: %(default)s)")
+        atari.add_argument("--noop_max", type=int, default=30,
+                           help="at most this many no-op actions at each reset (0: none) "
+                                "(default: %(default)s)")
+        atari.add_argument("--frame_skip", type=int, default=4,
+                           help="repeat each action this many frames, max-pooling the last "
+                                "two (default: %(default)s)")
+        atari.add_argument("--screen_size", type=int, default=84,
+                           help="resize frames to this many pixels square (default: "
+                                "%(default)s)")
+        atari.add_argument("--grayscale", action=argparse.BooleanOptionalAction, default=True,
+                           help="grayscale frames; --no-grayscale keeps RGB, channels last "
+                                "(default: %(default)s)")
+        atari.add_argument("--frame_stack", type=int, default=4,
+                           help="stack the last this many frames (1: no stacking) (default: "
+                                "%(default)s)")
+        atari.add_argument("--clip_reward", action=argparse.BooleanOptionalAction, default=True,
+                           help="train on the sign of each reward; evaluation always sees "
+                                "the game's score (default: %(default)s)")
+        atari.add_argument("--episodic_life", action=argparse.BooleanOptionalAction,
+                           default=False,
+                           help="end a training episode at each life lost (evaluation plays "
+                                "whole games) (default: %(default)s)")
+        atari.add_argument("--fire_reset", action=argparse.BooleanOptionalAction, default=True,
+                           help="in games with a FIRE action, press it at the start of every "
+                                "episode and after every life lost, so a policy that never "
+                                "fires (early, or deterministic in evaluation) does not stall "
+                                "a game until its frame limit (default: %(default)s)")
+        atari.add_argument("--max_episode_frames", type=int, default=108_000,
+                           help="ALE's limit on one episode, in emulator frames (108,000 = 30 "
+                                "minutes of play) (default: %(default)s)")
+        atari.add_argument("--repeat_action_probability", type=float, default=None,
+                           help="sticky actions: the chance that the emulator repeats the "
+                                "previous action instead (default: the id's own, 0.25 for "
+                                "v5 ids)")
 
     def __init__(self, args, seed=None):
         kwargs = {}
@@ -29,11 +83,24 @@ class GymEnv:
         render_mode = getattr(args, "render_mode", None)
         if render_mode:
             kwargs["render_mode"] = render_mode
+        atari = is_atari(args.gym_id)
+        preprocess = atari and getattr(args, "atari_preprocessing", True)
+        if preprocess:
+            check_atari_args(args)
+            kwargs["frameskip"] = 1  # the preprocessing skips frames itself (and max-pools)
+        if atari:
+            kwargs["max_num_frames_per_episode"] = int(getattr(args, "max_episode_frames",
+                                                               108_000))
+        if atari and getattr(args, "repeat_action_probability", None) is not None:
+            kwargs["repeat_action_probability"] = args.repeat_action_probability
         try:
             self.env = gym.make(args.gym_id, **kwargs)
         except gym.error.Error as exc:
             raise ConfigError(f"--gym_id {args.gym_id!r} cannot be made by gymnasium: {exc}. "
-                              f"Use a registered id such as CartPole-v1 or Pendulum-v1.") from exc
+                              f"Use a registered id such as CartPole-v1, Pendulum-v1, "
+                              f"ALE/Breakout-v5 or HalfCheetah-v5.") from exc
+        if preprocess:
+            self.env = wrap_atari(self.env, args, evaluation=getattr(args, "evaluation", False))
         self.observation_space = self.env.observation_space
         self.action_space = self.env.action_space
         spec = self.env.spec
@@ -54,13 +121,17 @@ class GymEnv:
 
     # -- exact resume ----------------------------------------------------------------------
     # A checkpoint can hold an env's state only if it is plain data. For gymnasium's classic
-    # control envs it is (CartPole's `state` array, the time limit's step count, the RNG); a
-    # Box2D or MuJoCo env keeps it in a simulator object, so those return None and a restored
-    # run starts their episodes afresh.
+    # control envs it is (CartPole's `state` array, the time limit's step count, the RNG), and
+    # for MuJoCo's (the simulator's qpos, qvel and time, besides those). Box2D keeps its state
+    # in a physics world of C++ bodies and ALE in an emulator whose saved states are opaque
+    # bytes of the emulator build, so those return None and a restored run starts their
+    # episodes afresh.
     def get_state(self):
         """The env's state as plain data, or None where it cannot be captured."""
         base = self.env.unwrapped
-        if not type(base).__module__.startswith("gymnasium.envs.classic_control"):
+        module = type(base).__module__
+        mujoco = module.startswith("gymnasium.envs.mujoco")
+        if not (module.startswith("gymnasium.envs.classic_control") or mujoco):
             return None
         layers, env = [], self.env
         while True:
@@ -68,8 +139,13 @@ class GymEnv:
             if env is base:
                 break
             env = env.env
-        return {"layers": layers, "np_random": generator_state(base.np_random),
-                "action_space_rng": generator_state(self.action_space.np_random)}
+        state = {"layers": layers, "np_random": generator_state(base.np_random),
+                 "action_space_rng": generator_state(self.action_space.np_random)}
+        if mujoco:
+            data = base.data
+            state["mujoco"] = {"qpos": data.qpos.copy(), "qvel": data.qvel.copy(),
+                               "act": data.act.copy(), "time": float(data.time)}
+        return state
 
     def set_state(self, state):
         env = self.env
@@ -80,9 +156,98 @@ class GymEnv:
             env = env.env
         set_generator_state(self.env.unwrapped.np_random, state["np_random"])
         set_generator_state(self.action_space.np_random, state["action_space_rng"])
+        if "mujoco" in state:
+            sim = state["mujoco"]
+            base = self.env.unwrapped
+            base.data.act[:] = np.asarray(sim["act"])
+            base.set_state(np.asarray(sim["qpos"]), np.asarray(sim["qvel"]))  # runs mj_forward
+            base.data.time = float(sim["time"])
 
     def render(self):
         return self.env.render()
 
     def close(self):
         self.env.close()
+
+
+# -- Atari ----------------------------------------------------------------------------------------
+def is_atari(gym_id):
+    """An id made by ale-py (ALE/Breakout-v5, or the older BreakoutNoFrameskip-v4 style)."""
+    if str(gym_id).startswith("ALE/"):
+        return True
+    try:
+        spec = gym.spec(gym_id)
+    except gym.error.Error:
+        return False
+    return "ale_py" in str(spec.entry_point)
+
+
+def check_atari_args(args):
+    bad = [(flag, value, rule) for flag, value, rule in (
+        ("--noop_max", args.noop_max, args.noop_max >= 0),
+        ("--frame_skip", args.frame_skip, args.frame_skip >= 1),
+        ("--screen_size", args.screen_size, args.screen_size >= 8),
+        ("--frame_stack", args.frame_stack, args.frame_stack >= 1),
+        ("--max_episode_frames", args.max_episode_frames, args.max_episode_frames >= 1))
+        if not rule]
+    if bad:
+        flag, value, _ = bad[0]
+        raise ConfigError(f"{flag} {value} is out of range: --noop_max takes 0 or more, "
+                          f"--frame_skip, --frame_stack and --max_episode_frames 1 or more, "
+                          f"--screen_size 8 or more.")
+    probability = getattr(args, "repeat_action_probability", None)
+    if probability is not None and not 0.0 <= probability < 1.0:
+        raise ConfigError(f"--repeat_action_probability {probability} is not a probability in "
+                          f"[0, 1).")
+
+
+def wrap_atari(env, args, evaluation=False):
+    """The preprocessing of an ALE env made with frameskip=1 (the module docstring lists it);
+    ``evaluation``: whole games at the game's own score (no reward clipping, no life cuts).
+    benchmarks/atari_throughput.py gives SB3 the same chain."""
+    env = gym.wrappers.AtariPreprocessing(
+        env, noop_max=args.noop_max, frame_skip=args.frame_skip, screen_size=args.screen_size,
+        terminal_on_life_loss=bool(args.episodic_life and not evaluation),
+        grayscale_obs=args.grayscale, scale_obs=False)
+    if args.fire_reset and "FIRE" in env.unwrapped.get_action_meanings():
+        env = FireOnLifeStart(env)
+    if args.clip_reward and not evaluation:
+        env = gym.wrappers.TransformReward(env, lambda r: float(np.sign(r)))
+    if args.frame_stack > 1:
+        env = gym.wrappers.FrameStackObservation(env, args.frame_stack)
+    return env
+
+
+class FireOnLifeStart(gym.Wrapper):
+    """Press FIRE at the start of an episode and after each life lost (games such as Breakout
+    stand still until the player fires). The FIRE step's reward counts; an episode that ends
+    on it ends there."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.fire = env.unwrapped.get_action_meanings().index("FIRE")
+        self.lives = 0
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        obs, _, terminated, truncated, info = self.env.step(self.fire)
+        if terminated or truncated:  # cannot happen in a real game; start over once
+            obs, info = self.env.reset()
+        self.lives = self.env.unwrapped.ale.lives()
+        return obs, info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        lives = self.env.unwrapped.ale.lives()
+        if lives < self.lives and not (terminated or truncated):
+            obs, fire_reward, terminated, truncated, info = self.env.step(self.fire)
+            reward += fire_reward
+        self.lives = lives
+        return obs, reward, terminated, truncated, info
+
+
+try:  # registers the ALE/... ids with gymnasium (ale-py is in requirements.txt)
+    import ale_py
+    gym.register_envs(ale_py)
+except ImportError:  # pragma: no cover - a partial install: is_atari ids fail in gym.make
+    pass

@@ -37,6 +37,7 @@ from torch import nn
 
 from core.registry import ConfigError
 from models import register_model
+from models.encoders import resolve_encoder
 from models.ppo import hidden_sizes
 from models.sac import Actor, SACModel, TwinQ
 from options.options import non_negative_int, positive_float, positive_int
@@ -167,6 +168,12 @@ class CrossQModel(SACModel):
             return BatchRenorm(features, momentum=args.bn_momentum, eps=args.bn_eps,
                                warmup_steps=args.renorm_warmup_steps)
 
+        if resolve_encoder(args, self.observation_space) != "mlp":
+            raise ConfigError(
+                f"model crossq has no image encoder: its batch-renormalized networks take "
+                f"vector observations, and this env's are images {self.observation_space} "
+                f"(--encoder {getattr(args, 'encoder', 'auto')} picks nature_cnn). Use "
+                f"--model_name sac for images, or --encoder mlp to flatten them.")
         sizes = args.sac_hidden_sizes
         self.actor = Actor(self.obs_dim, sizes, self.action_dim,
                            trunk=renorm_mlp(self.obs_dim, sizes, None, renorm, last_renorm=True))

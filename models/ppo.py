@@ -25,6 +25,7 @@ from torch.distributions import Categorical, Normal
 from core.registry import ConfigError
 from models import register_model
 from models.base import BaseModel, require_box_observations
+from models.encoders import Flatten, add_encoder_args, make_encoder
 from models.numpy_mlp import NumpyMLP, log_softmax
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
@@ -45,14 +46,16 @@ class PPOBatch(NamedTuple):
 
 
 def hidden_sizes(text):
+    """'64,64' -> [64, 64]; 'none' -> [] (no hidden layer)."""
+    if str(text).strip().lower() == "none":
+        return []
     try:
         sizes = [int(s) for s in str(text).split(",") if s.strip()]
     except ValueError:
         sizes = None
     if not sizes or min(sizes) < 1:
-        import argparse
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a list of layer widths; write e.g. 64,64")
+            f"{text!r} is not a list of layer widths; write e.g. 64,64 (or none)")
     return sizes
 
 
@@ -81,9 +84,11 @@ class PPOModel(BaseModel):
 
     @staticmethod
     def add_args(parser):
-        parser.add_argument("--hidden_sizes", type=hidden_sizes, default=[64, 64],
-                            help="widths of the actor's and the critic's hidden layers "
-                                 "(default: 64,64)")
+        parser.add_argument("--hidden_sizes", type=hidden_sizes, default=None,
+                            help="widths of the actor's and the critic's hidden layers, or none "
+                                 "(default: 64,64 on vectors; none on images: the heads sit "
+                                 "right on the CNN's features, as in the Nature DQN and SB3)")
+        add_encoder_args(parser)
         parser.add_argument("--activation", choices=sorted(ACTIVATIONS), default="tanh",
                             help="hidden activation (default: %(default)s)")
         parser.add_argument("--lr", type=float, default=1e-3,
@@ -141,6 +146,7 @@ class PPOModel(BaseModel):
             raise ConfigError(
                 f"--use_sde (state-dependent exploration) is for Box actions; this env's action "
                 f"space is {action_space}. Drop --use_sde for discrete actions.")
+        self.encoder = None  # vectors go straight into the MLPs (build_networks may set one)
         self.build_networks(args)
         if self.use_sde and not (isinstance(self.actor, nn.Sequential)
                                  and isinstance(self.actor[-1], nn.Linear)
@@ -153,16 +159,26 @@ class PPOModel(BaseModel):
         # Acting on the CPU goes through numpy when the actor is a plain MLP (models/numpy_mlp.py
         # says why), with a generator of its own seeded from torch's (so a seed still fixes a
         # run; rollout workers keep its state in checkpoints). gSDE acts through torch.
-        self.numpy_actor = None if self.use_sde else NumpyMLP.of(self.actor)
+        self.numpy_actor = (None if self.use_sde or self.encoder is not None
+                            else NumpyMLP.of(self.actor))
+        # With a shared encoder (a CNN) the values come from the features the action was drawn
+        # from, nearly free; without one a second network per step costs more than a pass over
+        # the fragment afterwards (core/rollout.py, values_later).
+        self.values_with_actions = self.encoder is not None
         self.acting_rng = np.random.default_rng(int(torch.randint(0, 2**62, (1,)).item()))
         # gSDE: one exploration matrix per env [num_envs, latent, action], and the steps taken
         # with them since the fragment began (for --sde_sample_freq).
         self.exploration_matrices, self.sde_steps = None, 0
 
     def build_networks(self, args):
-        """The actor and the critic; a subclass overrides this to change the network."""
-        self.actor = mlp(self.obs_dim, args.hidden_sizes, self.action_dim, args.activation, 0.01)
-        self.critic = mlp(self.obs_dim, args.hidden_sizes, 1, args.activation, 1.0)
+        """The actor and the critic (and on images the CNN they share, ``self.encoder``); a
+        subclass overrides this to change the network."""
+        encoder = make_encoder(args, self.observation_space)
+        image = not isinstance(encoder, Flatten)
+        sizes = args.hidden_sizes if args.hidden_sizes is not None else ([] if image else [64, 64])
+        self.encoder = encoder if image else None
+        self.actor = mlp(encoder.features_dim, sizes, self.action_dim, args.activation, 0.01)
+        self.critic = mlp(encoder.features_dim, sizes, 1, args.activation, 1.0)
         if self.use_sde:  # one log std per entry of the exploration matrix (SB3's full_std)
             latent_dim = self.actor[-1].in_features
             self.log_std = nn.Parameter(torch.full((latent_dim, self.action_dim),
@@ -171,21 +187,27 @@ class PPOModel(BaseModel):
             self.log_std = nn.Parameter(torch.full((self.action_dim,), args.log_std_init))
 
     # -- policy -------------------------------------------------------------------------------
-    def latent_and_mean(self, obs):
+    def features(self, obs):
+        """What the heads take: the shared encoder's features of ``obs`` (images), or ``obs``
+        itself (vectors, already float32 [B, obs_dim])."""
+        return obs if self.encoder is None else self.encoder(obs)
+
+    def latent_and_mean(self, features):
         """gSDE: the actor's last hidden layer phi(s) (detached: the noise scale does not train
         the features, as SB3's default learn_features=False) and the mean action mu(s)."""
-        latent = self.actor[:-1](obs)
+        latent = self.actor[:-1](features)
         return latent.detach(), self.actor[-1](latent)
 
     def sde_std(self, latent):
         """gSDE: the per-state standard deviation sqrt(phi(s)^2 @ sigma^2 + 1e-6), [B, A]."""
         return (latent.pow(2) @ self.log_std.exp().pow(2) + 1e-6).sqrt()
 
-    def distribution(self, obs):
+    def distribution(self, features):
+        """The policy at these features (``self.features(obs)``)."""
         if self.use_sde:
-            latent, mean = self.latent_and_mean(obs)
+            latent, mean = self.latent_and_mean(features)
             return Normal(mean, self.sde_std(latent))
-        logits_or_mean = self.actor(obs)
+        logits_or_mean = self.actor(features)
         if self.discrete:
             return Categorical(logits=logits_or_mean)
         return Normal(logits_or_mean, self.log_std.exp().expand_as(logits_or_mean))
@@ -210,8 +232,8 @@ class PPOModel(BaseModel):
     def entropy(self, dist):
         return dist.entropy() if self.discrete else dist.entropy().sum(-1)
 
-    def values(self, obs):
-        return self.critic(obs).squeeze(-1)
+    def values(self, features):
+        return self.critic(features).squeeze(-1)
 
     @property
     def device(self):
@@ -219,8 +241,14 @@ class PPOModel(BaseModel):
         return next(self.parameters()).device
 
     def flat_obs(self, obs):
-        return torch.as_tensor(np.asarray(obs), dtype=torch.float32,
-                               device=self.device).reshape(-1, self.obs_dim)
+        """A batch as the model takes it: float32 [B, obs_dim] for vectors; for an encoder,
+        [B, *obs_shape] in the observations' own dtype (uint8 pixels are scaled inside)."""
+        if self.encoder is None:
+            return torch.as_tensor(np.asarray(obs), dtype=torch.float32,
+                                   device=self.device).reshape(-1, self.obs_dim)
+        # a copy: arrays from Ray's object store are read-only
+        return torch.tensor(np.asarray(obs), device=self.device).reshape(
+            -1, *self.observation_space.shape)
 
     @torch.no_grad()
     def choose_actions(self, obs, deterministic=False, values=True):
@@ -230,11 +258,14 @@ class PPOModel(BaseModel):
         if self.numpy_actor is not None and self.device.type == "cpu":
             actions, log_prob = self.act_numpy(np.asarray(obs, dtype=np.float32).reshape(
                 -1, self.obs_dim), deterministic)
+            features = None
         else:
-            actions, log_prob = self.act_torch(self.flat_obs(obs), deterministic)
+            features = self.features(self.flat_obs(obs))
+            actions, log_prob = self.act_torch(features, deterministic)
         extras = {"log_probs": log_prob}
         if values:
-            extras["values"] = self.predict_values(obs)
+            extras["values"] = (self.predict_values(obs) if features is None
+                                else self.values(features).cpu().numpy())
         return actions, extras
 
     def act_numpy(self, obs, deterministic):
@@ -255,12 +286,12 @@ class PPOModel(BaseModel):
         log_prob = (-0.5 * noise ** 2 - log_std - np.float32(0.5 * math.log(2 * math.pi)))
         return actions.astype(np.float32), log_prob.sum(-1).astype(np.float32)
 
-    def act_torch(self, obs, deterministic):
+    def act_torch(self, features, deterministic):
         # Sampling by hand: building a torch.distributions object costs more than the forward
         # pass on small batches (measured: 100 us against 55 us per call, batch of 4).
         if self.use_sde:
-            return self.act_sde(obs, deterministic)
-        out = self.actor(obs)
+            return self.act_sde(features, deterministic)
+        out = self.actor(features)
         if self.discrete:
             log_probs = torch.log_softmax(out, -1)
             if deterministic:
@@ -276,9 +307,9 @@ class PPOModel(BaseModel):
                         - 0.5 * math.log(2 * math.pi)).sum(-1)
         return actions.cpu().numpy(), log_prob.cpu().numpy()
 
-    def act_sde(self, obs, deterministic):
+    def act_sde(self, features, deterministic):
         """gSDE acting: mu(s) + phi(s) @ E[env], and its log-probability under N(mu, std(s))."""
-        latent, mean = self.latent_and_mean(obs)
+        latent, mean = self.latent_and_mean(features)
         if deterministic:
             actions = mean
         else:
@@ -294,14 +325,15 @@ class PPOModel(BaseModel):
 
     @torch.no_grad()
     def predict_values(self, obs):
-        return self.values(self.flat_obs(obs)).cpu().numpy()
+        return self.values(self.features(self.flat_obs(obs))).cpu().numpy()
 
     # -- learning -----------------------------------------------------------------------------
     def step(self, batch: PPOBatch, progress: float = 0.0):
         clip_range = schedule(self.args.clip_range, self.args.clip_schedule, progress)
-        dist = self.distribution(batch.observations)
+        features = self.features(batch.observations)  # one encoder pass for both heads
+        dist = self.distribution(features)
         log_prob = self.log_prob(dist, batch.actions)
-        values = self.values(batch.observations)
+        values = self.values(features)
 
         log_ratio = log_prob - batch.old_log_probs
         ratio = log_ratio.exp()

@@ -25,6 +25,7 @@ from core.devices import resolve_precision
 from core.registry import ConfigError
 from models import register_model
 from models.base import BaseModel, require_box_observations
+from models.encoders import Flatten, add_encoder_args, make_encoder
 from models.numpy_mlp import NumpyMLP
 from models.ppo import hidden_sizes
 
@@ -111,14 +112,19 @@ class NumpyActor:
 
 class TwinQ(nn.Module):
     """Two independent Q(s, a) networks; ``forward`` returns both, each [B]. ``mlp(in_dim,
-    sizes, out_dim)`` builds each (default: a ReLU MLP; CrossQ's adds batch renormalization)."""
+    sizes, out_dim)`` builds each (default: a ReLU MLP; CrossQ's adds batch renormalization).
+    ``encoder``: a module the two share that turns observations into ``obs_dim`` features
+    first (the CNN on images, as SB3's critic; models/encoders.py)."""
 
-    def __init__(self, obs_dim, sizes, action_dim, mlp=relu_mlp):
+    def __init__(self, obs_dim, sizes, action_dim, mlp=relu_mlp, encoder=None):
         super().__init__()
+        self.encoder = encoder
         self.q1 = mlp(obs_dim + action_dim, sizes, 1)
         self.q2 = mlp(obs_dim + action_dim, sizes, 1)
 
     def forward(self, obs, actions):
+        if self.encoder is not None:
+            obs = self.encoder(obs)
         x = torch.cat([obs, actions], dim=-1)
         return self.q1(x).squeeze(-1), self.q2(x).squeeze(-1)
 
@@ -176,6 +182,7 @@ class SACModel(BaseModel):
         parser.add_argument("--sac_gamma", type=float, default=0.99,
                             help="discount factor of the soft Bellman target "
                                  "(default: %(default)s)")
+        add_encoder_args(parser)
 
     @classmethod
     def check_spaces(cls, observation_space, action_space):
@@ -207,6 +214,7 @@ class SACModel(BaseModel):
         self.action_scale_np, self.action_bias_np = (high - low) / 2.0, (high + low) / 2.0
         self.target_entropy = (-float(self.action_dim) if args.target_entropy == "auto"
                                else float(args.target_entropy))
+        self.image_input = False  # build_networks sets it when it builds a CNN encoder
         self.build_networks(args)
         # Acting on the CPU goes through numpy when the actor is the built-in one with a plain
         # MLP trunk (models/numpy_mlp.py says why), with a generator of its own seeded from
@@ -215,9 +223,22 @@ class SACModel(BaseModel):
         self.acting_rng = np.random.default_rng(int(torch.randint(0, 2**62, (1,)).item()))
 
     def build_networks(self, args):
-        """Actor, twin critics, their target copy and log(alpha); a subclass may override."""
-        self.actor = Actor(self.obs_dim, args.sac_hidden_sizes, self.action_dim)
-        self.critic = TwinQ(self.obs_dim, args.sac_hidden_sizes, self.action_dim)
+        """Actor, twin critics, their target copy and log(alpha); a subclass may override.
+        On images the actor and the critics each get a CNN of their own (models/encoders.py;
+        the critics' two Q heads share theirs), as SB3's SAC: the actor's CNN learns from the
+        actor's loss, the critics' from theirs."""
+        sizes = args.sac_hidden_sizes
+        encoder = make_encoder(args, self.observation_space)
+        if isinstance(encoder, Flatten):
+            self.actor = Actor(self.obs_dim, sizes, self.action_dim)
+            self.critic = TwinQ(self.obs_dim, sizes, self.action_dim)
+        else:
+            self.image_input = True
+            features = encoder.features_dim
+            self.actor = Actor(features, sizes, self.action_dim,
+                               trunk=nn.Sequential(encoder, *relu_mlp(features, sizes)))
+            self.critic = TwinQ(features, sizes, self.action_dim,
+                                encoder=make_encoder(args, self.observation_space))
         self.critic_target = frozen_copy(self.critic)
         self.log_alpha = nn.Parameter(torch.full((1,), math.log(args.init_alpha)))
 
@@ -229,6 +250,12 @@ class SACModel(BaseModel):
 
     # -- policy -------------------------------------------------------------------------------
     def flat_obs(self, obs):
+        """A batch as the networks take it: float32 [B, obs_dim], or with a CNN encoder
+        [B, *obs_shape] in the observations' dtype (uint8 pixels are scaled in the encoder)."""
+        if self.image_input:  # a copy: arrays from Ray's object store are read-only
+            tensor = (obs.to(self.device) if isinstance(obs, torch.Tensor)
+                      else torch.tensor(np.asarray(obs), device=self.device))
+            return tensor.reshape(-1, *self.observation_space.shape)
         return as_float_tensor(obs, self.device).reshape(-1, self.obs_dim)
 
     def sample(self, obs, deterministic=False):

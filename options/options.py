@@ -470,7 +470,15 @@ CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file
 
 def find_preset(model_name, known):
     """The tuned preset for this model and env, applied when no --config is given, as RL-Zoo
-    does: configs/<model>-<gym_id>.yaml (or <model>-<env_name>.yaml). --config none skips it."""
+    does: configs/<model>-<gym_id>.yaml (or <model>-<env_name>.yaml). --config none skips it.
+    Atari ids (ALE/Breakout-v5 is looked up as ALE-Breakout-v5) fall back to
+    configs/<model>-atari.yaml, one preset for every game as RL-Zoo's."""
     label = getattr(known, "gym_id", None) or known.env_name
-    path = os.path.join(CONFIG_DIR, f"{model_name}-{label}.yaml")
-    return path if os.path.isfile(path) else None
+    names = [label.replace("/", "-")]
+    if label.startswith("ALE/") or "NoFrameskip" in label:
+        names.append("atari")
+    for name in names:
+        path = os.path.join(CONFIG_DIR, f"{model_name}-{name}.yaml")
+        if os.path.isfile(path):
+            return path
+    return None
