@@ -468,15 +468,25 @@ def parse_args(argv=None):
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 
 
+def is_mujoco_id(gym_id):
+    """A gymnasium id whose env is one of gymnasium's MuJoCo envs (HalfCheetah-v5, ...)."""
+    import gymnasium
+    spec = gymnasium.envs.registry.get(gym_id)
+    return spec is not None and str(spec.entry_point).startswith("gymnasium.envs.mujoco")
+
+
 def find_preset(model_name, known):
     """The tuned preset for this model and env, applied when no --config is given, as RL-Zoo
     does: configs/<model>-<gym_id>.yaml (or <model>-<env_name>.yaml). --config none skips it.
     Atari ids (ALE/Breakout-v5 is looked up as ALE-Breakout-v5) fall back to
-    configs/<model>-atari.yaml, one preset for every game as RL-Zoo's."""
+    configs/<model>-atari.yaml, one preset for every game as RL-Zoo's, and gymnasium's MuJoCo
+    ids to configs/<model>-mujoco.yaml."""
     label = getattr(known, "gym_id", None) or known.env_name
     names = [label.replace("/", "-")]
     if label.startswith("ALE/") or "NoFrameskip" in label:
         names.append("atari")
+    elif is_mujoco_id(label):
+        names.append("mujoco")
     for name in names:
         path = os.path.join(CONFIG_DIR, f"{model_name}-{name}.yaml")
         if os.path.isfile(path):

@@ -232,7 +232,16 @@ def test_an_atari_id_finds_the_atari_preset():
         found = find_preset("ppo", argparse.Namespace(gym_id=gym_id, env_name="gym_env"))
         assert found == os.path.join(REPO, "configs", "ppo-atari.yaml")
     assert find_preset("ppo", argparse.Namespace(gym_id="Acrobot-v1", env_name="gym_env")) is None
-    assert parse_args(["--gym_id", "ALE/Pong-v5"]).clip_range == 0.1  # applied without --config
+    args = parse_args(["--gym_id", "ALE/Pong-v5"])  # applied without --config; the id stays
+    assert args.clip_range == 0.1 and args.gym_id == "ALE/Pong-v5"
+
+
+def test_a_mujoco_id_finds_the_mujoco_presets():
+    for model in ("sac", "ppo"):
+        args = parse_args(["--model_name", model, "--gym_id", "Walker2d-v5"])
+        assert args.config == os.path.join(REPO, "configs", f"{model}-mujoco.yaml")
+        assert args.gym_id == "Walker2d-v5"
+    assert parse_args(["--model_name", "sac", "--gym_id", "Walker2d-v5"]).learning_starts == 10000
 
 
 # -- MuJoCo ------------------------------------------------------------------------------------
