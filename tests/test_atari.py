@@ -264,3 +264,24 @@ def test_mujoco_state_restores_the_episode_exactly():
         np.testing.assert_array_equal(got.obs, want.obs)
         assert got.reward == want.reward
     assert other.env._elapsed_steps == env.env._elapsed_steps  # the time limit's count too
+
+
+def test_the_readme_sac_plugin_builds_and_steps():
+    """tests/plugins/wide_critic_sac.py, the README's SAC-subclass example."""
+    from core.registry import import_user_dir
+    from core.replay_buffer import Transitions
+    from models import MODEL_REGISTRY
+    import_user_dir(PLUGINS)
+    model_cls = MODEL_REGISTRY.get("wide_critic_sac")
+    args = args_for("--user_dir", PLUGINS, "--model_name", "wide_critic_sac",
+                    "--sac_hidden_sizes", "16,8")
+    model = model_cls(args, spaces.Box(-1, 1, (3,), np.float32), spaces.Box(-2, 2, (1,)))
+    assert model.critic.q1[0].out_features == 32 and model.actor.trunk[0].out_features == 16
+    rng = np.random.default_rng(0)
+    batch = Transitions(observations=rng.normal(size=(4, 3)).astype(np.float32),
+                        actions=rng.uniform(-2, 2, (4, 1)).astype(np.float32),
+                        rewards=np.ones(4, np.float32),
+                        next_observations=rng.normal(size=(4, 3)).astype(np.float32),
+                        terminated=np.zeros(4, np.float32))
+    gradients, stats = model.step(batch)
+    assert np.isfinite(stats["critic_loss"]) and "critic.q1.0.weight" in gradients
