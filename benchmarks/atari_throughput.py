@@ -5,7 +5,8 @@
 Systems, each in a process of its own, one after another (never two at once):
   raw            the preprocessed envs alone (8 envs, uniform random actions, no model): the ceiling
   ddrl-0workers  main.py with configs/ppo-atari.yaml, --num_workers 0 (--torch_threads 1 and 2)
-  ddrl-2workers  the same with 2 Ray rollout workers of 4 envs (the learner computes the updates)
+  ddrl-2workers  the same with 2 Ray rollout workers of 4 envs, each computing the gradient of
+                 its half of every minibatch (--grad_workers 2; the learner averages and applies)
   sb3            Stable-Baselines3 PPO, CnnPolicy, the same hyperparameters (torch threads 1 and 2)
 
 Equal terms: every system steps the same env chain (envs/gym_env.py's wrap_atari: no-op starts,
@@ -96,7 +97,7 @@ def run_ddrl(gym_id, steps, workers, threads, run_dir):
     cmd = [sys.executable, os.path.join(REPO, "main.py"), "--gym_id", gym_id, "--num_workers",
            str(workers), "--num_envs_per_worker", str(8 // max(1, workers)), "--torch_threads",
            str(threads), "--total_steps", str(steps), "--eval_interval", str(10 ** 9),
-           "--target_return", "none", "--run_dir", run_dir,
+           "--target_return", "none", "--run_dir", run_dir, "--grad_workers", str(workers),
            "--quiet", "--no-tensorboard", "--checkpoint_interval", str(10 ** 9)]
     subprocess.run(cmd, check=True, cwd=REPO, stdout=subprocess.DEVNULL)
     wall = time.perf_counter() - t0

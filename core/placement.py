@@ -34,8 +34,20 @@ class _LocalMethod:
         self.method = method
 
     def remote(self, *args, **kwargs):
-        args = [a.value if isinstance(a, LocalRef) else a for a in args]
+        # As Ray does for an actor: arguments that are refs arrive as their values. A local
+        # stand-in (elastic start) is handed the same ray.put weights as the remote workers
+        # once those exist: weights over INLINE_WEIGHTS_MAX_BYTES (a CNN's) travel by ref.
+        args = [_value(a) for a in args]
+        kwargs = {k: _value(v) for k, v in kwargs.items()}
         return LocalRef(self.method(*args, **kwargs))
+
+
+def _value(arg):
+    if isinstance(arg, LocalRef):
+        return arg.value
+    if isinstance(arg, ray.ObjectRef):
+        return ray.get(arg)
+    return arg
 
 
 class LocalHandle:

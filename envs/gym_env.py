@@ -249,5 +249,7 @@ class FireOnLifeStart(gym.Wrapper):
 try:  # registers the ALE/... ids with gymnasium (ale-py is in requirements.txt)
     import ale_py
     gym.register_envs(ale_py)
+    # errors only: not the emulator's banner from every process that makes an env
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
 except ImportError:  # pragma: no cover - a partial install: is_atari ids fail in gym.make
     pass
