@@ -81,14 +81,15 @@ def test_allreduce_needs_learner_processes(tmp_path):
 def test_allreduce_run_survives_a_killed_group_member(tmp_path):
     """Pendulum, 2 Ray workers, a group of 2 allreduce learners: one of the group's two
     ray::ParameterServer processes (the server or its replica: from outside they look alike) is
-    SIGKILLed once a checkpoint exists. The other one's allreduce fails instead of hanging, the
-    run rebuilds the group from that checkpoint in place and finishes its budget."""
+    SIGKILLed once a checkpoint exists (the first, at 512 steps, past the 300-step warm-up).
+    The other one's allreduce fails instead of hanging, the run rebuilds the group from that
+    checkpoint in place and finishes its budget, updating again after a new warm-up."""
     run_dir = str(tmp_path / "run")
     proc = start_main(*SAC, "--seed", "0", "--num_workers", "2", "--num_learners", "2",
                       "--learner_sync", "allreduce", "--sac_hidden_sizes", "32,32",
                       "--batch_size", "64", "--learning_starts", "300", "--start_steps", "300",
-                      "--total_steps", "3000", "--eval_interval", "1000", "--eval_episodes", "1",
-                      "--log_steps", "256", "--checkpoint_interval", "600", "--run_dir", run_dir,
+                      "--total_steps", "1500", "--eval_interval", "1000", "--eval_episodes", "1",
+                      "--log_steps", "256", "--checkpoint_interval", "300", "--run_dir", run_dir,
                       "--quiet", "--no-tensorboard")
     checkpoints = os.path.join(run_dir, "checkpoints")
     victim, deadline = None, time.time() + 120
@@ -107,4 +108,6 @@ def test_allreduce_run_survives_a_killed_group_member(tmp_path):
     assert ("the parameter server died" in err or "learner replica 1 died" in err), err[-3000:]
     assert "restores itself in place" in err
     assert int(rows[-1]["updates"]) > 0  # updates after the rebuild (counters restart at the checkpoint)
+    rebuilt = [int(r["updates"]) for r in rows if int(r["recoveries"]) == 1]
+    assert len(rebuilt) >= 2 and rebuilt[-1] > rebuilt[0], rows  # the rebuilt group updates
     assert metrics_rows(run_dir)
