@@ -4,6 +4,8 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
+import time
 
 import pytest
 
@@ -15,6 +17,36 @@ SUMMARY_KEYS = {"env_steps", "wall_time_s", "best_eval_return", "last_eval_retur
 def run_main(*flags, timeout=240, cwd=REPO):
     return subprocess.run([sys.executable, os.path.join(REPO, "main.py"), *flags],
                           cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def run_mains(*commands, timeout=240, cwd=REPO):
+    """Independent main.py runs side by side, each given as a list of flags: their
+    CompletedProcess results, in order. A run without Ray workers computes on one core and the
+    machines that run these tests have two."""
+    started = []
+    try:
+        for flags in commands:
+            out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+            args = [sys.executable, os.path.join(REPO, "main.py"), *flags]
+            started.append((args, subprocess.Popen(args, cwd=cwd, stdout=out, stderr=err,
+                                                   text=True), out, err))
+        deadline = time.time() + timeout
+        for args, proc, _, _ in started:
+            proc.wait(timeout=max(0.0, deadline - time.time()))
+        results = []
+        for args, proc, out, err in started:
+            out.seek(0)
+            err.seek(0)
+            results.append(subprocess.CompletedProcess(args, proc.returncode, out.read(),
+                                                       err.read()))
+        return results
+    finally:
+        for _, proc, out, err in started:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            out.close()
+            err.close()
 
 
 def read_run(run_dir):
