@@ -1,47 +1,89 @@
 """--restore: a run continues from a checkpoint (weights, optimizer state, counters); a file that
 is missing, truncated or from another model is a one-paragraph error naming it."""
 import os
+import shutil
 
 import pytest
 import torch
 
 from core.checkpoint import load_checkpoint
-from tests.test_e2e import read_run, run_main
+from tests.test_e2e import read_run, run_main, run_mains
 
+# One learner thread: 32-unit layers gain nothing from a second one, which only spins against
+# whatever else runs on the machine's two cores (--learner_threads auto gives a run without Ray
+# workers two).
 SAC_FLAGS = ("--env_name", "gym_env", "--gym_id", "Pendulum-v1", "--model_name", "sac",
              "--num_workers", "0", "--learning_starts", "200", "--start_steps", "200",
              "--eval_interval", "400", "--eval_episodes", "1", "--sac_hidden_sizes", "32,32",
-             "--log_steps", "200", "--target_return", "none", "--quiet")
+             "--learner_threads", "1", "--log_steps", "200", "--target_return", "none",
+             "--quiet")
 PPO_FLAGS = ("--num_workers", "0", "--eval_interval", "1000", "--eval_episodes", "1",
              "--target_return", "none", "--quiet")
 
 
-@pytest.mark.parametrize("flags", [SAC_FLAGS, PPO_FLAGS], ids=["sac", "ppo"])
-def test_restore_continues_counters_and_weights(tmp_path, flags):
-    first, second = str(tmp_path / "first"), str(tmp_path / "second")
-    proc = run_main(*flags, "--total_steps", "600", "--run_dir", first)
+# -- runs to restore from, made once for the module; tests that change one work on a copy ------
+@pytest.fixture(scope="module")
+def sac_run(tmp_path_factory):
+    run = str(tmp_path_factory.mktemp("sac") / "run")
+    proc = run_main(*SAC_FLAGS, "--total_steps", "600", "--run_dir", run)
     assert proc.returncode == 0, proc.stderr
+    return run
+
+
+@pytest.fixture(scope="module")
+def ppo_run(tmp_path_factory):
+    """Periodic checkpoints at 512 and 1,024 env steps, the final one at 1,152."""
+    run = str(tmp_path_factory.mktemp("ppo") / "run")
+    proc = run_main(*PPO_FLAGS, "--total_steps", "1100", "--checkpoint_interval", "500",
+                    "--run_dir", run)
+    assert proc.returncode == 0, proc.stderr
+    return run
+
+
+def step_files(run):
+    checkpoints = os.path.join(run, "checkpoints")
+    return sorted(f for f in os.listdir(checkpoints) if f.startswith("step-") and
+                  f.endswith(".pt"))
+
+
+def copy_run(run, to):
+    """A copy of a run directory, laid out as the run wrote it: last.pt a hard link to the
+    newest step-<N>.pt (a plain copy would make it a file of its own)."""
+    newest = step_files(run)[-1]
+    assert os.path.samefile(os.path.join(run, "checkpoints", "last.pt"),
+                            os.path.join(run, "checkpoints", newest))
+    shutil.copytree(run, to)
+    last = os.path.join(to, "checkpoints", "last.pt")
+    os.remove(last)
+    os.link(os.path.join(to, "checkpoints", newest), last)
+    return to
+
+
+@pytest.mark.parametrize("name, flags, total", [("sac", SAC_FLAGS, 1200),
+                                                ("ppo", PPO_FLAGS, 1800)], ids=["sac", "ppo"])
+def test_restore_continues_counters_and_weights(tmp_path, request, name, flags, total):
+    first, second = request.getfixturevalue(f"{name}_run"), str(tmp_path / "second")
     _, first_meta = load_checkpoint(os.path.join(first, "checkpoints", "last.pt"))
     assert first_meta["env_steps"] >= 600 and first_meta["updates"] > 0
 
-    proc = run_main(*flags, "--total_steps", "1200", "--run_dir", second, "--restore", first)
+    proc = run_main(*flags, "--total_steps", str(total), "--run_dir", second, "--restore",
+                    first)
     assert proc.returncode == 0, proc.stderr
     summary, rows = read_run(second)
-    assert summary["env_steps"] >= 1200
+    assert summary["env_steps"] >= total
     # Counters continue: the first row is past the restored step count, updates grow from there.
     assert int(rows[0]["env_steps"]) > first_meta["env_steps"]
     payload, meta = load_checkpoint(os.path.join(second, "checkpoints", "last.pt"))
     assert meta["updates"] > first_meta["updates"]
-    # Fewer new env steps than a run from scratch to 1200 would take.
-    assert summary["env_steps"] - first_meta["env_steps"] < 1200
+    # Fewer new env steps than a run from scratch to the total would take.
+    assert summary["env_steps"] - first_meta["env_steps"] < total
 
 
-def test_restored_weights_are_the_checkpoint_weights(tmp_path):
+def test_restored_weights_are_the_checkpoint_weights(tmp_path, sac_run):
     """A restore with no training left (total_steps already reached after one fragment) saves
     weights that moved on from the checkpoint, not from a fresh initialisation: the optimizer
     state came along (its step counts continue)."""
-    first, second = str(tmp_path / "first"), str(tmp_path / "second")
-    assert run_main(*SAC_FLAGS, "--total_steps", "600", "--run_dir", first).returncode == 0
+    first, second = sac_run, str(tmp_path / "second")
     proc = run_main(*SAC_FLAGS, "--total_steps", "601", "--run_dir", second, "--restore",
                     os.path.join(first, "checkpoints", "last.pt"))
     assert proc.returncode == 0, proc.stderr
@@ -52,32 +94,30 @@ def test_restored_weights_are_the_checkpoint_weights(tmp_path):
     assert steps_after == steps_before + (meta_after["updates"] - meta_before["updates"])
 
 
-def test_restore_errors_name_the_file(tmp_path):
-    run = str(tmp_path / "run")
-    assert run_main(*PPO_FLAGS, "--total_steps", "1100", "--checkpoint_interval", "500",
-                    "--run_dir", run).returncode == 0
+def test_restore_errors_name_the_file(tmp_path, ppo_run):
+    run = copy_run(ppo_run, str(tmp_path / "run"))  # its newest checkpoint gets cut below
     checkpoints = os.path.join(run, "checkpoints")
-    steps = sorted(f for f in os.listdir(checkpoints) if f.startswith("step-") and
-                   f.endswith(".pt"))
+    steps = step_files(run)
     assert len(steps) >= 2
+    empty_dir = tmp_path / "empty"
+    empty_dir.mkdir()
 
-    missing = run_main(*PPO_FLAGS, "--restore", str(tmp_path / "nope.pt"))
+    # Independent of each other: side by side.
+    missing, other_model, wrong_shape, empty = run_mains(
+        [*PPO_FLAGS, "--restore", str(tmp_path / "nope.pt")],
+        [*SAC_FLAGS, "--total_steps", "10", "--restore", run],
+        ["--hidden_sizes", "8", "--restore", run, "--run_dir", str(tmp_path / "other")],
+        [*PPO_FLAGS, "--restore", str(empty_dir)])
     assert missing.returncode == 2 and "nope.pt" in missing.stderr
     assert "Traceback" not in missing.stderr
 
-    other_model = run_main(*SAC_FLAGS, "--total_steps", "10", "--restore", run)
     assert other_model.returncode == 2
     assert "--model_name ppo" in other_model.stderr and "--model_name sac" in other_model.stderr
 
-    wrong_shape = run_main("--hidden_sizes", "8", "--restore", run, "--run_dir",
-                           str(tmp_path / "other"))
     assert wrong_shape.returncode == 2, wrong_shape.stderr
     assert "does not fit this model" in wrong_shape.stderr
 
-    empty_dir = tmp_path / "empty"
-    empty_dir.mkdir()
-    proc = run_main(*PPO_FLAGS, "--restore", str(empty_dir))
-    assert proc.returncode == 2 and "checkpoints/last.pt" in proc.stderr
+    assert empty.returncode == 2 and "checkpoints/last.pt" in empty.stderr
 
     # The newest checkpoint cut short (a full disk, a crash of the machine): a clear error
     # naming it, and the one before still restores.
@@ -86,13 +126,14 @@ def test_restore_errors_name_the_file(tmp_path):
         data = f.read()
     with open(newest, "wb") as f:  # last.pt is a hard link to it: cut as well
         f.write(data[: len(data) // 2])
-    proc = run_main("--restore", run)
-    assert proc.returncode == 2, proc.stderr
-    assert "last.pt" in proc.stderr and "not a readable ddrl checkpoint" in proc.stderr
-    assert "Traceback" not in proc.stderr
-    proc = run_main("--restore", os.path.join(checkpoints, steps[-2]), "--total_steps", "1500",
-                    "--run_dir", str(tmp_path / "from_previous"), "--quiet")
-    assert proc.returncode == 0, proc.stderr
+    cut, previous = run_mains(
+        ["--restore", run],
+        ["--restore", os.path.join(checkpoints, steps[-2]), "--total_steps", "1500",
+         "--run_dir", str(tmp_path / "from_previous"), "--quiet"])
+    assert cut.returncode == 2, cut.stderr
+    assert "last.pt" in cut.stderr and "not a readable ddrl checkpoint" in cut.stderr
+    assert "Traceback" not in cut.stderr
+    assert previous.returncode == 0, previous.stderr
 
 
 def read_csv(path):
@@ -107,12 +148,13 @@ def test_pause_then_restore_ends_at_the_weights_of_the_straight_run(tmp_path, fl
     weights bit for bit: episodes, RNGs, optimizer and schedules all continue), with the
     metrics.csv of the resumed run appended, not restarted. Whether the worker or the
     learner (--grad_workers 0, its own minibatch RNG) computes the gradients."""
-    common = (*flags, "--num_workers", "0", "--seed", "3", "--total_steps", "6144",
-              "--eval_interval", "2048", "--eval_episodes", "2", "--target_return", "none",
+    common = (*flags, "--num_workers", "0", "--seed", "3", "--total_steps", "2560",
+              "--eval_interval", "1024", "--eval_episodes", "2", "--target_return", "none",
               "--checkpoint_interval", "1000", "--keep_checkpoints", "2", "--quiet")
     straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
-    assert run_main(*common, "--run_dir", straight).returncode == 0
-    paused = run_main(*common, "--run_dir", resumed, "--pause_at_steps", "3000")
+    whole, paused = run_mains([*common, "--run_dir", straight],
+                              [*common, "--run_dir", resumed, "--pause_at_steps", "1500"])
+    assert whole.returncode == 0, whole.stderr
     assert paused.returncode == 0, paused.stderr
     rows_before = read_csv(os.path.join(resumed, "metrics.csv"))
     proc = run_main("--restore", resumed, "--quiet")  # its own config and run directory
@@ -120,7 +162,7 @@ def test_pause_then_restore_ends_at_the_weights_of_the_straight_run(tmp_path, fl
 
     a, _ = load_checkpoint(os.path.join(straight, "checkpoints", "last.pt"))
     b, meta = load_checkpoint(os.path.join(resumed, "checkpoints", "last.pt"))
-    assert meta["env_steps"] >= 6144
+    assert meta["env_steps"] >= 2560
     for name in a["model"]:
         assert torch.equal(a["model"][name], b["model"][name]), name
 
@@ -133,7 +175,7 @@ def test_pause_then_restore_ends_at_the_weights_of_the_straight_run(tmp_path, fl
     assert walls == sorted(walls)                                 # the clock goes on
     files = sorted(os.listdir(os.path.join(resumed, "checkpoints")))
     assert [f for f in files if f.endswith(".pt")] == [
-        "best.pt", "last.pt", "step-000006016.pt", "step-000006144.pt"]
+        "best.pt", "last.pt", "step-000002048.pt", "step-000002560.pt"]
 
 
 @pytest.mark.parametrize("signal_name, code, reason", [("SIGTERM", 143, "terminated"),
