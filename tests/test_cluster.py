@@ -175,12 +175,15 @@ def test_the_test_sessions_own_ray_instance_is_on_loopback(ray_session):
 
 
 def test_a_local_run_listens_on_loopback_only(tmp_path):
-    """main.py's own Ray instance: every port of its GCS, raylet and workers on 127.0.0.1."""
-    proc = start_main("--num_workers", "2", "--total_steps", "10000000", "--target_return",
-                      "none", "--run_dir", str(tmp_path / "run"), "--quiet", "--no-tensorboard")
+    """main.py's own Ray instance: every port of its GCS, raylet and workers on 127.0.0.1.
+    (--no-elastic_start: Ray starts at once at full priority, not niced beside the driver's
+    learning, so the workers are up in seconds even on a busy machine.)"""
+    proc = start_main("--num_workers", "2", "--no-elastic_start", "--total_steps", "10000000",
+                      "--target_return", "none", "--run_dir", str(tmp_path / "run"), "--quiet",
+                      "--no-tensorboard")
     try:
-        deadline = time.time() + 120
-        while time.time() < deadline and not actor_pids(proc.pid, "RolloutWorker"):
+        deadline, workers = time.time() + 120, []
+        while time.time() < deadline and not (workers := actor_pids(proc.pid, "RolloutWorker")):
             assert proc.poll() is None, proc.communicate()[1][-2000:]
             time.sleep(0.2)
         ray_processes = descendants(proc.pid)
@@ -188,5 +191,6 @@ def test_a_local_run_listens_on_loopback_only(tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
         finish(proc, timeout=120)
+    assert workers, "no rollout worker started"
     assert len(addresses) >= 3, addresses  # the GCS, the raylet and the workers at least
     assert all(a in ("127.0.0.1", "::ffff:127.0.0.1") for a in addresses), addresses
