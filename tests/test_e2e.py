@@ -57,10 +57,30 @@ def read_run(run_dir):
     return summary, rows
 
 
-def test_local_run_writes_summary_metrics_and_checkpoints(tmp_path):
-    run_dir = str(tmp_path / "run")
-    proc = run_main("--num_workers", "0", "--total_steps", "1500", "--eval_interval", "500",
-                    "--eval_episodes", "2", "--run_dir", run_dir)
+# The module's runs without Ray workers each compute on one core: they run side by side, once,
+# and each test checks its own.
+WRITES = ("--num_workers", "0", "--total_steps", "1500", "--eval_interval", "500",
+          "--eval_episodes", "2")
+LEARNS = ("--num_workers", "0", "--seed", "0", "--total_steps", "30000", "--target_return",
+          "300", "--quiet")
+PENDULUM = ("--num_workers", "0", "--gym_id", "Pendulum-v1", "--total_steps", "600",
+            "--eval_interval", "300", "--eval_episodes", "1")
+CUSTOM = ("--num_workers", "0", "--env_name", "custom_env", "--model_name", "custom_model",
+          "--trunk_width", "32", "--custom_env_episode_steps", "50", "--total_steps", "600",
+          "--eval_interval", "300", "--eval_episodes", "2")
+
+
+@pytest.fixture(scope="module")
+def local_runs(tmp_path_factory):
+    """{flags: (finished process, its run directory)} for WRITES, LEARNS, PENDULUM, CUSTOM."""
+    runs = [WRITES, LEARNS, PENDULUM, CUSTOM]
+    dirs = [str(tmp_path_factory.mktemp("local") / "run") for _ in runs]
+    procs = run_mains(*[[*flags, "--run_dir", run_dir] for flags, run_dir in zip(runs, dirs)])
+    return {flags: (proc, run_dir) for flags, proc, run_dir in zip(runs, procs, dirs)}
+
+
+def test_local_run_writes_summary_metrics_and_checkpoints(local_runs):
+    proc, run_dir = local_runs[WRITES]
     assert proc.returncode == 0, proc.stderr
     summary, rows = read_run(run_dir)
     assert SUMMARY_KEYS <= set(summary)
@@ -77,11 +97,9 @@ def test_local_run_writes_summary_metrics_and_checkpoints(tmp_path):
     assert "stopped (total_steps)" in proc.stdout
 
 
-def test_local_ppo_learns_cartpole_on_a_small_budget(tmp_path):
+def test_local_ppo_learns_cartpole_on_a_small_budget(local_runs):
     # Seed 0 reaches 500 at ~14k steps; the threshold leaves a wide margin.
-    run_dir = str(tmp_path / "run")
-    proc = run_main("--num_workers", "0", "--seed", "0", "--total_steps", "30000",
-                    "--target_return", "300", "--run_dir", run_dir, "--quiet")
+    proc, run_dir = local_runs[LEARNS]
     assert proc.returncode == 0, proc.stderr
     summary, _ = read_run(run_dir)
     assert summary["best_eval_return"] >= 300, summary
@@ -111,37 +129,44 @@ def test_compiled_graph_gives_the_same_loop(tmp_path):
     assert int(rows[-1]["updates"]) == len(rows) * 10  # 10 epochs x 1 minibatch per iteration
 
 
-def test_pendulum_box_actions_run(tmp_path):
-    run_dir = str(tmp_path / "run")
-    proc = run_main("--num_workers", "0", "--gym_id", "Pendulum-v1", "--total_steps", "600",
-                    "--eval_interval", "300", "--eval_episodes", "1", "--run_dir", run_dir)
+def test_pendulum_box_actions_run(local_runs):
+    proc, run_dir = local_runs[PENDULUM]
     assert proc.returncode == 0, proc.stderr
     summary, _ = read_run(run_dir)
     assert summary["target_return"] is None and summary["stopped_because"] == "total_steps"
     assert summary["last_eval_return"] < 0
 
 
-def test_custom_env_and_custom_model_run(tmp_path):
-    run_dir = str(tmp_path / "run")
-    proc = run_main("--num_workers", "0", "--env_name", "custom_env", "--model_name",
-                    "custom_model", "--trunk_width", "32", "--custom_env_episode_steps", "50",
-                    "--total_steps", "600", "--eval_interval", "300", "--eval_episodes", "2",
-                    "--run_dir", run_dir)
+def test_custom_env_and_custom_model_run(local_runs):
+    proc, run_dir = local_runs[CUSTOM]
     assert proc.returncode == 0, proc.stderr
     assert read_run(run_dir)[0]["env_steps"] >= 600
 
 
-@pytest.mark.parametrize("flags, expected", [
-    (["--env_name", "gym_envv"], ["unknown env 'gym_envv'", "gym_env", "Did you mean 'gym_env'"]),
-    (["--model_name", "pop"], ["unknown model 'pop'", "ppo", "custom_model"]),
-    (["--num_workers", "-1"], ["--num_workers", "'-1' must be >= 0"]),
-    (["--batch_size", "many"], ["--batch_size", "'many' is not an integer"]),
-    (["--num_wokers", "2"], ["unrecognized arguments: --num_wokers"]),
-    (["--gym_id", "NoSuchEnv-v0"], ["--gym_id 'NoSuchEnv-v0'"]),
-    (["--gym_id", "FrozenLake-v1"], ["takes Box observations", "Discrete(16)"]),
-])
-def test_bad_input_is_one_paragraph_and_exit_code_2(tmp_path, flags, expected):
-    proc = run_main("--num_workers", "0", "--run_dir", str(tmp_path / "r"), *flags, timeout=60)
+BAD_INPUT = [
+    (("--env_name", "gym_envv"), ["unknown env 'gym_envv'", "gym_env", "Did you mean 'gym_env'"]),
+    (("--model_name", "pop"), ["unknown model 'pop'", "ppo", "custom_model"]),
+    (("--num_workers", "-1"), ["--num_workers", "'-1' must be >= 0"]),
+    (("--batch_size", "many"), ["--batch_size", "'many' is not an integer"]),
+    (("--num_wokers", "2"), ["unrecognized arguments: --num_wokers"]),
+    (("--gym_id", "NoSuchEnv-v0"), ["--gym_id 'NoSuchEnv-v0'"]),
+    (("--gym_id", "FrozenLake-v1"), ["takes Box observations", "Discrete(16)"]),
+]
+
+
+@pytest.fixture(scope="module")
+def bad_input_runs(tmp_path_factory):
+    """{flags: finished process} for every case of BAD_INPUT, run side by side."""
+    cases = [flags for flags, _ in BAD_INPUT]
+    procs = run_mains(*[["--num_workers", "0", "--run_dir",
+                         str(tmp_path_factory.mktemp("bad") / "r"), *flags] for flags in cases],
+                      timeout=120)
+    return dict(zip(cases, procs))
+
+
+@pytest.mark.parametrize("flags, expected", BAD_INPUT)
+def test_bad_input_is_one_paragraph_and_exit_code_2(bad_input_runs, flags, expected):
+    proc = bad_input_runs[flags]
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr
     error_lines = [line for line in proc.stderr.splitlines() if "error" in line]
