@@ -8,11 +8,12 @@ import subprocess
 import sys
 import time
 
+import pytest
 import torch
 
 from core import cluster
 from core.checkpoint import load_checkpoint
-from tests.test_e2e import REPO, read_run, run_main
+from tests.test_e2e import REPO, read_run, run_mains
 
 PLUGINS = os.path.join(REPO, "tests", "plugins")
 
@@ -124,14 +125,33 @@ def test_sac_survives_killed_workers_and_a_dead_buffer_and_reaches_its_target(tm
     assert int(rows[-1]["updates"]) > 0
 
 
-def test_ppo_learns_cartpole_with_an_env_that_raises_at_random(tmp_path):
+# -- runs without Ray workers: side by side (each computes on one core), once; each test below
+# checks its own -------------------------------------------------------------------------------
+FLAKY = ("--user_dir", PLUGINS, "--env_name", "flaky_cartpole", "--num_workers", "0", "--quiet",
+         "--no-tensorboard")
+FLAKY_LEARNS = (*FLAKY, "--fail_prob", "0.0005", "--seed", "0", "--total_steps", "60000",
+                "--target_return", "475")
+FLAKY_STOPS = (*FLAKY, "--fail_always", "--max_env_errors", "3")
+NAN = ("--user_dir", PLUGINS, "--model_name", "nan_ppo", "--num_workers", "0", "--seed", "0",
+       "--target_return", "none", "--quiet", "--no-tensorboard")
+NAN_SKIPPED = (*NAN, "--nan_steps", "20:25", "--total_steps", "2000")
+NAN_STOPS = (*NAN, "--nan_steps", "20:40", "--max_bad_updates", "3", "--total_steps", "5000")
+BUG = (*NAN, "--nan_steps", "0:0", "--raise_at_step", "15", "--total_steps", "5000")
+
+
+@pytest.fixture(scope="module")
+def local_runs(tmp_path_factory):
+    """{flags: (finished process, its run directory)} for the runs above."""
+    runs = [FLAKY_LEARNS, FLAKY_STOPS, NAN_SKIPPED, NAN_STOPS, BUG]
+    dirs = [str(tmp_path_factory.mktemp("local") / "run") for _ in runs]
+    procs = run_mains(*[[*flags, "--run_dir", run_dir] for flags, run_dir in zip(runs, dirs)])
+    return {flags: (proc, run_dir) for flags, proc, run_dir in zip(runs, procs, dirs)}
+
+
+def test_ppo_learns_cartpole_with_an_env_that_raises_at_random(local_runs):
     """An env whose step raises with probability 0.0005 (user plugin tests/plugins): each
     error cuts the episode and rebuilds the env; PPO still reaches 475."""
-    run_dir = str(tmp_path / "run")
-    proc = run_main("--user_dir", PLUGINS, "--env_name", "flaky_cartpole", "--fail_prob",
-                    "0.0005", "--num_workers", "0", "--seed", "0", "--total_steps", "60000",
-                    "--target_return", "475", "--run_dir", run_dir, "--quiet",
-                    "--no-tensorboard")
+    proc, run_dir = local_runs[FLAKY_LEARNS]
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary, rows = read_run(run_dir)
     assert summary["stopped_because"] == "target_return", summary
@@ -140,14 +160,8 @@ def test_ppo_learns_cartpole_with_an_env_that_raises_at_random(tmp_path):
     assert int(rows[-1]["env_errors"]) == summary["env_errors"]
 
 
-NAN = ("--user_dir", PLUGINS, "--model_name", "nan_ppo", "--num_workers", "0", "--seed", "0",
-       "--target_return", "none", "--quiet", "--no-tensorboard")
-
-
-def test_updates_with_a_nan_loss_are_skipped_and_the_run_goes_on(tmp_path):
-    run_dir = str(tmp_path / "run")
-    proc = run_main(*NAN, "--nan_steps", "20:25", "--total_steps", "2000", "--run_dir",
-                    run_dir)
+def test_updates_with_a_nan_loss_are_skipped_and_the_run_goes_on(local_runs):
+    proc, run_dir = local_runs[NAN_SKIPPED]
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary, rows = read_run(run_dir)
     assert summary["stopped_because"] == "total_steps"
@@ -158,10 +172,8 @@ def test_updates_with_a_nan_loss_are_skipped_and_the_run_goes_on(tmp_path):
     assert int(rows[-1]["updates"]) == 10 * len(rows) - 5
 
 
-def test_too_many_bad_updates_in_a_row_stop_with_an_error_and_a_good_checkpoint(tmp_path):
-    run_dir = str(tmp_path / "run")
-    proc = run_main(*NAN, "--nan_steps", "20:40", "--max_bad_updates", "3", "--total_steps",
-                    "5000", "--run_dir", run_dir)
+def test_too_many_bad_updates_in_a_row_stop_with_an_error_and_a_good_checkpoint(local_runs):
+    proc, run_dir = local_runs[NAN_STOPS]
     assert proc.returncode == 1
     assert "ddrl: error:" in proc.stderr and "--max_bad_updates" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -172,10 +184,8 @@ def test_too_many_bad_updates_in_a_row_stop_with_an_error_and_a_good_checkpoint(
 
 
 # -- the run directory after any ending ----------------------------------------------------------
-def test_an_unexpected_error_still_writes_summary_and_a_checkpoint(tmp_path):
-    run_dir = str(tmp_path / "run")
-    proc = run_main(*NAN, "--nan_steps", "0:0", "--raise_at_step", "15", "--total_steps",
-                    "5000", "--run_dir", run_dir)
+def test_an_unexpected_error_still_writes_summary_and_a_checkpoint(local_runs):
+    proc, run_dir = local_runs[BUG]
     assert proc.returncode == 1
     assert "RuntimeError: model bug" in proc.stderr  # a bug keeps its traceback
     summary, _ = read_run(run_dir)
@@ -188,18 +198,20 @@ def test_a_run_dir_holding_another_run_is_refused_without_restore(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "metrics.csv").write_text("iteration,env_steps\n1,128\n")
-    proc = run_main("--num_workers", "0", "--total_steps", "500", "--run_dir", str(run_dir))
-    assert proc.returncode == 2
-    assert "already holds a run (metrics.csv)" in proc.stderr and "--restore" in proc.stderr
-    assert (run_dir / "metrics.csv").read_text() == "iteration,env_steps\n1,128\n"
-    assert not (run_dir / "summary.json").exists()
     # A log written there first (a shell redirect, a scheduler) is no run: allowed.
     other = tmp_path / "other"
     other.mkdir()
     (other / "stdout.log").write_text("")
-    proc = run_main("--num_workers", "0", "--total_steps", "200", "--eval_interval", "200",
-                    "--eval_episodes", "1", "--run_dir", str(other), "--quiet")
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    refused, allowed = run_mains(
+        ["--num_workers", "0", "--total_steps", "500", "--run_dir", str(run_dir)],
+        ["--num_workers", "0", "--total_steps", "200", "--eval_interval", "200",
+         "--eval_episodes", "1", "--run_dir", str(other), "--quiet"])
+    assert refused.returncode == 2
+    assert "already holds a run (metrics.csv)" in refused.stderr
+    assert "--restore" in refused.stderr
+    assert (run_dir / "metrics.csv").read_text() == "iteration,env_steps\n1,128\n"
+    assert not (run_dir / "summary.json").exists()
+    assert allowed.returncode == 0, allowed.stderr[-2000:]
 
 
 def test_sigterm_sets_a_stop_flag_the_round_finishes_and_a_checkpoint_is_written(tmp_path):
@@ -220,11 +232,8 @@ def test_sigterm_sets_a_stop_flag_the_round_finishes_and_a_checkpoint_is_written
     assert meta["env_steps"] == summary["env_steps"] == int(rows[-1]["env_steps"])
 
 
-def test_an_env_failing_past_max_env_errors_stops_the_run_with_a_clear_error(tmp_path):
-    run_dir = str(tmp_path / "run")
-    proc = run_main("--user_dir", PLUGINS, "--env_name", "flaky_cartpole", "--fail_always",
-                    "--max_env_errors", "3", "--num_workers", "0", "--run_dir", run_dir,
-                    "--quiet", "--no-tensorboard")
+def test_an_env_failing_past_max_env_errors_stops_the_run_with_a_clear_error(local_runs):
+    proc, run_dir = local_runs[FLAKY_STOPS]
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert "ddrl: error:" in proc.stderr and "--max_env_errors" in proc.stderr
     assert "Traceback" not in proc.stderr
