@@ -84,14 +84,14 @@ def test_a_checkpoint_that_runs_code_on_load_is_refused(tmp_path):
 def test_restore_refuses_a_crafted_checkpoint_and_runs_nothing(tmp_path):
     """The same crafted file given to main.py --restore (and --evaluate): a one-paragraph error
     naming it, exit 2, and the payload never ran."""
-    from test_e2e import run_main
+    from test_e2e import run_mains
     marker = tmp_path / "MARKER"
     path = tmp_path / "evil.pt"
     torch.save({"model": {}, "format_version": 2, "payload": RunsCode(marker)}, str(path))
     with open(f"{path}.json", "w") as f:
         f.write('{"format_version": 2, "config": {"num_workers": 0}}')
-    for flag in ("--restore", "--evaluate"):
-        proc = run_main(flag, str(path), "--total_steps", "100")
+    for proc in run_mains(*[[flag, str(path), "--total_steps", "100"]
+                            for flag in ("--restore", "--evaluate")]):
         assert proc.returncode == 2, proc.stderr
         assert "evil.pt" in proc.stderr and "not a readable ddrl checkpoint" in proc.stderr
         assert "Traceback" not in proc.stderr
