@@ -5,15 +5,25 @@ import os
 
 import pytest
 
-from test_e2e import run_main
+from test_e2e import run_mains
 
 
 @pytest.fixture(scope="module")
-def cartpole_run(tmp_path_factory):
-    run_dir = str(tmp_path_factory.mktemp("outputs") / "run")
-    proc = run_main("--num_workers", "0", "--total_steps", "3000", "--eval_interval", "1000",
-                    "--eval_episodes", "2", "--target_return", "none", "--run_dir", run_dir,
-                    "--quiet")
+def runs(tmp_path_factory):
+    """A CartPole run with TensorBoard on, and one with --no-tensorboard beside it (each
+    computes on one core)."""
+    run_dir, untracked = (str(tmp_path_factory.mktemp("outputs") / name)
+                          for name in ("run", "no_tensorboard"))
+    return run_dir, untracked, run_mains(
+        ["--num_workers", "0", "--total_steps", "3000", "--eval_interval", "1000",
+         "--eval_episodes", "2", "--target_return", "none", "--run_dir", run_dir, "--quiet"],
+        ["--num_workers", "0", "--total_steps", "500", "--eval_interval", "500",
+         "--eval_episodes", "1", "--run_dir", untracked, "--quiet", "--no-tensorboard"])
+
+
+@pytest.fixture(scope="module")
+def cartpole_run(runs):
+    run_dir, _, (proc, _) = runs
     assert proc.returncode == 0, proc.stderr
     with open(os.path.join(run_dir, "metrics.csv")) as f:
         rows = list(csv.DictReader(f))
@@ -51,10 +61,8 @@ def test_learning_curves_png_is_an_image_of_both_axes(cartpole_run):
         assert close[:, :550].sum() > 100 and close[:, 550:].sum() > 100, colour
 
 
-def test_no_tensorboard_writes_no_event_files(tmp_path):
-    run_dir = str(tmp_path / "run")
-    proc = run_main("--num_workers", "0", "--total_steps", "500", "--eval_interval", "500",
-                    "--eval_episodes", "1", "--run_dir", run_dir, "--quiet", "--no-tensorboard")
+def test_no_tensorboard_writes_no_event_files(runs):
+    _, run_dir, (_, proc) = runs
     assert proc.returncode == 0, proc.stderr
     assert not os.path.exists(os.path.join(run_dir, "tensorboard"))
     assert os.path.exists(os.path.join(run_dir, "learning_curves.png"))
@@ -92,11 +100,12 @@ def test_evaluate_prints_returns_and_record_video_writes_a_gif(cartpole_run, tmp
     from PIL import Image
     run_dir, _ = cartpole_run
     videos = str(tmp_path / "videos")
-    proc = run_main("--evaluate", run_dir, "--eval_episodes", "3", "--record_video", videos)
+    proc, misplaced = run_mains(
+        ["--evaluate", run_dir, "--eval_episodes", "3", "--record_video", videos],
+        ["--record_video", str(tmp_path / "elsewhere"), "--num_workers", "0"])
     assert proc.returncode == 0, proc.stderr
     assert "best.pt" in proc.stdout and "3 deterministic episodes, return" in proc.stdout
     with Image.open(os.path.join(videos, "episode-0.gif")) as gif:
         assert gif.n_frames > 5 and gif.size == (600, 400)  # CartPole's rgb_array frames
 
-    misplaced = run_main("--record_video", videos, "--num_workers", "0")
     assert misplaced.returncode == 2 and "--evaluate" in misplaced.stderr
