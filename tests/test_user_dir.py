@@ -2,7 +2,9 @@
 import os
 import shutil
 
-from test_e2e import REPO, read_run, run_main
+import pytest
+
+from test_e2e import REPO, read_run, run_main, run_mains
 
 PLUGINS = os.path.join(REPO, "examples", "user_plugins")
 CHOSEN = ["--env_name", "noisy_cartpole", "--model_name", "layer_norm_ppo",
@@ -15,8 +17,23 @@ def copy_out(tmp_path):
     return str(folder)
 
 
-def test_user_plugin_flags_show_in_help(tmp_path):
-    proc = run_main("--user_dir", copy_out(tmp_path), *CHOSEN, "-h", cwd=str(tmp_path))
+@pytest.fixture(scope="module")
+def outside(tmp_path_factory):
+    """-h, --list and a training run without Ray workers, from a folder outside the repository
+    with its own copy of the plugins, side by side (each on one core)."""
+    where = tmp_path_factory.mktemp("outside")
+    folder, run_dir = copy_out(where), str(where / "run")
+    help_, listing, trained = run_mains(
+        ["--user_dir", folder, *CHOSEN, "-h"],
+        ["--list", "--user_dir", folder],
+        ["--user_dir", folder, *CHOSEN, "--num_workers", "0", "--total_steps", "512",
+         "--eval_interval", "256", "--eval_episodes", "2", "--run_dir", run_dir],
+        cwd=str(where))
+    return {"folder": folder, "help": help_, "list": listing, "trained": (trained, run_dir)}
+
+
+def test_user_plugin_flags_show_in_help(outside):
+    proc = outside["help"]
     assert proc.returncode == 0, proc.stderr
     for flag in ("--obs_noise", "--layer_norm", "--reward_scale", "--num_workers"):
         assert flag in proc.stdout
@@ -37,18 +54,14 @@ def test_user_plugins_train_in_ray_actors(tmp_path):
     assert summary["last_eval_return"] is not None
 
 
-def test_user_plugins_train_in_process(tmp_path):
-    run_dir = str(tmp_path / "run")
-    proc = run_main("--user_dir", copy_out(tmp_path), *CHOSEN, "--num_workers", "0",
-                    "--total_steps", "512", "--eval_interval", "256", "--eval_episodes", "2",
-                    "--run_dir", run_dir, cwd=str(tmp_path))
+def test_user_plugins_train_in_process(outside):
+    proc, run_dir = outside["trained"]
     assert proc.returncode == 0, proc.stderr
     assert read_run(run_dir)[0]["env_steps"] >= 512
 
 
-def test_list_names_every_plugin_its_docstring_and_origin(tmp_path):
-    folder = copy_out(tmp_path)
-    proc = run_main("--list", "--user_dir", folder, cwd=str(tmp_path))
+def test_list_names_every_plugin_its_docstring_and_origin(outside):
+    folder, proc = outside["folder"], outside["list"]
     assert proc.returncode == 0, proc.stderr
     lines = {line.split()[0]: line for line in proc.stdout.splitlines() if line.startswith("  ")}
     for name in ("gym_env", "custom_env", "ppo", "sac", "default_agent", "sac_agent"):
