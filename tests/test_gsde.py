@@ -123,7 +123,7 @@ def test_gsde_runs_end_to_end(tmp_path):
     run_dir = str(tmp_path / "run")
     proc = run_main("--env_name", "gym_env", "--gym_id", "Pendulum-v1", "--model_name", "ppo",
                     "--config", "none", "--use_sde", "--sde_sample_freq", "4",
-                    "--num_workers", "1", "--num_envs_per_worker", "2", "--rollout_steps", "64",
+                    "--num_workers", "0", "--num_envs_per_worker", "2", "--rollout_steps", "64",
                     "--total_steps", "512", "--eval_interval", "256", "--eval_episodes", "1",
                     "--run_dir", run_dir)
     assert proc.returncode == 0, proc.stderr
