@@ -83,7 +83,9 @@ def test_sac_on_discrete_actions_is_a_clear_error(tmp_path):
 
 
 @pytest.mark.parametrize("placement", [
-    ["--num_workers", "0"],
+    # One learner thread: 32-unit layers gain nothing from the second that --learner_threads
+    # auto gives a run without Ray workers (test_presets runs the Pendulum preset with auto).
+    ["--num_workers", "0", "--learner_threads", "1"],
     ["--num_workers", "1", "--prioritized_replay", "--num_cpus", "2"],  # the server learns
     ["--num_workers", "2", "--num_learners", "2", "--prioritized_replay", "--num_cpus", "2"],
 ])
