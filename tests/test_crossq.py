@@ -196,7 +196,7 @@ def test_flags_errors_and_optimizer():
         CrossQModel(make_args("--num_learners", "3"), OBS, ACT)
 
 
-@pytest.mark.parametrize("placement", [["--num_workers", "0"],
+@pytest.mark.parametrize("placement", [["--num_workers", "0", "--learner_threads", "1"],
                                        ["--num_workers", "1", "--num_cpus", "2"]])
 def test_crossq_runs_end_to_end(tmp_path, placement):
     run_dir = str(tmp_path / "run")
