@@ -189,6 +189,30 @@ SUITES = {
             "sb3": "{python} benchmarks/sb3_ppo.py --env Pendulum-v1 --target_return {target} --seed {seed}"
                    " --out_dir {run_dir} --max_steps {max_steps}",
         }),
+    # PPO on ALE/Breakout-v5 for 1M frames (250k agent steps), RL-Zoo's Atari settings in both:
+    # ddrl its automatic preset configs/ppo-atari.yaml (2 torch threads: faster here, see
+    # BENCHMARKS.md); sb3: sb3_ppo.py's ALE/Breakout-v5 entry, the same hyperparameters on ddrl's
+    # own env chain (envs/gym_env.py wrap_atari), 2 torch threads. Both play 5 whole games
+    # (unclipped score) every 25k agent steps. No target: the measures are the last evaluation
+    # (at 1M frames) and the run's wall time.
+    "breakout-ppo": dict(
+        target=None, max_steps=250_000, peer="sb3", timeout=5400,
+        systems={
+            "ddrl-0workers": DDRL + " --gym_id ALE/Breakout-v5 --num_workers 0 --torch_threads 2"
+                             " --total_steps {max_steps}",
+            "sb3": "{python} benchmarks/sb3_ppo.py --env ALE/Breakout-v5 --seed {seed} --out_dir {run_dir}"
+                   " --max_steps {max_steps} --torch_threads 2",
+        }),
+    # SAC on HalfCheetah-v5 for 100k steps: ddrl its automatic preset configs/sac-mujoco.yaml
+    # (RL-Zoo's MuJoCo entry), one process; sb3: SB3 given exactly those hyperparameters
+    # (sb3_sac.py --hyperparams ddrl), 2 torch threads. 5 episodes every 10k steps; no target.
+    "halfcheetah-sac": dict(
+        target=None, max_steps=100_000, peer="sb3", timeout=5400,
+        systems={
+            "ddrl-0workers": DDRL_SAC + " --gym_id HalfCheetah-v5 --num_workers 0 --total_steps {max_steps}",
+            "sb3": "{python} benchmarks/sb3_sac.py --env HalfCheetah-v5 --hyperparams ddrl --seed {seed}"
+                   " --out_dir {run_dir} --max_steps {max_steps} --torch_threads 2",
+        }),
 }
 
 
@@ -249,7 +273,8 @@ def aggregate(records, systems, peer):
             reached=sum(r["reached"] for r in runs), total=len(runs),
             time_to_target_s=stats([r["summary"]["time_to_target_s"] if r["reached"] else math.inf for r in runs]),
             steps_to_target=stats([r["summary"]["steps_to_target"] if r["reached"] else math.inf for r in runs]),
-            process_wall_s=stats([r["process_wall_s"] for r in runs]))
+            process_wall_s=stats([r["process_wall_s"] for r in runs]),
+            last_eval_return=stats([r["curve"][-1][1] for r in runs if r.get("curve")]))
     for name, a in agg.items():  # ratio of medians against the peer (> 1: slower / more steps than the peer)
         p = agg.get(peer)
         for key in ("time_to_target_s", "steps_to_target"):
@@ -263,16 +288,19 @@ def fmt(x, nd=1):
 
 
 def markdown(suite, cfg, agg, commands, peer):
-    lines = [f"Suite `{suite}`, target return {cfg['target']}; median [min, max]; failures count as ∞; "
-             f"ratios are medians against `{peer}`.", "",
-             "| system | reached | time to target (s) | env steps to target | time ratio | steps ratio | whole process (s) |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+    goal = (f"target return {cfg['target']}; failures count as ∞" if cfg["target"] is not None
+            else f"no target: every run goes {cfg['max_steps']:,} env steps")
+    lines = [f"Suite `{suite}`, {goal}; median [min, max]; ratios are medians against `{peer}`.", "",
+             "| system | reached | time to target (s) | env steps to target | time ratio | steps ratio "
+             "| last eval return | whole process (s) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name, a in agg.items():
         t, s, w = a["time_to_target_s"], a["steps_to_target"], a["process_wall_s"]
         cell = lambda d, nd: f"{fmt(d['median'], nd)} [{fmt(d['min'], nd)}, {fmt(d['max'], nd)}]" if d else "—"
         ratio = lambda x: f"{x:.2f}" if x is not None else "—"
         lines.append(f"| {name} | {a['reached']}/{a['total']} | {cell(t, 1)} | {cell(s, 0)} | "
-                     f"{ratio(a['time_to_target_s_ratio_vs_peer'])} | {ratio(a['steps_to_target_ratio_vs_peer'])} | {cell(w, 1)} |")
+                     f"{ratio(a['time_to_target_s_ratio_vs_peer'])} | {ratio(a['steps_to_target_ratio_vs_peer'])} | "
+                     f"{cell(a.get('last_eval_return'), 1)} | {cell(w, 1)} |")
     lines += ["", "Commands (run from the repo root):", ""] + [f"- `{n}`: `{c}`" for n, c in commands.items()]
     return "\n".join(lines)
 
@@ -289,8 +317,9 @@ def plot(path, suite, cfg, records, systems):
             if pts:
                 ax.plot(*zip(*pts), color=colour, alpha=0.7, marker=".", label=None if labelled else name)
                 labelled = True
-    ax.axhline(cfg["target"], color="k", ls="--", lw=1, label=f"target {cfg['target']}")
-    ax.set(xlabel="wall time from process start (s)", ylabel="eval return (10 deterministic episodes)",
+    if cfg["target"] is not None:
+        ax.axhline(cfg["target"], color="k", ls="--", lw=1, label=f"target {cfg['target']}")
+    ax.set(xlabel="wall time from process start (s)", ylabel="eval return (mean of deterministic episodes)",
            title=f"{suite}: eval return against wall time, all seeds")
     ax.legend()
     fig.tight_layout()
@@ -364,7 +393,9 @@ def main():
         if unknown:
             p.error(f"unknown systems {sorted(unknown)}; suite {args.suite} has {list(systems)}")
         systems = {n: c for n, c in systems.items() if n in args.systems or n not in cfg["systems"]}
-    target = int(cfg["target"]) if float(cfg["target"]).is_integer() else cfg["target"]
+    target = cfg["target"]  # None: no target (ddrl's --target_return takes "None" as none)
+    if target is not None and float(target).is_integer():
+        target = int(target)
     fill = dict(python=sys.executable, target=target, max_steps=cfg["max_steps"])
 
     records = []

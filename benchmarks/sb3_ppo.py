@@ -35,7 +35,32 @@ PRESETS = {
         n_envs=4, n_timesteps=100_000, eval_freq=10_000, target_return=-200.0,
         ppo=dict(policy="MlpPolicy", n_steps=1024, gae_lambda=0.95, gamma=0.9, n_epochs=10,
                  ent_coef=0.0, learning_rate=1e-3, clip_range=0.2, use_sde=True, sde_sample_freq=4)),
+    # hyperparams/atari.yml's PPO entry (what ddrl's configs/ppo-atari.yaml holds), 1M frames
+    # (250k agent steps) instead of 10M; evaluation as ddrl's preset: 5 whole games every 25k.
+    # The envs are ddrl's own Atari chain (atari_env below), not SB3's AtariWrapper.
+    "ALE/Breakout-v5": dict(
+        n_envs=8, n_timesteps=250_000, eval_freq=25_000, eval_episodes=5, target_return=float("inf"),
+        ppo=dict(policy="CnnPolicy", n_steps=128, batch_size=256, n_epochs=4, gamma=0.99,
+                 gae_lambda=0.95, learning_rate=lin(2.5e-4), clip_range=lin(0.1), ent_coef=0.01,
+                 vf_coef=0.5, max_grad_norm=0.5)),
 }
+
+
+def atari_env(env_id, seed, evaluation=False):
+    """ddrl's Atari env chain (envs/gym_env.py: the same gym.make arguments and wrap_atari) with
+    ddrl's default flags, so that SB3 trains and is evaluated on exactly what ddrl sees:
+    sign-clipped rewards in training, whole games at the game's score in evaluation."""
+    import sys
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from envs.gym_env import wrap_atari
+    from options.options import parse_args
+    args = parse_args(["--env_name", "gym_env", "--gym_id", env_id])
+    env = gym.make(env_id, frameskip=1, max_num_frames_per_episode=args.max_episode_frames)
+    env = wrap_atari(env, args, evaluation=evaluation)
+    env = Monitor(env)  # outermost: the episode return as the wrapped env reports it
+    env.reset(seed=seed)
+    env.action_space.seed(seed)
+    return env
 
 
 class EvalStop(BaseCallback):
@@ -70,6 +95,8 @@ class EvalStop(BaseCallback):
 
 def make_eval_env(env_id, seed):
     """The separate evaluation env, seeded apart from the training envs."""
+    if env_id.startswith("ALE/"):
+        return atari_env(env_id, seed + 10_000, evaluation=True)
     eval_env = Monitor(gym.make(env_id))
     eval_env.reset(seed=seed + 10_000)
     return eval_env
@@ -102,23 +129,28 @@ def main():
     p.add_argument("--target_return", type=float, default=None, help="default: the preset's")
     p.add_argument("--out_dir", required=True)
     p.add_argument("--eval_freq", type=int, default=None, help="env steps between evaluations; default: the preset's")
-    p.add_argument("--eval_episodes", type=int, default=10)
+    p.add_argument("--eval_episodes", type=int, default=None, help="default: the preset's, else 10")
     p.add_argument("--max_steps", type=int, default=None,
                    help="default: RL-Zoo n_timesteps (1e5). Note lin_ schedules decay over max_steps.")
+    p.add_argument("--torch_threads", type=int, default=1,
+                   help="default 1: on 2 cores, 2 threads made the CartPole run 6.5x slower (measured here)")
     args = p.parse_args()
 
-    # One torch thread: on 2 cores, 2 threads made this very run 6.5x slower (measured here).
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.torch_threads)
     preset = PRESETS[args.env]
     target = preset["target_return"] if args.target_return is None else args.target_return
     eval_freq = args.eval_freq or preset["eval_freq"]
     max_steps = args.max_steps or preset["n_timesteps"]
     os.makedirs(args.out_dir, exist_ok=True)
 
-    env = make_vec_env(args.env, n_envs=preset["n_envs"], seed=args.seed, vec_env_cls=DummyVecEnv)
+    if args.env.startswith("ALE/"):
+        env = DummyVecEnv([lambda i=i: atari_env(args.env, args.seed + i) for i in range(preset["n_envs"])])
+    else:
+        env = make_vec_env(args.env, n_envs=preset["n_envs"], seed=args.seed, vec_env_cls=DummyVecEnv)
     eval_env = make_eval_env(args.env, args.seed)
     model = PPO(env=env, seed=args.seed, device="cpu", verbose=0, **preset["ppo"])
-    cb = EvalStop(eval_env, eval_freq, args.eval_episodes, target, os.path.join(args.out_dir, "eval.csv"))
+    episodes = args.eval_episodes or preset.get("eval_episodes", 10)
+    cb = EvalStop(eval_env, eval_freq, episodes, target, os.path.join(args.out_dir, "eval.csv"))
     model.learn(total_timesteps=max_steps, callback=cb)
     cb.csv.close()
     write_summary(args.out_dir, model, cb)

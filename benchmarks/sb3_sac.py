@@ -47,6 +47,12 @@ PRESETS = {
         sac=dict(policy="MlpPolicy", batch_size=256, learning_rate=lin(7.3e-4), buffer_size=1_000_000,
                  ent_coef="auto", gamma=0.99, tau=0.01, train_freq=1, gradient_steps=1,
                  learning_starts=10_000, policy_kwargs=dict(net_arch=[400, 300]))),
+    # RL-Zoo's MuJoCo entry (HalfCheetah/Hopper/Walker2d/Ant in sac.yml): SB3's defaults with a
+    # 10k-step warm-up, 1M steps; ddrl's configs/sac-mujoco.yaml holds the same. Evaluation as
+    # that preset: 5 episodes every 10k steps; no target (runs go the whole budget).
+    "HalfCheetah-v5": dict(
+        n_timesteps=1_000_000, eval_freq=10_000, eval_episodes=5, target_return=float("inf"),
+        sac=dict(policy="MlpPolicy", learning_starts=10_000)),
 }
 # DLR-RM/rl-baselines3-zoo hyperparams/crossq.yml (sb3-contrib's CrossQ defaults otherwise: lr 1e-3,
 # batch 256, policy_delay 3, net_arch pi [256, 256] / qf [1024, 1024], Adam betas (0.5, 0.999)).
@@ -134,7 +140,7 @@ def main():
     p.add_argument("--out_dir", required=True)
     p.add_argument("--eval_freq", type=int, default=None,
                    help="env steps between evaluations; default: the preset's (1000 Pendulum, 10000 LunarLander)")
-    p.add_argument("--eval_episodes", type=int, default=10)
+    p.add_argument("--eval_episodes", type=int, default=None, help="default: the preset's, else 10")
     p.add_argument("--hyperparams", choices=["zoo", "ddrl"], default="zoo",
                    help="zoo: the PRESETS below (SB3 defaults / RL-Zoo); ddrl: ddrl's own settings "
                         "for this env (ddrl_hyperparameters)")
@@ -174,7 +180,8 @@ def main():
     else:
         algo_cls = SAC
     model = algo_cls(env=env, seed=args.seed, device="cpu", verbose=0, **sac_kwargs)
-    cb = EvalStop(eval_env, eval_freq, args.eval_episodes, target, os.path.join(args.out_dir, "eval.csv"), t0=T0)
+    episodes = args.eval_episodes or preset.get("eval_episodes", 10)
+    cb = EvalStop(eval_env, eval_freq, episodes, target, os.path.join(args.out_dir, "eval.csv"), t0=T0)
     model.learn(total_timesteps=max_steps, callback=cb)
     cb.csv.close()
     write_summary(args.out_dir, model, cb, t0=T0)
