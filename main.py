@@ -3,6 +3,7 @@
     python main.py                                   # PPO on CartPole-v1 until eval >= 475
     python main.py --env_name gym_env --gym_id Pendulum-v1 --num_workers 2
     python main.py --user_dir ~/my_plugins --env_name my_env -h
+    python main.py --num_workers 0 --tune sweep.yaml --num_samples 8 --run_dir runs/sweep
 
 This file parses, dispatches and maps outcomes to exit codes; a training run's lifetime is
 core/session.py. Exit codes: 0 done, 1 a fault past its limit or another error (the run directory
@@ -25,8 +26,16 @@ def unwrap_config_error(exc):
 def main(argv=None):
     from core.registry import ConfigError
     from options.options import parse_args
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        from core.sweep import restore_request, run_sweep
+        resumed = restore_request(argv)  # --restore DIR of an interrupted sweep
+        if resumed is not None:
+            saved_argv, sweep_dir = resumed
+            return run_sweep(parse_args(saved_argv), saved_argv, sweep_dir)
         args = parse_args(argv)
+        if args.tune:
+            return run_sweep(args, argv)
         if args.evaluate:
             from core.playback import evaluate_saved_model
             evaluate_saved_model(args)

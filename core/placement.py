@@ -143,16 +143,33 @@ class Placement:
         return bool(done)
 
 
+def spread():
+    """Ray scheduling strategy for rollout workers: SPREAD over the nodes (losing one node then
+    costs the fewest), or the current placement group when there is one (a sweep's trial)."""
+    from ray.util.placement_group import get_current_placement_group
+    if get_current_placement_group() is not None:
+        return near_driver()
+    return "SPREAD"
+
+
 def near_driver():
-    """Ray scheduling strategy: the driver's node if it has room, else anywhere."""
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    """Ray scheduling strategy: the driver's node if it has room, else anywhere. Inside a
+    placement group (a sweep's trial: Tune reserved its CPUs as one), in that group."""
+    from ray.util.placement_group import get_current_placement_group
+    from ray.util.scheduling_strategies import (NodeAffinitySchedulingStrategy,
+                                                PlacementGroupSchedulingStrategy)
+    group = get_current_placement_group()
+    if group is not None:
+        return PlacementGroupSchedulingStrategy(group, placement_group_capture_child_tasks=True)
     return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
 
 
 def start_ray(args):
-    """Start a local Ray instance bound to 127.0.0.1, or join a cluster with --address."""
+    """Start a local Ray instance bound to 127.0.0.1, or join a cluster with --address.
+    Returns False when Ray was up already (a sweep's trial runs inside a Ray worker): then
+    whoever started it shuts it down."""
     if ray.is_initialized():
-        return
+        return False
     loopback.prepare(args.node_ip_address)
     common = dict(include_dashboard=bool(args.dashboard), logging_level="WARNING",
                   log_to_driver=True)
@@ -175,7 +192,7 @@ def start_ray(args):
                 f"head's token is not in ~/.ray/auth_token, or leave --address out to start a "
                 f"local instance.") from exc
         check_joined_gpus(args)
-        return
+        return True
     # Local workers inherit this environment: make the repository importable in them.
     path = os.environ.get("PYTHONPATH", "")
     if REPO_ROOT not in path.split(os.pathsep):
@@ -183,6 +200,7 @@ def start_ray(args):
     # address="local": always a new instance, never one that happens to run on this machine.
     ray.init(address="local", num_cpus=args.num_cpus, num_gpus=args.num_gpus,
              _node_ip_address=args.node_ip_address, **common)
+    return True
 
 
 def check_joined_gpus(args):
@@ -218,6 +236,7 @@ class RayStarter:
         self.args = args
         self.nice = nice
         self.error = None
+        self.started = False  # this process started (or joined) Ray, so it shuts it down
         self._up = threading.Event()
         self._stop = threading.Event()
         logging.getLogger("ray._private.worker").addFilter(_DropThreadWarning())
@@ -230,7 +249,7 @@ class RayStarter:
             # processes then yield the CPUs to the learning that goes on in this process.
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self.nice)
         try:
-            start_ray(self.args)
+            self.started = start_ray(self.args)
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread by ready()
             self.error = exc
         finally:
@@ -255,6 +274,6 @@ class RayStarter:
         elif not self._up.is_set():
             print(f"ddrl: the run ended before the cluster at --address {self.args.address} "
                   f"was joined: it ran in this process only", file=sys.stderr, flush=True)
-        if ray.is_initialized() and not self.args.address:
+        if ray.is_initialized() and not self.args.address and self.started:
             ray.shutdown()
         self._stop.set()

@@ -91,3 +91,34 @@ class LearningCurves:
         tmp = f"{self.path}.tmp-{os.getpid()}.png"
         figure.savefig(tmp)
         os.replace(tmp, self.path)  # a viewer never sees half a PNG
+
+
+def plot_sweep(path, trials, best=None):
+    """A sweep's sweep.png: every trial's evaluation return against env steps (read from its
+    metrics.csv), the best trial drawn bold. ``trials``: core/sweep.py TrialRow objects."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    figure = Figure(figsize=(8, 5), dpi=100)
+    FigureCanvasAgg(figure)
+    ax = figure.subplots()
+    for trial in trials:
+        curve = LearningCurves(trial.run_dir)
+        curve.load_csv(os.path.join(trial.run_dir, "metrics.csv"))
+        x, y, _ = curve.series("env_steps", "eval_return")
+        if not x:
+            continue
+        flags = ", ".join(f"{k}={format(v, '.3g') if isinstance(v, float) else v}"
+                          for k, v in trial.flags.items())
+        chosen = trial is best
+        ax.plot(x, y, "o-", ms=2.5, lw=2.5 if chosen else 1, alpha=1.0 if chosen else 0.6,
+                label=("best: " if chosen else "") + flags)
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("evaluation return")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="best")
+    ax.set_title(f"sweep: {len(trials)} trials", fontsize=10)
+    figure.tight_layout()
+    tmp = f"{path}.tmp-{os.getpid()}.png"
+    figure.savefig(tmp)
+    os.replace(tmp, path)

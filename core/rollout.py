@@ -348,14 +348,14 @@ class RolloutWorker:
 def make_rollout_worker(spec, slot, generation, local, num_cpus=1.0):
     """A rollout worker for a core.worker_group.WorkerGroup slot: in this process (a
     LocalHandle) or as a Ray actor reserving ``num_cpus``."""
-    from core.placement import LocalHandle, actor_options, remote_class
+    from core.placement import LocalHandle, actor_options, remote_class, spread
     if local:
         return LocalHandle(RolloutWorker(spec, slot))
     # SPREAD: on a cluster, workers go to different nodes (one node lost costs the fewest);
     # on one machine it changes nothing.
     return remote_class(RolloutWorker).options(**actor_options(
         num_cpus=num_cpus, num_gpus=gpu_plan_for(spec).rollout_worker_gpus,
-        scheduling_strategy="SPREAD")).remote(spec, slot, generation)
+        scheduling_strategy=spread())).remote(spec, slot, generation)
 
 
 def restore_workers(placement, workers, state, fresh_episode_seed):

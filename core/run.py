@@ -39,6 +39,7 @@ class RunContext:
         self.last_row_steps = 0
         self.on_new_best = None               # callback(eval_result), e.g. save best weights
         self.after_row = None                 # callback() after every metrics row
+        self.last_row = None                  # that row
         os.makedirs(run_dir, exist_ok=True)
         metrics_path = os.path.join(run_dir, "metrics.csv")
         self.curves = LearningCurves(run_dir, target_return, args.plot_interval,
@@ -91,6 +92,7 @@ class RunContext:
             self.tensorboard.log(row)
         self.curves.add(row)
         self.curves.maybe_draw()
+        self.last_row = row
         if self.after_row is not None:
             self.after_row()
         if self.stop_requested is not None:

@@ -7,6 +7,7 @@ Sample Factory's train.py does.
 import os
 import signal
 import sys
+import threading
 import time
 
 import torch
@@ -68,9 +69,10 @@ def probe_env(plugins, args):
 
 
 class TrainingSession:
-    def __init__(self, args, start_time):
+    def __init__(self, args, start_time, on_row=None):
         self.args = args
         self.start_time = start_time
+        self.on_row = on_row  # callback(session, row) after each metrics row (a sweep's report)
         self.ray_starter = None
         self.trainer = None
         self.context = None
@@ -113,7 +115,7 @@ class TrainingSession:
             self.restore()
         self.context.on_new_best = self.save_best
         self.next_checkpoint = 0
-        self.context.after_row = self.periodic_checkpoint
+        self.context.after_row = self.after_row
         if not args.quiet:
             gym_id = getattr(args, "gym_id", None)
             print(f"ddrl: {args.env_name}{'/' + gym_id if gym_id else ''} + {args.model_name} + "
@@ -184,6 +186,11 @@ class TrainingSession:
                                                        "eval_return": result["eval_return"]}),
                                    self.trainer.evaluation_state())
 
+    def after_row(self):
+        self.periodic_checkpoint()
+        if self.on_row is not None:
+            self.on_row(self, self.context.last_row)
+
     def periodic_checkpoint(self):
         interval = self.args.checkpoint_interval
         if self.context.env_steps >= self.next_checkpoint:
@@ -244,6 +251,8 @@ class TrainingSession:
                   file=sys.stderr, flush=True)
 
     def install_signal_handlers(self):
+        if threading.current_thread() is not threading.main_thread():
+            return  # a run in another thread (a sweep's trial): its host handles signals
         for signum in (signal.SIGINT, signal.SIGTERM):
             self.previous_handlers[signum] = signal.signal(signum, self.on_signal)
 

@@ -230,6 +230,39 @@ def add_common_args(parser):
                             "gradient) before it is taken for hung, replaced and its work "
                             "dropped (default: %(default)s)")
 
+    group = parser.add_argument_group("sweeps (Ray Tune; README, 'Sweeps')")
+    group.add_argument("--tune", default=None, metavar="SPEC.yaml",
+                       help="run a sweep: SPEC maps flags to distributions ({loguniform: [lo, hi]}, "
+                            "{uniform: ...}, {randint: ...}, {choice: [...]}, {grid: [...]}); the "
+                            "other flags on the line hold for every trial; each trial is a whole "
+                            "run in RUN_DIR/trials/<id>")
+    group.add_argument("--num_samples", type=positive_int, default=8,
+                       help="trials to sample from SPEC (with grid: per grid point) "
+                            "(default: %(default)s)")
+    group.add_argument("--max_concurrent", type=auto_or_positive_int, default="auto",
+                       help="trials at once; auto: the cluster's CPUs / CPUs per trial "
+                            "(default: %(default)s)")
+    group.add_argument("--search", choices=["random", "optuna"], default="random",
+                       help="how trials are chosen: random samples, or Optuna's TPE learning "
+                            "from the finished ones (default: %(default)s)")
+    group.add_argument("--scheduler", choices=["fifo", "asha", "pbt"], default="asha",
+                       help="fifo: every trial to the end; asha: stop trials whose eval return "
+                            "trails at a rung of env steps; pbt: population-based training, "
+                            "trials copy better ones' checkpoints and perturb SPEC's flags "
+                            "(default: %(default)s)")
+    group.add_argument("--grace_steps", type=auto_or_positive_int, default="auto",
+                       help="ASHA: env steps every trial gets before it can be stopped; auto: "
+                            "max(eval_interval, total_steps / 8) (default: %(default)s)")
+    group.add_argument("--reduction_factor", type=positive_int, default=3,
+                       help="ASHA: 1 in this many trials goes on at each rung (default: "
+                            "%(default)s)")
+    group.add_argument("--pbt_interval", type=auto_or_positive_int, default="auto",
+                       help="PBT: env steps between exploit/explore steps; auto: total_steps / 8 "
+                            "(default: %(default)s)")
+    group.add_argument("--cpus_per_trial", type=positive_float, default=None,
+                       help="CPUs reserved for each trial's own process (default: 1); each of "
+                            "its rollout workers reserves 1 more")
+
     group = parser.add_argument_group("run length and evaluation")
     group.add_argument("--seed", type=non_negative_int, default=0,
                        help="random seed; worker i and its envs derive distinct seeds from it "
@@ -392,10 +425,9 @@ def plugin_listing(registries):
     return "\n".join(lines)
 
 
-def parse_args(argv=None):
-    """Parse the command line; returns the argparse.Namespace. Raises ConfigError."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-
+def build_parser(argv):
+    """The full parser for ``argv`` (two passes: --user_dir, --config or the automatic preset
+    and the chosen plugins' flags first), with the user dir and the preset it applied."""
     pre = Parser(add_help=False)
     pre.add_argument("--user_dir", default=None)
     pre.add_argument("--config", default=None)
@@ -459,10 +491,24 @@ def parse_args(argv=None):
         if preset:  # named after the model and env only: keys the chosen agent lacks are skipped
             _apply_config(parser, load_config(preset), strict=False)
     parser.add_argument("-h", "--help", action="help", help="show this help and exit")
+    return parser, user_dir, None if no_preset else (early.config or preset)
+
+
+def parse_args(argv=None):
+    """Parse the command line; returns the argparse.Namespace. Raises ConfigError."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser, user_dir, config = build_parser(argv)
     args = parser.parse_args(argv)
     args.user_dir = user_dir
-    args.config = None if no_preset else (early.config or preset)
+    args.config = config
     return args
+
+
+def flag_actions(argv):
+    """{dest: argparse action} of every flag a run with ``argv`` has (plugins' and the training
+    loop's included): what a sweep's SPEC may name."""
+    parser, _, _ = build_parser(list(argv))
+    return {a.dest: a for a in parser._actions if a.option_strings and a.dest != "help"}
 
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")

@@ -1,0 +1,469 @@
+"""Hyperparameter sweeps on Ray Tune, from main.py's own command line.
+
+    python main.py --gym_id CartPole-v1 --num_workers 0 --tune sweep.yaml --num_samples 8 \\
+        --max_concurrent 2 --scheduler asha --run_dir runs/sweep-cartpole
+    python main.py --restore runs/sweep-cartpole          # continue an interrupted sweep
+
+Each trial is a whole ddrl run (core/session.py) in a Tune trial actor, in
+RUN_DIR/trials/<trial id>, with the sweep's fixed flags plus the values Tune sampled from the
+SPEC (core/sweep_spec.py). At every evaluation the trial writes a checkpoint and reports
+``eval_return`` against ``env_steps`` to Tune: ASHA stops trials that trail at a rung, PBT copies
+a better trial's checkpoint and perturbs the SPEC's flags. A trial that Tune restarts (resume,
+PBT) continues from its checkpoint with ddrl's exact resume.
+
+RUN_DIR gets: sweep.json (the command, for --restore), spec.yaml (the SPEC as given), tune/
+(Tune's experiment state), trials/ (one ddrl run directory each), sweep.csv (every trial's
+flags and results), best.yaml (the best trial's configuration: ``--config best.yaml``
+re-runs it) and sweep.png (eval return against env steps, every trial).
+"""
+import csv
+import json
+import os
+import shutil
+import sys
+import time
+
+from core.registry import ConfigError
+from core.sweep_spec import (Dist, check_spec, config_to_argv, flags_given, load_spec,
+                             mutations, search_space)
+
+# Flags of the sweep itself, never passed on to a trial (value-taking, then switches).
+SWEEP_VALUE_FLAGS = ("tune", "num_samples", "max_concurrent", "search", "scheduler",
+                     "grace_steps", "reduction_factor", "pbt_interval", "cpus_per_trial",
+                     "run_dir", "restore", "address", "node_ip_address", "dashboard_host",
+                     "num_cpus")
+SWEEP_SWITCHES = ("quiet", "dashboard")
+METRIC = "eval_return"
+SWEEP_FILE = "sweep.json"
+# Keys of a trial's config.yaml that best.yaml leaves out: the sweep's own and how it ran.
+NOT_IN_BEST = set(SWEEP_VALUE_FLAGS) | set(SWEEP_SWITCHES)
+
+
+def trial_base_argv(argv):
+    """``argv`` without the sweep's own flags: what every trial runs with."""
+    out, skip = [], False
+    for token in argv:
+        if skip:
+            skip = False
+            continue
+        name = token[2:].split("=", 1)[0].replace("-", "_") if token.startswith("--") else None
+        if name in SWEEP_VALUE_FLAGS:
+            skip = "=" not in token
+            continue
+        if name in SWEEP_SWITCHES:
+            continue
+        out.append(token)
+    return out
+
+
+def restore_request(argv):
+    """The saved sweep argv when ``argv`` is ``--restore DIR`` for a sweep directory, else None."""
+    path = None
+    for i, token in enumerate(argv):
+        if token == "--restore" and i + 1 < len(argv):
+            path = argv[i + 1]
+        elif token.startswith("--restore="):
+            path = token.split("=", 1)[1]
+    if path is None or not os.path.isfile(os.path.join(path, SWEEP_FILE)):
+        return None
+    others = [t for t in argv if t.startswith("--") and not t.startswith("--restore")]
+    if others:
+        raise ConfigError(f"--restore {path} continues a sweep with the flags it was started "
+                          f"with; {', '.join(others)} cannot change them. Start a new sweep "
+                          f"(another --run_dir) to change them.")
+    with open(os.path.join(path, SWEEP_FILE)) as f:
+        saved = json.load(f)
+    return saved["argv"], os.path.abspath(path)
+
+
+# -- the trial: one ddrl run inside a Tune trial actor ------------------------------------------
+def run_trial(config, base_argv, sweep_dir, pbt):
+    """Tune's function trainable: parse the trial's flags, restore what there is to restore,
+    train, report at every evaluation."""
+    from ray import tune
+
+    from core.session import TrainingSession
+    from options.options import flag_actions, parse_args
+    start_time = time.time()
+    trial_id = tune.get_context().get_trial_id()
+    run_dir = os.path.join(sweep_dir, "trials", trial_id)
+    argv = (list(base_argv) + config_to_argv(config, flag_actions(base_argv))
+            + ["--run_dir", run_dir, "--quiet"])
+    restore = None
+    given = tune.get_checkpoint()  # PBT's exploit, or Tune restarting this trial
+    if given is not None:
+        incoming = os.path.join(run_dir, "checkpoints", "incoming")
+        shutil.rmtree(incoming, ignore_errors=True)
+        given.to_directory(incoming)
+        restore = os.path.join(incoming, "last.pt")
+    elif os.path.isfile(os.path.join(run_dir, "checkpoints", "last.pt")):
+        restore = run_dir  # the sweep was interrupted: this trial goes on where it stopped
+    elif os.path.isdir(run_dir):
+        shutil.rmtree(run_dir)  # stopped before its first checkpoint: start it again
+    if restore:
+        argv += ["--restore", restore]
+    args = parse_args(argv)
+    session = TrainingSession(args, start_time, on_row=TuneReporter(pbt))
+    return session.run()
+
+
+class TuneReporter:
+    """After each metrics row with an evaluation: a checkpoint, then ``tune.report``. When
+    Tune's scheduler stops the trial, report raises SystemExit in this thread: the run then
+    stops at this row like an interrupted one (its checkpoint is written)."""
+
+    def __init__(self, pbt):
+        self.pbt = pbt
+
+    def __call__(self, session, row):
+        if row.get("eval_return") is None:
+            return
+        from ray import tune
+        path = session.save("sweep_report")
+        checkpoint = None
+        if self.pbt:  # PBT hands checkpoints between trials: this one alone, not the history
+            folder = os.path.join(session.run_dir, "checkpoints", "for_tune")
+            shutil.rmtree(folder, ignore_errors=True)
+            os.makedirs(folder)
+            os.link(path, os.path.join(folder, "last.pt"))
+            checkpoint = tune.Checkpoint.from_directory(folder)
+        context = session.context
+        metrics = {"env_steps": int(context.env_steps), METRIC: float(row["eval_return"]),
+                   "best_eval_return": float(context.best_eval_return),
+                   "wall_time_s": float(row["wall_time_s"])}
+        try:
+            tune.report(metrics, checkpoint=checkpoint)
+        except SystemExit:
+            context.stop_requested = "stopped_by_scheduler"
+
+
+# -- the driver ---------------------------------------------------------------------------------
+class Sweep:
+    def __init__(self, args, argv, sweep_dir=None):
+        self.args = args
+        self.resuming = sweep_dir is not None
+        self.sweep_dir = sweep_dir or os.path.abspath(args.run_dir or default_sweep_dir(args))
+        self.base_argv = trial_base_argv(argv)
+        spec_path = os.path.join(self.sweep_dir, "spec.yaml") if self.resuming else args.tune
+        self.spec = load_spec(spec_path)
+        from options.options import flag_actions
+        self.actions = flag_actions(self.base_argv)
+        check_spec(self.spec, self.actions, args.tune, args.search)
+        both = flags_given(self.base_argv, self.spec)
+        if both:
+            raise ConfigError(f"--tune {args.tune} varies {', '.join(both)}, which the command "
+                              f"line also sets; give each flag in one place only.")
+        if args.scheduler == "pbt" and args.search != "random":
+            raise ConfigError("--scheduler pbt chooses new values itself (it perturbs the "
+                              "SPEC's flags); use it with --search random.")
+        if not self.resuming:
+            self.start_directory(argv, spec_path)
+        # A trial's own process (learner, evaluator, in-process worker) reserves
+        # --cpus_per_trial, each of its rollout workers one more, as bundles of one placement
+        # group: ddrl's actors are placed inside it (core/placement.py near_driver).
+        self.bundles = [{"CPU": float(args.cpus_per_trial or 1.0)}] + \
+            [{"CPU": 1.0}] * self.max_workers()
+        self.cpus_per_trial = sum(b["CPU"] for b in self.bundles)
+        self.trials = {}  # trial id -> TrialRow, filled by the TrialTable callback
+
+    def max_workers(self):
+        entry = self.spec.get("num_workers", self.args.num_workers)
+        values = entry.candidates() if isinstance(entry, Dist) else [entry]
+        return max(int(v) for v in values)
+
+    def start_directory(self, argv, spec_path):
+        if os.path.exists(self.sweep_dir) and os.listdir(self.sweep_dir):
+            raise ConfigError(f"--run_dir {self.sweep_dir} is not empty. A sweep starts in a "
+                              f"new directory; continue an interrupted one with --restore "
+                              f"{self.sweep_dir}.")
+        os.makedirs(self.sweep_dir, exist_ok=True)
+        shutil.copyfile(spec_path, os.path.join(self.sweep_dir, "spec.yaml"))
+        from core.metrics import write_json
+        saved = [t for t in argv]
+        if self.args.run_dir is None:  # --restore must find the same directory again
+            saved += ["--run_dir", self.sweep_dir]
+        write_json(os.path.join(self.sweep_dir, SWEEP_FILE),
+                   {"argv": saved, "started": time.strftime("%Y-%m-%d %H:%M:%S")})
+
+    def run(self):
+        try:
+            from ray import tune
+        except ImportError as exc:
+            raise ConfigError(f"--tune needs Ray Tune and Optuna: `pip install -r "
+                              f"requirements.txt` (or `make setup`) installs them ({exc}).") \
+                from None
+        from core.placement import start_ray
+        import ray
+        start_ray(self.args)
+        try:
+            return self.fit(tune, ray)
+        finally:
+            if not self.args.address:
+                ray.shutdown()
+
+    def fit(self, tune, ray):
+        args = self.args
+        cpus = ray.cluster_resources().get("CPU", 1.0)
+        if self.cpus_per_trial > cpus:
+            raise ConfigError(f"a trial needs {self.cpus_per_trial:g} CPUs (--cpus_per_trial "
+                              f"for its process, 1 per rollout worker) but the Ray cluster has "
+                              f"{cpus:g}. Lower --num_workers (0 runs a trial in one process).")
+        concurrent = (max(1, int(cpus // self.cpus_per_trial)) if args.max_concurrent == "auto"
+                      else args.max_concurrent)
+        trainable = tune.with_resources(
+            tune.with_parameters(run_trial, base_argv=self.base_argv, sweep_dir=self.sweep_dir,
+                                 pbt=args.scheduler == "pbt"),
+            tune.PlacementGroupFactory(self.bundles))
+        table = TrialTable(self, quiet=args.quiet)
+        run_config = tune.RunConfig(storage_path=self.sweep_dir, name="tune", verbose=0,
+                                    callbacks=[table],
+                                    checkpoint_config=tune.CheckpointConfig(num_to_keep=2))
+        space = search_space(self.spec)
+        if not args.quiet:
+            print(f"ddrl sweep: {args.num_samples} sample(s) of {len(self.spec)} flag(s) "
+                  f"({', '.join(self.spec)}), {args.search} search, {args.scheduler} scheduler, "
+                  f"{concurrent} at a time x {self.cpus_per_trial:g} CPUs, in {self.sweep_dir}",
+                  flush=True)
+        tune_dir = os.path.join(self.sweep_dir, "tune")
+        if self.resuming and tune.Tuner.can_restore(tune_dir):
+            tuner = tune.Tuner.restore(tune_dir, trainable, param_space=space,
+                                       resume_unfinished=True, resume_errored=True)
+        else:
+            tuner = tune.Tuner(trainable, param_space=space, run_config=run_config,
+                               tune_config=tune.TuneConfig(
+                                   metric=METRIC, mode="max", num_samples=args.num_samples,
+                                   max_concurrent_trials=concurrent,
+                                   search_alg=self.search_alg(), scheduler=self.scheduler()))
+        interrupted = False
+        try:
+            tuner.fit()
+        except KeyboardInterrupt:
+            interrupted = True
+        interrupted = interrupted or table.unfinished()
+        return self.finish(interrupted)
+
+    def search_alg(self):
+        from ray.tune.search.basic_variant import BasicVariantGenerator
+        if self.args.search == "random":
+            return BasicVariantGenerator(random_state=self.args.seed)
+        import optuna
+        from ray.tune.search.optuna import OptunaSearch
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        return OptunaSearch(sampler=optuna.samplers.TPESampler(seed=self.args.seed))
+
+    def scheduler(self):
+        from ray.tune.schedulers import (ASHAScheduler, FIFOScheduler,
+                                         PopulationBasedTraining)
+        args = self.args
+        if args.scheduler == "asha":
+            grace = (max(args.eval_interval, args.total_steps // 8) if args.grace_steps == "auto"
+                     else args.grace_steps)
+            return ASHAScheduler(time_attr="env_steps", max_t=args.total_steps,
+                                 grace_period=grace, reduction_factor=args.reduction_factor)
+        if args.scheduler == "pbt":
+            interval = (max(args.eval_interval, args.total_steps // 8)
+                        if args.pbt_interval == "auto" else args.pbt_interval)
+            return PopulationBasedTraining(time_attr="env_steps", perturbation_interval=interval,
+                                           hyperparam_mutations=mutations(self.spec),
+                                           seed=args.seed)
+        return FIFOScheduler()
+
+    # -- outputs ---------------------------------------------------------------------------
+    def trial_rows(self):
+        """One row per trial from its run directory (config, summary.json, metrics.csv), in
+        trial order, whether this process ran it or an earlier one did."""
+        trials_dir = os.path.join(self.sweep_dir, "trials")
+        rows = []
+        for trial_id in sorted(os.listdir(trials_dir)) if os.path.isdir(trials_dir) else []:
+            rows.append(TrialRow.read(os.path.join(trials_dir, trial_id), trial_id,
+                                      self.spec, self.trials.get(trial_id)))
+        return rows
+
+    def finish(self, interrupted):
+        rows = self.trial_rows()
+        self.write_csv(rows)
+        best = self.best(rows)
+        if best is not None:
+            self.write_best(best)
+        from core.plots import plot_sweep
+        plot_sweep(os.path.join(self.sweep_dir, "sweep.png"), rows, best)
+        print(self.final_table(rows, best), flush=True)
+        if interrupted:
+            print(f"ddrl sweep: interrupted; every trial keeps its last checkpoint. Continue "
+                  f"with: python main.py --restore {self.sweep_dir}", file=sys.stderr, flush=True)
+            return 130
+        return 0
+
+    def write_csv(self, rows):
+        keys = list(self.spec)
+        columns = (["trial", "status"] + keys + ["env_steps", "best_eval_return",
+                   "last_eval_return", "time_to_target_s", "wall_time_s", "stopped_because",
+                   "run_dir"])
+        from core.metrics import atomic_write_text
+        import io
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({**row.flags, **row.result, "trial": row.trial_id,
+                             "status": row.status, "run_dir": row.run_dir})
+        atomic_write_text(os.path.join(self.sweep_dir, "sweep.csv"), out.getvalue())
+
+    @staticmethod
+    def best(rows):
+        """Highest best eval return; among equals, the one that got there first."""
+        scored = [r for r in rows if r.result.get("best_eval_return") is not None]
+        if not scored:
+            return None
+
+        def key(r):
+            reached = r.result.get("time_to_target_s")
+            return (-r.result["best_eval_return"], reached if reached is not None else 1e18,
+                    r.result.get("env_steps") or 0)
+        return min(scored, key=key)
+
+    def write_best(self, best):
+        import yaml
+        from core.metrics import atomic_write_text
+        with open(os.path.join(best.run_dir, "config.yaml")) as f:
+            config = yaml.safe_load(f) or {}
+        config = {k: v for k, v in config.items() if k not in NOT_IN_BEST}
+        flags = ", ".join(f"{k}={v}" for k, v in best.flags.items())
+        header = (f"# The best trial of the sweep in {self.sweep_dir}: {best.trial_id} ({flags}),\n"
+                  f"# best eval return {best.result['best_eval_return']:.2f} at "
+                  f"{best.result.get('env_steps')} env steps. Re-run it with\n"
+                  f"#     python main.py --config best.yaml\n")
+        atomic_write_text(os.path.join(self.sweep_dir, "best.yaml"),
+                          header + yaml.safe_dump(config, sort_keys=False))
+
+    def final_table(self, rows, best):
+        lines = [f"ddrl sweep: {len(rows)} trial(s) in {self.sweep_dir}"]
+        for row in sorted(rows, key=lambda r: -(r.result.get("best_eval_return") or -1e18)):
+            lines.append(("* " if row is best else "  ") + row.line())
+        if best is not None:
+            lines.append(f"best: {best.trial_id}; its configuration: "
+                         f"{os.path.join(self.sweep_dir, 'best.yaml')} (python main.py --config "
+                         f"{os.path.join(self.sweep_dir, 'best.yaml')})")
+        lines.append(f"all trials: {os.path.join(self.sweep_dir, 'sweep.csv')}, "
+                     f"{os.path.join(self.sweep_dir, 'sweep.png')}")
+        return "\n".join(lines)
+
+
+def default_sweep_dir(args):
+    env = args.env_name + (f"-{args.gym_id}" if getattr(args, "gym_id", None) else "")
+    return os.path.join("runs", f"sweep-{env.replace('/', '-')}-{args.model_name}-"
+                                f"{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+class TrialRow:
+    """A trial's flags, status and results, read from its run directory."""
+
+    def __init__(self, trial_id, run_dir, flags, status, result):
+        self.trial_id, self.run_dir, self.flags = trial_id, run_dir, flags
+        self.status, self.result = status, result
+
+    @classmethod
+    def read(cls, run_dir, trial_id, spec, live=None):
+        import yaml
+        flags, result = {}, {}
+        try:
+            with open(os.path.join(run_dir, "config.yaml")) as f:
+                config = yaml.safe_load(f) or {}
+            flags = {k: config.get(k) for k in spec}
+        except OSError:
+            pass
+        try:
+            with open(os.path.join(run_dir, "summary.json")) as f:
+                result = json.load(f)
+        except (OSError, ValueError):
+            result = last_metrics(run_dir)
+        if live is not None and live.get("status"):
+            status = live["status"]
+        elif result.get("stopped_because") == "stopped_by_scheduler":
+            status = "stopped early"
+        elif result.get("stopped_because") in ("total_steps", "target_return", "max_time"):
+            status = "done"
+        else:
+            status = "unfinished"
+        return cls(trial_id, run_dir, flags, status, result)
+
+    def line(self):
+        flags = " ".join(f"{k}={short(v)}" for k, v in self.flags.items())
+        r = self.result
+        best = r.get("best_eval_return")
+        return (f"{self.trial_id}  {flags} | {int(r.get('env_steps') or 0):,} steps | best eval "
+                f"{'-' if best is None else format(best, '.1f')} | {self.status}"
+                + (f" ({r['stopped_because']})" if r.get("stopped_because") else ""))
+
+
+def last_metrics(run_dir):
+    """Results of a trial without summary.json (still running or killed): its metrics.csv."""
+    path = os.path.join(run_dir, "metrics.csv")
+    result = {}
+    try:
+        with open(path) as f:
+            for row in csv.DictReader(f):
+                result["env_steps"] = int(float(row["env_steps"]))
+                result["wall_time_s"] = float(row["wall_time_s"])
+                if row.get("eval_return") not in (None, ""):
+                    value = float(row["eval_return"])
+                    result["last_eval_return"] = value
+                    best = result.get("best_eval_return")
+                    result["best_eval_return"] = value if best is None else max(best, value)
+    except (OSError, ValueError, KeyError):
+        pass
+    return result
+
+
+def short(value):
+    return format(value, ".3g") if isinstance(value, float) else str(value)
+
+
+def make_trial_table():
+    from ray.tune import Callback
+
+    class TrialTable(Callback):
+        """The live view: one line per trial at each of its evaluations and at its end."""
+
+        def __init__(self, sweep, quiet=False):
+            self.sweep, self.quiet = sweep, quiet
+            self.status = {}
+
+        def show(self, trial, text):
+            self.sweep.trials[trial.trial_id] = {"status": self.status.get(trial.trial_id)}
+            if not self.quiet:
+                flags = " ".join(f"{k}={short(trial.config.get(k))}" for k in self.sweep.spec)
+                print(f"[sweep] {trial.trial_id}  {flags} | {text}", flush=True)
+
+        def on_trial_start(self, iteration, trials, trial, **info):
+            self.status[trial.trial_id] = "running"
+            self.show(trial, "started")
+
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            self.status[trial.trial_id] = "running"
+            self.show(trial, f"{int(result.get('env_steps', 0)):,} steps | eval "
+                             f"{result.get(METRIC, float('nan')):.1f} (best "
+                             f"{result.get('best_eval_return', float('nan')):.1f})")
+
+        def on_trial_complete(self, iteration, trials, trial, **info):
+            result = trial.last_result or {}
+            self.status[trial.trial_id] = None  # from its summary.json: done or stopped early
+            self.show(trial, f"finished at {int(result.get('env_steps', 0)):,} steps, best "
+                             f"eval {result.get('best_eval_return', float('nan')):.1f}")
+
+        def on_trial_error(self, iteration, trials, trial, **info):
+            self.status[trial.trial_id] = "error"
+            self.show(trial, f"error (see {trial.local_path or 'its Tune log'})")
+
+        def unfinished(self):
+            return any(s == "running" for s in self.status.values())
+
+    return TrialTable
+
+
+def TrialTable(sweep, quiet=False):  # noqa: N802 - Ray Tune imported only when a sweep runs
+    return make_trial_table()(sweep, quiet=quiet)
+
+
+def run_sweep(args, argv, sweep_dir=None):
+    return Sweep(args, argv, sweep_dir).run()
