@@ -279,7 +279,8 @@ class TrainingSession:
             self.context.stopped_because = "error"
             self.error = exc
         finally:
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one final checkpoint, not two
+            if threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one final checkpoint, not two
             try:
                 self.save(self.context.stopped_because or "error")
             except BaseException as save_error:  # noqa: BLE001 - the first error matters more

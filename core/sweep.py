@@ -35,6 +35,9 @@ SWEEP_VALUE_FLAGS = ("tune", "num_samples", "max_concurrent", "search", "schedul
 SWEEP_SWITCHES = ("quiet", "dashboard")
 METRIC = "eval_return"
 SWEEP_FILE = "sweep.json"
+# Written by the driver into a trial's run directory when Tune's scheduler ended the trial
+# before it wrote summary.json (Tune ends the trial's actor at once).
+STOPPED_FILE = "stopped_by_scheduler"
 # Keys of a trial's config.yaml that best.yaml leaves out: the sweep's own and how it ran.
 NOT_IN_BEST = set(SWEEP_VALUE_FLAGS) | set(SWEEP_SWITCHES)
 
@@ -103,20 +106,36 @@ def run_trial(config, base_argv, sweep_dir, pbt):
     if restore:
         argv += ["--restore", restore]
     args = parse_args(argv)
-    session = TrainingSession(args, start_time, on_row=TuneReporter(pbt))
-    return session.run()
+    reporter = TuneReporter(pbt)
+    session = TrainingSession(args, start_time, on_row=reporter)
+    code = session.run()
+    # The last evaluation is reported only now, with summary.json written: Tune ends a trial
+    # (its actor) as soon as the scheduler has its last result.
+    summary = session.context.summary()
+    if summary.get("last_eval_return") is not None:
+        tune.report({"env_steps": int(summary["env_steps"]),
+                     METRIC: float(summary["last_eval_return"]),
+                     "best_eval_return": float(summary["best_eval_return"]),
+                     "wall_time_s": float(summary["wall_time_s"])})
+    return code
 
 
 class TuneReporter:
-    """After each metrics row with an evaluation: a checkpoint, then ``tune.report``. When
-    Tune's scheduler stops the trial, report raises SystemExit in this thread: the run then
-    stops at this row like an interrupted one (its checkpoint is written)."""
+    """After each metrics row with an evaluation: a checkpoint, then ``tune.report`` (Tune's
+    scheduler may end the trial there; the checkpoint is what it leaves). Not for the row
+    after which the run stops by itself: run_trial reports that one once the run is done.
+    When Tune stops the trial gracefully, report raises SystemExit in this thread: the run
+    then stops at this row like an interrupted one."""
 
     def __init__(self, pbt):
         self.pbt = pbt
 
     def __call__(self, session, row):
         if row.get("eval_return") is None:
+            return
+        context, args = session.context, session.args
+        if (context.time_to_target_s is not None or context.env_steps >= args.total_steps
+                or context.stop_requested is not None):
             return
         from ray import tune
         path = session.save("sweep_report")
@@ -127,7 +146,6 @@ class TuneReporter:
             os.makedirs(folder)
             os.link(path, os.path.join(folder, "last.pt"))
             checkpoint = tune.Checkpoint.from_directory(folder)
-        context = session.context
         metrics = {"env_steps": int(context.env_steps), METRIC: float(row["eval_return"]),
                    "best_eval_return": float(context.best_eval_return),
                    "wall_time_s": float(row["wall_time_s"])}
@@ -232,8 +250,8 @@ class Sweep:
             tuner = tune.Tuner(trainable, param_space=space, run_config=run_config,
                                tune_config=tune.TuneConfig(
                                    metric=METRIC, mode="max", num_samples=args.num_samples,
-                                   max_concurrent_trials=concurrent,
-                                   search_alg=self.search_alg(), scheduler=self.scheduler()))
+                                   search_alg=self.search_alg(concurrent),
+                                   scheduler=self.scheduler()))
         interrupted = False
         try:
             tuner.fit()
@@ -242,14 +260,16 @@ class Sweep:
         interrupted = interrupted or table.unfinished()
         return self.finish(interrupted)
 
-    def search_alg(self):
+    def search_alg(self, concurrent):
+        from ray.tune.search import ConcurrencyLimiter
         from ray.tune.search.basic_variant import BasicVariantGenerator
         if self.args.search == "random":
-            return BasicVariantGenerator(random_state=self.args.seed)
+            return BasicVariantGenerator(random_state=self.args.seed, max_concurrent=concurrent)
         import optuna
         from ray.tune.search.optuna import OptunaSearch
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        return OptunaSearch(sampler=optuna.samplers.TPESampler(seed=self.args.seed))
+        return ConcurrencyLimiter(OptunaSearch(sampler=optuna.samplers.TPESampler(
+            seed=self.args.seed)), max_concurrent=concurrent)
 
     def scheduler(self):
         from ray.tune.schedulers import (ASHAScheduler, FIFOScheduler,
@@ -377,6 +397,8 @@ class TrialRow:
                 result = json.load(f)
         except (OSError, ValueError):
             result = last_metrics(run_dir)
+            if os.path.isfile(os.path.join(run_dir, STOPPED_FILE)):
+                result["stopped_because"] = "stopped_by_scheduler"
         if live is not None and live.get("status"):
             status = live["status"]
         elif result.get("stopped_because") == "stopped_by_scheduler":
@@ -448,6 +470,10 @@ def make_trial_table():
         def on_trial_complete(self, iteration, trials, trial, **info):
             result = trial.last_result or {}
             self.status[trial.trial_id] = None  # from its summary.json: done or stopped early
+            run_dir = os.path.join(self.sweep.sweep_dir, "trials", trial.trial_id)
+            if os.path.isdir(run_dir) and not os.path.exists(os.path.join(run_dir,
+                                                                          "summary.json")):
+                open(os.path.join(run_dir, STOPPED_FILE), "w").close()
             self.show(trial, f"finished at {int(result.get('env_steps', 0)):,} steps, best "
                              f"eval {result.get('best_eval_return', float('nan')):.1f}")
 
