@@ -233,9 +233,10 @@ class Sweep:
                                  pbt=args.scheduler == "pbt"),
             tune.PlacementGroupFactory(self.bundles))
         table = TrialTable(self, quiet=args.quiet)
+        # Tune keeps every checkpoint a trial reports (only PBT's trials report any): a
+        # num_to_keep would delete the one another trial is about to copy.
         run_config = tune.RunConfig(storage_path=self.sweep_dir, name="tune", verbose=0,
-                                    callbacks=[table],
-                                    checkpoint_config=tune.CheckpointConfig(num_to_keep=2))
+                                    callbacks=[table])
         space = search_space(self.spec)
         if not args.quiet:
             print(f"ddrl sweep: {args.num_samples} sample(s) of {len(self.spec)} flag(s) "
@@ -284,8 +285,7 @@ class Sweep:
             interval = (max(args.eval_interval, args.total_steps // 8)
                         if args.pbt_interval == "auto" else args.pbt_interval)
             return PopulationBasedTraining(time_attr="env_steps", perturbation_interval=interval,
-                                           hyperparam_mutations=mutations(self.spec),
-                                           seed=args.seed)
+                                           hyperparam_mutations=mutations(self.spec))
         return FIFOScheduler()
 
     # -- outputs ---------------------------------------------------------------------------
@@ -336,10 +336,11 @@ class Sweep:
         if not scored:
             return None
 
-        def key(r):
+        def key(r):  # env steps before time: they do not depend on the machine's load
+            steps = r.result.get("steps_to_target")
             reached = r.result.get("time_to_target_s")
-            return (-r.result["best_eval_return"], reached if reached is not None else 1e18,
-                    r.result.get("env_steps") or 0)
+            return (-r.result["best_eval_return"], steps if steps is not None else 1e18,
+                    reached if reached is not None else 1e18, r.result.get("env_steps") or 0)
         return min(scored, key=key)
 
     def write_best(self, best):
@@ -471,10 +472,12 @@ def make_trial_table():
             result = trial.last_result or {}
             self.status[trial.trial_id] = None  # from its summary.json: done or stopped early
             run_dir = os.path.join(self.sweep.sweep_dir, "trials", trial.trial_id)
+            how = "finished"
             if os.path.isdir(run_dir) and not os.path.exists(os.path.join(run_dir,
                                                                           "summary.json")):
                 open(os.path.join(run_dir, STOPPED_FILE), "w").close()
-            self.show(trial, f"finished at {int(result.get('env_steps', 0)):,} steps, best "
+                how = f"stopped by {self.sweep.args.scheduler.upper()}"
+            self.show(trial, f"{how} at {int(result.get('env_steps', 0)):,} steps, best "
                              f"eval {result.get('best_eval_return', float('nan')):.1f}")
 
         def on_trial_error(self, iteration, trials, trial, **info):
