@@ -351,7 +351,7 @@ class Sweep:
         config = {k: v for k, v in config.items() if k not in NOT_IN_BEST}
         flags = ", ".join(f"{k}={v}" for k, v in best.flags.items())
         header = (f"# The best trial of the sweep in {self.sweep_dir}: {best.trial_id} ({flags}),\n"
-                  f"# best eval return {best.result['best_eval_return']:.2f} at "
+                  f"# best eval return {best.result['best_eval_return']:.2f} in "
                   f"{best.result.get('env_steps')} env steps. Re-run it with\n"
                   f"#     python main.py --config best.yaml\n")
         atomic_write_text(os.path.join(self.sweep_dir, "best.yaml"),
