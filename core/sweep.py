@@ -38,6 +38,7 @@ SWEEP_FILE = "sweep.json"
 # Written by the driver into a trial's run directory when Tune's scheduler ended the trial
 # before it wrote summary.json (Tune ends the trial's actor at once).
 STOPPED_FILE = "stopped_by_scheduler"
+ERROR_FILE = "trial_error"  # the same when the trial raised (Tune's error.txt has the traceback)
 # Keys of a trial's config.yaml that best.yaml leaves out: the sweep's own and how it ran.
 NOT_IN_BEST = set(SWEEP_VALUE_FLAGS) | set(SWEEP_SWITCHES)
 
@@ -108,7 +109,7 @@ def run_trial(config, base_argv, sweep_dir, pbt):
     args = parse_args(argv)
     reporter = TuneReporter(pbt)
     session = TrainingSession(args, start_time, on_row=reporter)
-    code = session.run()
+    session.run()  # an error raises: Tune records it as the trial's
     # The last evaluation is reported only now, with summary.json written: Tune ends a trial
     # (its actor) as soon as the scheduler has its last result.
     summary = session.context.summary()
@@ -117,7 +118,6 @@ def run_trial(config, base_argv, sweep_dir, pbt):
                      METRIC: float(summary["last_eval_return"]),
                      "best_eval_return": float(summary["best_eval_return"]),
                      "wall_time_s": float(summary["wall_time_s"])})
-    return code
 
 
 class TuneReporter:
@@ -182,7 +182,6 @@ class Sweep:
         self.bundles = [{"CPU": float(args.cpus_per_trial or 1.0)}] + \
             [{"CPU": 1.0}] * self.max_workers()
         self.cpus_per_trial = sum(b["CPU"] for b in self.bundles)
-        self.trials = {}  # trial id -> TrialRow, filled by the TrialTable callback
 
     def max_workers(self):
         entry = self.spec.get("num_workers", self.args.num_workers)
@@ -204,6 +203,9 @@ class Sweep:
                    {"argv": saved, "started": time.strftime("%Y-%m-%d %H:%M:%S")})
 
     def run(self):
+        # Tune's own progress output off (verbose=0 leaves the new engine's banner on): the
+        # TrialTable callback prints the sweep's lines.
+        os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
         try:
             from ray import tune
         except ImportError as exc:
@@ -258,8 +260,14 @@ class Sweep:
             tuner.fit()
         except KeyboardInterrupt:
             interrupted = True
-        interrupted = interrupted or table.unfinished()
         return self.finish(interrupted)
+
+    def expected_trials(self):
+        grid = 1
+        for entry in self.spec.values():
+            if isinstance(entry, Dist) and entry.kind == "grid":
+                grid *= len(entry.values)
+        return self.args.num_samples * grid
 
     def search_alg(self, concurrent):
         from ray.tune.search import ConcurrencyLimiter
@@ -295,12 +303,15 @@ class Sweep:
         trials_dir = os.path.join(self.sweep_dir, "trials")
         rows = []
         for trial_id in sorted(os.listdir(trials_dir)) if os.path.isdir(trials_dir) else []:
-            rows.append(TrialRow.read(os.path.join(trials_dir, trial_id), trial_id,
-                                      self.spec, self.trials.get(trial_id)))
+            rows.append(TrialRow.read(os.path.join(trials_dir, trial_id), trial_id, self.spec))
         return rows
 
     def finish(self, interrupted):
+        """Outputs from the trials' run directories (also those an earlier process ran); the
+        sweep counts as interrupted when a trial is unfinished or was never started."""
         rows = self.trial_rows()
+        interrupted = (interrupted or len(rows) < self.expected_trials()
+                       or any(r.status == "unfinished" for r in rows))
         self.write_csv(rows)
         best = self.best(rows)
         if best is not None:
@@ -384,7 +395,7 @@ class TrialRow:
         self.status, self.result = status, result
 
     @classmethod
-    def read(cls, run_dir, trial_id, spec, live=None):
+    def read(cls, run_dir, trial_id, spec):
         import yaml
         flags, result = {}, {}
         try:
@@ -400,8 +411,10 @@ class TrialRow:
             result = last_metrics(run_dir)
             if os.path.isfile(os.path.join(run_dir, STOPPED_FILE)):
                 result["stopped_because"] = "stopped_by_scheduler"
-        if live is not None and live.get("status"):
-            status = live["status"]
+            elif os.path.isfile(os.path.join(run_dir, ERROR_FILE)):
+                result["stopped_because"] = "error"
+        if result.get("stopped_because") == "error":
+            status = "error"
         elif result.get("stopped_because") == "stopped_by_scheduler":
             status = "stopped early"
         elif result.get("stopped_because") in ("total_steps", "target_return", "max_time"):
@@ -448,50 +461,50 @@ def make_trial_table():
     class TrialTable(Callback):
         """The live view: one line per trial at each of its evaluations and at its end."""
 
-        def __init__(self, sweep, quiet=False):
-            self.sweep, self.quiet = sweep, quiet
-            self.status = {}
+        def __init__(self, sweep_dir, keys, scheduler, quiet=False):
+            # Plain data only: Tune pickles its callbacks with the experiment and a resumed
+            # sweep runs that copy.
+            self.sweep_dir, self.keys, self.scheduler = sweep_dir, list(keys), scheduler
+            self.quiet = quiet
 
         def show(self, trial, text):
-            self.sweep.trials[trial.trial_id] = {"status": self.status.get(trial.trial_id)}
             if not self.quiet:
-                flags = " ".join(f"{k}={short(trial.config.get(k))}" for k in self.sweep.spec)
+                flags = " ".join(f"{k}={short(trial.config.get(k))}" for k in self.keys)
                 print(f"[sweep] {trial.trial_id}  {flags} | {text}", flush=True)
 
+        def mark(self, trial, name):
+            """A marker file in the trial's run directory when it has no summary.json."""
+            run_dir = os.path.join(self.sweep_dir, "trials", trial.trial_id)
+            if os.path.isdir(run_dir) and not os.path.exists(os.path.join(run_dir,
+                                                                          "summary.json")):
+                open(os.path.join(run_dir, name), "w").close()
+                return True
+            return False
+
         def on_trial_start(self, iteration, trials, trial, **info):
-            self.status[trial.trial_id] = "running"
             self.show(trial, "started")
 
         def on_trial_result(self, iteration, trials, trial, result, **info):
-            self.status[trial.trial_id] = "running"
             self.show(trial, f"{int(result.get('env_steps', 0)):,} steps | eval "
                              f"{result.get(METRIC, float('nan')):.1f} (best "
                              f"{result.get('best_eval_return', float('nan')):.1f})")
 
         def on_trial_complete(self, iteration, trials, trial, **info):
             result = trial.last_result or {}
-            self.status[trial.trial_id] = None  # from its summary.json: done or stopped early
-            run_dir = os.path.join(self.sweep.sweep_dir, "trials", trial.trial_id)
-            how = "finished"
-            if os.path.isdir(run_dir) and not os.path.exists(os.path.join(run_dir,
-                                                                          "summary.json")):
-                open(os.path.join(run_dir, STOPPED_FILE), "w").close()
-                how = f"stopped by {self.sweep.args.scheduler.upper()}"
+            how = (f"stopped by {self.scheduler.upper()}" if self.mark(trial, STOPPED_FILE)
+                   else "finished")
             self.show(trial, f"{how} at {int(result.get('env_steps', 0)):,} steps, best "
                              f"eval {result.get('best_eval_return', float('nan')):.1f}")
 
         def on_trial_error(self, iteration, trials, trial, **info):
-            self.status[trial.trial_id] = "error"
-            self.show(trial, f"error (see {trial.local_path or 'its Tune log'})")
-
-        def unfinished(self):
-            return any(s == "running" for s in self.status.values())
+            self.mark(trial, ERROR_FILE)
+            self.show(trial, f"error (traceback in {trial.local_path or 'its Tune directory'})")
 
     return TrialTable
 
 
 def TrialTable(sweep, quiet=False):  # noqa: N802 - Ray Tune imported only when a sweep runs
-    return make_trial_table()(sweep, quiet=quiet)
+    return make_trial_table()(sweep.sweep_dir, sweep.spec, sweep.args.scheduler, quiet=quiet)
 
 
 def run_sweep(args, argv, sweep_dir=None):

@@ -4,6 +4,7 @@ token authentication on, in a home directory with no Ray token yet (a fresh mach
 makes one). Every node reports 127.0.0.1 and every port the cluster listens on is on 127.0.0.1;
 main.py --address spreads its rollout workers over the three nodes, gets a --user_dir plugin to
 them, and reaches its target with a worker node removed mid-run."""
+import csv
 import json
 import os
 import signal
@@ -130,6 +131,28 @@ def rollout_worker_nodes(port):
     table = process_table()
     return {pid: ppid for pid, (ppid, _) in table.items()
             if ppid in nodes and process_title(pid).startswith("ray::RolloutWorker")}
+
+
+def test_a_sweep_runs_its_trials_on_the_cluster(cluster, tmp_path):
+    """main.py --tune --address: two trials (FIFO, tiny budgets), each with a Ray rollout worker
+    placed inside the trial's reservation, on the loopback cluster; sweep.csv and best.yaml."""
+    address, port, home = cluster
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("lr: {grid: [0.001, 0.002]}\n")
+    sweep_dir = tmp_path / "sweep"
+    proc = subprocess.run(
+        [sys.executable, os.path.join(REPO, "main.py"), "--address", address, "--gym_id",
+         "CartPole-v1", "--num_workers", "1", "--no-elastic_start", "--total_steps", "2048",
+         "--eval_interval", "1024", "--eval_episodes", "2", "--target_return", "none",
+         "--no-tensorboard", "--tune", str(spec), "--num_samples", "1", "--scheduler", "fifo",
+         "--run_dir", str(sweep_dir)],
+        cwd=REPO, capture_output=True, text=True, timeout=300, env=driver_env(home))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    with open(sweep_dir / "sweep.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert sorted(float(r["lr"]) for r in rows) == [0.001, 0.002]
+    assert all(r["stopped_because"] == "total_steps" for r in rows), rows
+    assert (sweep_dir / "best.yaml").is_file()
 
 
 def test_a_run_spreads_over_the_nodes_and_survives_losing_one(cluster, tmp_path):
