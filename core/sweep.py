@@ -234,7 +234,7 @@ class Sweep:
             tune.with_parameters(run_trial, base_argv=self.base_argv, sweep_dir=self.sweep_dir,
                                  pbt=args.scheduler == "pbt"),
             tune.PlacementGroupFactory(self.bundles))
-        table = TrialTable(self, quiet=args.quiet)
+        table = trial_table(self, quiet=args.quiet)
         # Tune keeps every checkpoint a trial reports (only PBT's trials report any): a
         # num_to_keep would delete the one another trial is about to copy.
         run_config = tune.RunConfig(storage_path=self.sweep_dir, name="tune", verbose=0,
@@ -503,7 +503,9 @@ def make_trial_table():
     return TrialTable
 
 
-def TrialTable(sweep, quiet=False):  # noqa: N802 - Ray Tune imported only when a sweep runs
+def trial_table(sweep, quiet=False):
+    """The live view's Tune callback (its class is made here: Ray Tune is imported only when a
+    sweep runs)."""
     return make_trial_table()(sweep.sweep_dir, sweep.spec, sweep.args.scheduler, quiet=quiet)
 
 
