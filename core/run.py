@@ -38,8 +38,7 @@ class RunContext:
         self.last_row_time = time.time()
         self.last_row_steps = 0
         self.on_new_best = None               # callback(eval_result), e.g. save best weights
-        self.after_row = None                 # callback() after every metrics row
-        self.last_row = None                  # that row
+        self.after_row = None                 # callback(row) after every metrics row
         os.makedirs(run_dir, exist_ok=True)
         metrics_path = os.path.join(run_dir, "metrics.csv")
         self.curves = LearningCurves(run_dir, target_return, args.plot_interval,
@@ -92,9 +91,8 @@ class RunContext:
             self.tensorboard.log(row)
         self.curves.add(row)
         self.curves.maybe_draw()
-        self.last_row = row
         if self.after_row is not None:
-            self.after_row()
+            self.after_row(row)
         if self.stop_requested is not None:
             self.stopped_because = self.stop_requested
         elif self.time_to_target_s is not None:

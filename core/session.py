@@ -186,10 +186,10 @@ class TrainingSession:
                                                        "eval_return": result["eval_return"]}),
                                    self.trainer.evaluation_state())
 
-    def after_row(self):
+    def after_row(self, row):
         self.periodic_checkpoint()
         if self.on_row is not None:
-            self.on_row(self, self.context.last_row)
+            self.on_row(self, row)
 
     def periodic_checkpoint(self):
         interval = self.args.checkpoint_interval
