@@ -24,15 +24,9 @@ import sys
 import time
 
 from core.registry import ConfigError
-from core.sweep_spec import (Dist, check_spec, config_to_argv, flags_given, load_spec,
-                             mutations, search_space)
+from core.sweep_spec import (SWEEP_SWITCHES, SWEEP_VALUE_FLAGS, Dist, check_spec, config_to_argv,
+                             flags_given, load_spec, mutations, search_space)
 
-# Flags of the sweep itself, never passed on to a trial (value-taking, then switches).
-SWEEP_VALUE_FLAGS = ("tune", "num_samples", "max_concurrent", "search", "scheduler",
-                     "grace_steps", "reduction_factor", "pbt_interval", "cpus_per_trial",
-                     "run_dir", "restore", "address", "node_ip_address", "dashboard_host",
-                     "num_cpus")
-SWEEP_SWITCHES = ("quiet", "dashboard")
 METRIC = "eval_return"
 SWEEP_FILE = "sweep.json"
 # Written by the driver into a trial's run directory when Tune's scheduler ended the trial

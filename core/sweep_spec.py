@@ -32,14 +32,16 @@ DISTRIBUTIONS = {
     "grid": (None, "[a, b, ...]: every value, in turn"),
 }
 
-# Flags a sweep sets itself or that make no sense per trial.
-NOT_SWEEPABLE = {
-    "tune", "num_samples", "max_concurrent", "search", "scheduler", "grace_steps",
-    "reduction_factor", "pbt_interval", "cpus_per_trial", "run_dir", "restore", "config",
-    "user_dir", "env_name", "model_name", "agent_name", "address", "node_ip_address",
-    "dashboard", "dashboard_host", "evaluate", "record_video", "video_episodes", "list",
-    "quiet", "num_cpus",
-}
+# Flags of the sweep itself, never passed on to a trial (value-taking, then switches).
+SWEEP_VALUE_FLAGS = ("tune", "num_samples", "max_concurrent", "search", "scheduler",
+                     "grace_steps", "reduction_factor", "pbt_interval", "cpus_per_trial",
+                     "run_dir", "restore", "address", "node_ip_address", "dashboard_host",
+                     "num_cpus")
+SWEEP_SWITCHES = ("quiet", "dashboard")
+# Flags a SPEC may not vary: the sweep's own, and those that hold for the whole sweep.
+NOT_SWEEPABLE = set(SWEEP_VALUE_FLAGS) | set(SWEEP_SWITCHES) | {
+    "config", "user_dir", "env_name", "model_name", "agent_name", "evaluate", "record_video",
+    "video_episodes", "list"}
 
 ALLOWED = ", ".join(f"{{{name}: {what.split(':')[0]}}}" for name, (_, what) in DISTRIBUTIONS.items())
 
