@@ -20,7 +20,7 @@ class EvalRunner:
         self.request = None          # its arguments, to run it again if the worker dies
         self.next_eval = None        # set by begin(), once a restore has set the counters
 
-    def _make(self, slot, generation, local):
+    def _make(self, slot, generation, local, node=None):  # near the driver, always
         return Placement(local).spawn(Evaluator, self.spec, self.spec.args.eval_episodes,
                                       num_cpus=0)
 

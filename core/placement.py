@@ -143,13 +143,41 @@ class Placement:
         return bool(done)
 
 
-def spread():
+def spread(node=None):
     """Ray scheduling strategy for rollout workers: SPREAD over the nodes (losing one node then
-    costs the fewest), or the current placement group when there is one (a sweep's trial)."""
+    costs the fewest), or ``node`` if it has room (a replacement's: core/worker_group.py picks
+    it), or the current placement group when there is one (a sweep's trial)."""
     from ray.util.placement_group import get_current_placement_group
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
     if get_current_placement_group() is not None:
         return near_driver()
+    if node is not None:  # there if it has room now, else anywhere (never wait for it)
+        return NodeAffinitySchedulingStrategy(node, soft=True, _spill_on_unavailable=True)
     return "SPREAD"
+
+
+def free_cpus_per_node():
+    """{node id: CPUs free now} for the live nodes that have CPUs, as the GCS sees them (a
+    node lost seconds ago may still be listed)."""
+    live = {n["NodeID"]: n.get("Resources", {}).get("CPU", 0) for n in ray.nodes()
+            if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0}
+    try:  # Ray has no public per-node view of free resources without the dashboard
+        from ray._private.state import available_resources_per_node
+        available = available_resources_per_node()
+    except Exception:  # noqa: BLE001 - another Ray: fall back to the totals
+        return live
+    return {node: available.get(node, {}).get("CPU", 0.0) for node in live}
+
+
+def actor_node(handle):
+    """The id of the Ray node an actor was placed on (also after it died), or None when it
+    never was or this Ray cannot say."""
+    try:  # the GCS actor table; Ray's public state API needs the dashboard
+        from ray._private.state import actors
+        node = actors(handle._actor_id.hex()).get("Address", {}).get("NodeID")
+    except Exception:  # noqa: BLE001
+        return None
+    return node if node and node.strip("0") else None
 
 
 def near_driver():

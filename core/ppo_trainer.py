@@ -138,10 +138,10 @@ class PPOTrainer(NormalizedTrainer):
     def ray_up(self):
         return self.ray_starter is not None and self.ray_starter.ready()
 
-    def make_worker(self, slot, generation, local):
+    def make_worker(self, slot, generation, local, node=None):
         # On a small machine more workers than CPUs would leave actors unscheduled: share.
         return make_rollout_worker(self.spec, slot, generation, local,
-                                   self.run.cpus_per_actor(self.num_remote))
+                                   self.run.cpus_per_actor(self.num_remote), node)
 
     def spawn_remote(self):
         """Once Ray is up, start the remote workers (they join when their envs are built)."""

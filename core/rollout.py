@@ -345,9 +345,10 @@ class RolloutWorker:
         return True
 
 
-def make_rollout_worker(spec, slot, generation, local, num_cpus=1.0):
+def make_rollout_worker(spec, slot, generation, local, num_cpus=1.0, node=None):
     """A rollout worker for a core.worker_group.WorkerGroup slot: in this process (a
-    LocalHandle) or as a Ray actor reserving ``num_cpus``."""
+    LocalHandle) or as a Ray actor reserving ``num_cpus`` (on Ray node ``node`` if it has room:
+    a replacement's)."""
     from core.placement import LocalHandle, actor_options, remote_class, spread
     if local:
         return LocalHandle(RolloutWorker(spec, slot))
@@ -355,7 +356,7 @@ def make_rollout_worker(spec, slot, generation, local, num_cpus=1.0):
     # on one machine it changes nothing.
     return remote_class(RolloutWorker).options(**actor_options(
         num_cpus=num_cpus, num_gpus=gpu_plan_for(spec).rollout_worker_gpus,
-        scheduling_strategy=spread())).remote(spec, slot, generation)
+        scheduling_strategy=spread(node))).remote(spec, slot, generation)
 
 
 def restore_workers(placement, workers, state, fresh_episode_seed):

@@ -212,12 +212,12 @@ class SACTrainer(NormalizedTrainer):
             self.placement.get([handle.join_group.remote(path, rank, shares) for rank, handle
                                 in enumerate([self.server, *self.replicas])])
 
-    def make_learner(self, slot, generation, local):
+    def make_learner(self, slot, generation, local, node=None):  # near the driver, always
         return spawn_learner(self.placement, self.spec, self.spaces, slot)
 
-    def make_worker(self, slot, generation, local):
+    def make_worker(self, slot, generation, local, node=None):
         return make_rollout_worker(self.spec, slot, generation, local,
-                                   self.run.cpus_per_actor(self.num_workers))
+                                   self.run.cpus_per_actor(self.num_workers), node)
 
     def check_core(self, error):
         """Raise CoreActorLost if the replay buffer or the parameter server is gone."""

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Optional
 import ray
 
 from core.faults import RunFailure, actor_died, short_error
-from core.placement import LocalHandle, LocalRef
+from core.placement import LocalHandle, LocalRef, actor_node, free_cpus_per_node
 
 MISSING = object()          # what ``take`` returns for work lost with its worker
 START_FAILURES_IN_A_ROW = 3  # a slot whose replacements keep dying while starting is a bug
@@ -29,6 +29,7 @@ class Member:
     ready: bool = False           # constructor finished (envs built, model made)
     ready_ref: Any = None
     start_failures: int = 0
+    node_id: Optional[str] = None  # the Ray node it runs on, known once it is ready
 
     def __repr__(self):
         return f"<{'local ' if self.local else ''}member {self.slot}.{self.generation}>"
@@ -41,9 +42,10 @@ class Call:
 
 
 class WorkerGroup:
-    def __init__(self, kind: str, factory: Callable[[int, int, bool], Any], faults,
+    def __init__(self, kind: str, factory: Callable[..., Any], faults,
                  env_steps: Callable[[], int] = lambda: 0, timeout: Optional[float] = None):
-        """``factory(slot, generation, local)`` returns a new handle; ``faults`` is the run's
+        """``factory(slot, generation, local, node=None)`` returns a new handle (``node``: a Ray
+        node id to prefer, softly, for a replacement); ``faults`` is the run's
         core.faults.Faults; ``env_steps()`` stamps the log lines; ``timeout`` (s) is how long
         a call may take before its worker counts as hung (None: no limit)."""
         self.kind = kind
@@ -57,12 +59,13 @@ class WorkerGroup:
 
     # -- membership --------------------------------------------------------------------------
     def add(self, slot: int, local: bool = False, generation: int = 0,
-            start_failures: int = 0) -> Member:
-        handle = self.factory(slot, generation, local)
+            start_failures: int = 0, node: Optional[str] = None) -> Member:
+        handle = self.factory(slot, generation, local, node=node)
         member = Member(slot, handle, local, generation, ready=local,
                         start_failures=start_failures)
         if not local:
-            member.ready_ref = handle.__ray_ready__.remote()  # resolves when __init__ returns
+            # resolves when __init__ returns, with the node the actor runs on
+            member.ready_ref = handle.__ray_call__.remote(_node_of)
         self.members.append(member)
         return member
 
@@ -95,7 +98,7 @@ class WorkerGroup:
         for ref in done:
             member = starting[ref]
             try:
-                ray.get(ref)
+                member.node_id = ray.get(ref)
             except Exception as exc:  # noqa: BLE001 - classified in _failed
                 self._failed(member, exc, "while starting")
                 continue
@@ -222,7 +225,32 @@ class WorkerGroup:
         self.faults.worker_restarted(
             f"{self.kind} {member.slot} died{(' ' + when) if when else ''} ({what}); its work "
             f"in flight is dropped and a replacement joins", self.env_steps())
-        self.add(member.slot, generation=member.generation + 1, start_failures=start_failures)
+        lost_node = member.node_id or (None if member.local else actor_node(member.handle))
+        self.add(member.slot, generation=member.generation + 1, start_failures=start_failures,
+                 node=self.node_for_replacement(lost_node))
+
+    def node_for_replacement(self, lost_node: Optional[str]) -> Optional[str]:
+        """Where a replacement should go when its predecessor died on ``lost_node``: the other
+        live node with the most free CPUs, then the fewest members of this group (None: no
+        preference, e.g. on one machine). Losing a node is seen here seconds before Ray's GCS
+        takes it for dead; until then the lost node looks the emptiest to Ray's own SPREAD,
+        which put the replacement there to die while starting (and the next one, and ...)."""
+        if lost_node is None:
+            return None
+        free = free_cpus_per_node()
+        free.pop(lost_node, None)
+        if not free:
+            return None
+        load = {node: 0 for node in free}
+        for m in self.members:
+            if m.node_id in load:
+                load[m.node_id] += 1
+        return max(free, key=lambda node: (free[node], -load[node]))
+
+
+def _node_of(actor) -> str:
+    """Run inside an actor (``__ray_call__``): the id of the Ray node it lives on."""
+    return ray.get_runtime_context().get_node_id()
 
 
 def alive(handle, timeout: float = 30.0) -> bool:

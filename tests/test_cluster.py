@@ -157,39 +157,50 @@ def test_a_sweep_runs_its_trials_on_the_cluster(cluster, tmp_path):
 
 def test_a_run_spreads_over_the_nodes_and_survives_losing_one(cluster, tmp_path):
     """PPO on a --user_dir env through --address: the 3 rollout workers run on the 3 nodes;
-    one worker node is killed (its raylet and everything under it); a replacement starts on a
-    remaining node and the run reaches CartPole's 475. (Three workers may reach it before the
-    replacement has built its envs and joined a round: the test asks for its process.)"""
+    one worker node is killed (its raylet and everything under it); the replacement starts on a
+    remaining node, not on the lost one (which Ray's GCS takes seconds to declare dead), joins
+    the rounds, and the run learns on. (A budget of env steps, not CartPole's target: three
+    workers can reach 475 before a replacement has even imported torch.)"""
     address, port, home = cluster
     head_raylet = min(raylets(port))  # the head's started first
     run_dir = str(tmp_path / "run")
     proc = start_main("--address", address, "--user_dir", os.path.join(REPO, "examples",
                       "user_plugins"), "--env_name", "noisy_cartpole", "--num_workers", "3",
-                      "--seed", "1", "--total_steps", "150000",
+                      "--seed", "1", "--total_steps", "32768", "--target_return", "none",
                       "--run_dir", run_dir, "--quiet", "--no-tensorboard",
                       "--no-elastic_start",  # learning starts on the nodes
                       env=driver_env(home))
-    victim, survivors, replacement = None, None, None
-    deadline = time.time() + 240
-    while proc.poll() is None and time.time() < deadline and replacement is None:
+    victim, survivors, replacements, killed_at_row = None, None, {}, None
+    deadline = time.time() + 400
+    while proc.poll() is None and time.time() < deadline:
         placed = rollout_worker_nodes(port)
-        if victim is None and len(set(placed.values())) == 3 and len(metrics_rows(run_dir)) >= 1:
+        rows = metrics_rows(run_dir)
+        if victim is None and len(set(placed.values())) == 3 and len(rows) >= 1:
             victim = next(node for node in sorted(set(placed.values())) if node != head_raylet)
             survivors = {pid: node for pid, node in placed.items() if node != victim}
             for pid in [victim] + [p for p, node in placed.items() if node == victim]:
                 os.kill(pid, signal.SIGKILL)
+            killed_at_row = len(rows)
         elif victim is not None:
-            new = {pid: node for pid, node in placed.items() if pid not in survivors}
-            replacement = next(iter(new.values()), None)
+            replacements.update({pid: node for pid, node in placed.items()
+                                 if pid not in survivors})
         time.sleep(0.1)
-    code, out, err = finish(proc, timeout=400)
+    code, out, err = finish(proc, timeout=60)
     assert victim is not None, "the workers never ran on three nodes: " + err[-3000:]
-    assert replacement is not None, "no replacement worker started: " + err[-3000:]
-    assert replacement != victim and replacement in set(survivors.values())
     assert code == 0, err[-3000:]
+    assert replacements, "no replacement worker started: " + err[-3000:]
+    assert set(replacements.values()) <= set(survivors.values()), (replacements, survivors)
+    # Ray would have put it on the lost node first (it looks the emptiest), to die there while
+    # starting: one rollout worker died, no replacement did.
+    deaths = [line for line in err.splitlines() if "fault" in line and "rollout worker" in line]
+    assert len(deaths) == 1, err[-3000:]
     summary, rows = read_run(run_dir)
-    assert summary["stopped_because"] == "target_return", summary
+    assert summary["stopped_because"] == "total_steps", summary
     assert summary["worker_restarts"] >= 1, summary
+    after = rows[killed_at_row:]
+    assert any(int(r["workers"]) == 2 for r in after), "no round went on without the lost worker"
+    assert int(after[-1]["workers"]) == 3, "the replacement never joined a round"
+    assert summary["best_eval_return"] >= 200, summary
 
 
 def test_the_test_sessions_own_ray_instance_is_on_loopback(ray_session):

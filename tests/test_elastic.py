@@ -33,7 +33,7 @@ def make_trainer(*flags):
                          faults)
     # Three in-process workers with distinct seeds stand in for three actors.
     trainer.group = WorkerGroup("rollout worker",
-                                lambda slot, generation, local: LocalHandle(
+                                lambda slot, generation, local, node=None: LocalHandle(
                                     RolloutWorker(spec, slot)), faults)
     for slot in range(3):
         trainer.group.add(slot, local=True)

@@ -36,7 +36,7 @@ def make_group(max_restarts=1000, timeout=None, fail_on_start=False):
     faults = Faults(SimpleNamespace(max_worker_restarts=max_restarts, max_bad_updates=10,
                                     max_failures=3), printer=lambda line: None)
 
-    def factory(slot, generation, local):
+    def factory(slot, generation, local, node=None):
         if local:
             return LocalHandle(Echo(slot))
         return remote_class(Echo).options(num_cpus=0).remote(slot, fail_on_start)
@@ -140,3 +140,44 @@ def test_fault_classification(ray_session):
     assert not actor_died(callee.value) and death_inside(callee.value)
     assert all_finite({"a": 1.0, "b": 2}) and not all_finite({"a": float("nan")})
     assert all_finite({"a": float("inf"), "b": 1.0}, keys=["b"])
+
+
+def test_a_ready_member_knows_its_node(ray_session):
+    group, _ = ready_group(1)
+    assert group.members[0].node_id == ray.get_runtime_context().get_node_id()
+
+
+def test_a_replacement_prefers_the_other_node_with_the_most_room(monkeypatch):
+    """A worker lost with its node: the replacement is asked onto another live node, the one
+    with the most free CPUs, then the fewest members; with no other node, no preference."""
+    import core.worker_group
+    group, _ = make_group()
+    free = {"lost": 2.0, "busy": 0.0, "roomy": 1.0, "also-roomy": 1.0}
+    monkeypatch.setattr(core.worker_group, "free_cpus_per_node", lambda: dict(free))
+    for slot, node in enumerate(["busy", "roomy", "roomy"]):
+        group.members.append(SimpleNamespace(slot=slot, node_id=node))
+    assert group.node_for_replacement("lost") == "also-roomy"
+    free["roomy"] = 1.5
+    assert group.node_for_replacement("lost") == "roomy"
+    assert group.node_for_replacement(None) is None
+    free = {"lost": 2.0}
+    assert group.node_for_replacement("lost") is None
+
+
+def test_free_cpus_per_node_on_this_machine(ray_session):
+    from core.placement import free_cpus_per_node
+    free = free_cpus_per_node()
+    assert list(free) == [ray.get_runtime_context().get_node_id()]
+    assert 0 <= free[ray.get_runtime_context().get_node_id()] <= 2
+
+
+def test_the_node_of_an_actor_that_died_while_starting_is_known(ray_session):
+    """A member lost before it was ready: its node comes from Ray's actor table."""
+    from core.placement import actor_node
+    group, _ = make_group(fail_on_start=True)
+    member = group.add(0)
+    end = time.time() + 60
+    while group.members[0] is member and time.time() < end:
+        group.poll(timeout=1)
+    assert group.members[0] is not member and member.node_id is None
+    assert actor_node(member.handle) == ray.get_runtime_context().get_node_id()
