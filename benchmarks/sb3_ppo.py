@@ -3,7 +3,10 @@ import time; T0 = time.time()  # noqa: E702  first statement: wall time counts f
 
     .venv/bin/python benchmarks/sb3_ppo.py --env CartPole-v1 --seed 0 --target_return 475 --out_dir /tmp/sb3
 
-Writes OUT_DIR/summary.json (same keys as ddrl's) and OUT_DIR/eval.csv (one row per evaluation).
+Writes OUT_DIR/summary.json (same keys as ddrl's), OUT_DIR/eval.csv (one row per evaluation)
+and OUT_DIR/progress.csv (SB3's own log, one row per rollout: rollout/ep_rew_mean, the training
+episodes' mean return as the Monitor wrapper saw it, and train/* as entropy_loss, approx_kl,
+clip_fraction: to set beside ddrl's metrics.csv).
 """
 import argparse
 import csv
@@ -16,6 +19,7 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.evaluation import evaluate_policy
+from stable_baselines3.common.logger import configure
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv
 
@@ -149,6 +153,7 @@ def main():
         env = make_vec_env(args.env, n_envs=preset["n_envs"], seed=args.seed, vec_env_cls=DummyVecEnv)
     eval_env = make_eval_env(args.env, args.seed)
     model = PPO(env=env, seed=args.seed, device="cpu", verbose=0, **preset["ppo"])
+    model.set_logger(configure(args.out_dir, ["csv"]))  # progress.csv, one row per rollout
     episodes = args.eval_episodes or preset.get("eval_episodes", 10)
     cb = EvalStop(eval_env, eval_freq, episodes, target, os.path.join(args.out_dir, "eval.csv"))
     model.learn(total_timesteps=max_steps, callback=cb)
