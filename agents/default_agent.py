@@ -6,6 +6,7 @@ from agents import register_agent
 from agents.base import BaseAgent
 from core.types import GradientResult, Trajectory
 from models.ppo import PPOBatch
+from options.options import unit_interval
 
 
 def compute_gae(rewards, values, next_values, terminated, truncated, gamma, lam):
@@ -40,9 +41,9 @@ class DefaultAgent(BaseAgent):
 
     @staticmethod
     def add_args(parser):
-        parser.add_argument("--gamma", type=float, default=0.98,
+        parser.add_argument("--gamma", type=unit_interval, default=0.98,
                             help="discount factor (default: %(default)s)")
-        parser.add_argument("--gae_lambda", type=float, default=0.8,
+        parser.add_argument("--gae_lambda", type=unit_interval, default=0.8,
                             help="GAE lambda (default: %(default)s)")
         parser.add_argument("--no_advantage_norm", dest="normalize_advantage",
                             action="store_false",

@@ -1,4 +1,6 @@
-"""Test worker: its own envs, deterministic actions, one episode per env, batched inference."""
+"""Test worker: its own envs, one episode per env, batched inference; deterministic actions, or
+sampled ones with --no-eval_deterministic (drawn from generators seeded per evaluation, apart
+from the training's)."""
 import numpy as np
 import torch
 
@@ -28,6 +30,7 @@ class Evaluator:
             self.model = plugins.model_cls(args, self.envs[0].observation_space,
                                            self.action_space)
         self.rounds = 0
+        self.deterministic = bool(getattr(args, "eval_deterministic", True))
         self.normalize_obs = bool(getattr(args, "normalize_obs", False))
         self.obs_clip = float(getattr(args, "obs_clip", 10.0))
 
@@ -56,7 +59,21 @@ class Evaluator:
 
     @torch.no_grad()
     def evaluate(self, weights, weights_version=0, env_steps=0, obs_statistics=None):
-        """Mean, spread and list of the returns of one deterministic episode per env; with
+        """See ``_evaluate``. Sampled actions come from torch's generator and the model's
+        ``acting_rng`` (if it has one), both seeded from the env-step count: the same draws in a
+        restored run, and the training's generators (this process's, with --num_workers 0)
+        left where they were."""
+        if self.deterministic:
+            return self._evaluate(weights, weights_version, env_steps, obs_statistics)
+        seed = self.seed + 1_000 * int(env_steps)
+        if hasattr(self.model, "acting_rng"):  # this model is the test worker's own
+            self.model.acting_rng = np.random.default_rng(seed)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return self._evaluate(weights, weights_version, env_steps, obs_statistics)
+
+    def _evaluate(self, weights, weights_version, env_steps, obs_statistics):
+        """Mean, spread and list of the returns of one episode per env; with
         --normalize_obs, observations normalized with ``obs_statistics`` (never updated here).
         An env that raises is rebuilt and its episode run again from the start with the same
         seed; "env_errors" counts the errors survived."""
@@ -81,7 +98,7 @@ class Evaluator:
             batch = np.stack([observations[i] for i in running])
             if self.normalize_obs:
                 batch = normalize(batch, obs_statistics, self.obs_clip)
-            actions, _ = self.model.choose_actions(batch, deterministic=True)
+            actions, _ = self.model.choose_actions(batch, deterministic=self.deterministic)
             still_running = []
             for i, action in zip(running, actions):
                 try:

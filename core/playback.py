@@ -48,7 +48,8 @@ def evaluate_saved_model(args):
                                 statistics)
     returns = np.asarray(result["returns"])
     print(f"ddrl: {path} ({meta.get('env_steps', '?')} env steps): "
-          f"{len(returns)} deterministic episodes, return {returns.mean():.2f} "
+          f"{len(returns)} {'deterministic' if args.eval_deterministic else 'sampled'} "
+          f"episodes, return {returns.mean():.2f} "
           f"+- {returns.std():.2f} (min {returns.min():.2f}, max {returns.max():.2f}, "
           f"mean length {result['eval_length']:.1f})", flush=True)
     if args.record_video:
@@ -59,7 +60,8 @@ def evaluate_saved_model(args):
 
 
 def record_episode(spec, model, args, k, directory, obs_statistics=None):
-    """One deterministic episode, rendered to DIRECTORY/episode-<k>.gif; returns the path."""
+    """One episode (actions as --eval_deterministic says), rendered to
+    DIRECTORY/episode-<k>.gif; returns the path."""
     from PIL import Image
     args.render_mode = "rgb_array"
     env = make_env(load_plugins(spec), args, seed=args.seed + EVAL_SEED_OFFSET + k,
@@ -78,7 +80,7 @@ def record_episode(spec, model, args, k, directory, obs_statistics=None):
         seen = np.asarray(obs)[None]
         if obs_statistics is not None:
             seen = normalize(seen, obs_statistics, args.obs_clip)
-        action, _ = model.choose_actions(seen, deterministic=True)
+        action, _ = model.choose_actions(seen, deterministic=args.eval_deterministic)
         obs, _, terminated, truncated, _ = env.step(to_env_action(env.action_space, action[0]))
         frames.append(render())
         done = terminated or truncated

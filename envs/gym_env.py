@@ -22,6 +22,8 @@ from core.registry import ConfigError
 from core.state import (generator_state, plain_attributes, set_attributes,
                         set_generator_state)
 from envs import register_env, OBSERVATION
+from options.options import (non_negative_int, positive_int, positive_int_or_none,
+                             unit_interval_or_none)
 
 
 @register_env("gym_env")
@@ -34,26 +36,26 @@ class GymEnv:
         parser.add_argument("--gym_id", default="CartPole-v1",
                             help="gymnasium environment id, e.g. CartPole-v1, Pendulum-v1, "
                                  "LunarLanderContinuous-v3 (default: %(default)s)")
-        parser.add_argument("--max_episode_steps", type=int, default=None,
+        parser.add_argument("--max_episode_steps", type=positive_int_or_none, default=None,
                             help="override the id's time limit (default: the id's own)")
         atari = parser  # the env's own argument group (argparse deprecates nesting groups)
         atari.add_argument("--atari_preprocessing", action=argparse.BooleanOptionalAction,
                            default=True,
                            help="Atari (ALE/... ids): apply the standard preprocessing "
                                 "that the next flags set (default: %(default)s)")
-        atari.add_argument("--noop_max", type=int, default=30,
+        atari.add_argument("--noop_max", type=non_negative_int, default=30,
                            help="at most this many no-op actions at each reset (0: none) "
                                 "(default: %(default)s)")
-        atari.add_argument("--frame_skip", type=int, default=4,
+        atari.add_argument("--frame_skip", type=positive_int, default=4,
                            help="repeat each action this many frames, max-pooling the last "
                                 "two (default: %(default)s)")
-        atari.add_argument("--screen_size", type=int, default=84,
+        atari.add_argument("--screen_size", type=positive_int, default=84,
                            help="resize frames to this many pixels square (default: "
                                 "%(default)s)")
         atari.add_argument("--grayscale", action=argparse.BooleanOptionalAction, default=True,
                            help="grayscale frames; --no-grayscale keeps RGB, channels last "
                                 "(default: %(default)s)")
-        atari.add_argument("--frame_stack", type=int, default=4,
+        atari.add_argument("--frame_stack", type=positive_int, default=4,
                            help="stack the last this many frames (1: no stacking) (default: "
                                 "%(default)s)")
         atari.add_argument("--clip_reward", action=argparse.BooleanOptionalAction, default=True,
@@ -68,10 +70,10 @@ class GymEnv:
                                 "episode and after every life lost, so a policy that never "
                                 "fires (early, or deterministic in evaluation) does not stall "
                                 "a game until its frame limit (default: %(default)s)")
-        atari.add_argument("--max_episode_frames", type=int, default=108_000,
+        atari.add_argument("--max_episode_frames", type=positive_int, default=108_000,
                            help="ALE's limit on one episode, in emulator frames (108,000 = 30 "
                                 "minutes of play) (default: %(default)s)")
-        atari.add_argument("--repeat_action_probability", type=float, default=None,
+        atari.add_argument("--repeat_action_probability", type=unit_interval_or_none, default=None,
                            help="sticky actions: the chance that the emulator repeats the "
                                 "previous action instead (default: the id's own, 0.25 for "
                                 "v5 ids)")

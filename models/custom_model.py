@@ -8,6 +8,7 @@ from torch import nn
 
 from models import register_model
 from models.ppo import PPOModel, mlp, ACTIVATIONS
+from options.options import positive_int
 
 
 class SharedTrunkHead(nn.Module):
@@ -26,7 +27,7 @@ class SharedTrunkPPO(PPOModel):
     @staticmethod
     def add_args(parser):
         PPOModel.add_args(parser)
-        parser.add_argument("--trunk_width", type=int, default=64,
+        parser.add_argument("--trunk_width", type=positive_int, default=64,
                             help="width of the shared trunk's two layers (default: %(default)s)")
 
     def build_networks(self, args):

@@ -20,6 +20,7 @@ from gymnasium import spaces
 from torch import nn
 
 from core.registry import ConfigError
+from options.options import positive_int
 
 ENCODERS = ("auto", "mlp", "nature_cnn")
 MIN_IMAGE_SIDE = 36  # 8x8 stride 4, 4x4 stride 2, 3x3 stride 1 leave a 1x1 map at 36
@@ -30,7 +31,7 @@ def add_encoder_args(parser):
                         help="how observations become features: nature_cnn (the Nature DQN "
                              "CNN, for images), mlp (flattened, into the MLP), auto (nature_cnn "
                              "for uint8 image spaces, else mlp) (default: %(default)s)")
-    parser.add_argument("--cnn_features", type=int, default=512,
+    parser.add_argument("--cnn_features", type=positive_int, default=512,
                         help="width of the Nature CNN's last (fully connected) layer "
                              "(default: %(default)s)")
 

@@ -27,6 +27,8 @@ from models import register_model
 from models.base import BaseModel, require_box_observations
 from models.encoders import Flatten, add_encoder_args, make_encoder
 from models.numpy_mlp import NumpyMLP, log_softmax
+from options.options import (non_negative_float, positive_float, positive_float_or_none,
+                             positive_int)
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
 
@@ -73,6 +75,17 @@ def mlp(in_dim, sizes, out_dim, activation, out_gain):
     return nn.Sequential(*layers, head)
 
 
+def sde_sample_freq(text):
+    """-1 (once per fragment) or a number of steps >= 1."""
+    try:
+        value = int(text)
+    except (TypeError, ValueError):
+        value = 0
+    if value != -1 and value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not -1 or a whole number of steps >= 1")
+    return value
+
+
 def schedule(start, kind, progress):
     return start * (1.0 - progress) if kind == "linear" else start
 
@@ -91,24 +104,24 @@ class PPOModel(BaseModel):
         add_encoder_args(parser)
         parser.add_argument("--activation", choices=sorted(ACTIVATIONS), default="tanh",
                             help="hidden activation (default: %(default)s)")
-        parser.add_argument("--lr", type=float, default=1e-3,
+        parser.add_argument("--lr", type=non_negative_float, default=1e-3,
                             help="Adam learning rate (default: %(default)s)")
         parser.add_argument("--lr_schedule", choices=["constant", "linear"], default="linear",
                             help="learning rate schedule over --total_steps "
                                  "(default: %(default)s)")
-        parser.add_argument("--num_epochs", type=int, default=10,
+        parser.add_argument("--num_epochs", type=positive_int, default=10,
                             help="K: passes over each rollout (default: %(default)s)")
-        parser.add_argument("--clip_range", type=float, default=0.2,
+        parser.add_argument("--clip_range", type=positive_float, default=0.2,
                             help="epsilon of the clipped ratio (default: %(default)s)")
         parser.add_argument("--clip_schedule", choices=["constant", "linear"], default="linear",
                             help="clip range schedule over --total_steps (default: %(default)s)")
-        parser.add_argument("--clip_range_vf", type=float, default=None,
+        parser.add_argument("--clip_range_vf", type=positive_float_or_none, default=None,
                             help="clip the value change per update to this (default: off)")
-        parser.add_argument("--ent_coef", type=float, default=0.0,
+        parser.add_argument("--ent_coef", type=non_negative_float, default=0.0,
                             help="entropy bonus coefficient (default: %(default)s)")
-        parser.add_argument("--vf_coef", type=float, default=0.5,
+        parser.add_argument("--vf_coef", type=non_negative_float, default=0.5,
                             help="value loss coefficient (default: %(default)s)")
-        parser.add_argument("--max_grad_norm", type=float, default=0.5,
+        parser.add_argument("--max_grad_norm", type=non_negative_float, default=0.5,
                             help="clip the global norm of the averaged gradient "
                                  "(default: %(default)s; 0 = off)")
         parser.add_argument("--log_std_init", type=float, default=0.0,
@@ -120,7 +133,7 @@ class PPOModel(BaseModel):
                                  "actions: noise phi(s) @ E with an exploration matrix E per env, "
                                  "redrawn at each fragment's start (models/ppo.py); --no-use_sde "
                                  "turns off a preset's (default: %(default)s)")
-        parser.add_argument("--sde_sample_freq", type=int, default=-1,
+        parser.add_argument("--sde_sample_freq", type=sde_sample_freq, default=-1,
                             help="with --use_sde, also redraw the exploration matrices every "
                                  "this many steps of a fragment; -1: once per fragment "
                                  "(default: %(default)s)")

@@ -28,6 +28,7 @@ from models.base import BaseModel, require_box_observations
 from models.encoders import Flatten, add_encoder_args, make_encoder
 from models.numpy_mlp import NumpyMLP
 from models.ppo import hidden_sizes
+from options.options import non_negative_float, positive_float, unit_interval
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 LOG_2 = math.log(2.0)
@@ -148,11 +149,11 @@ class SACModel(BaseModel):
         parser.add_argument("--sac_hidden_sizes", type=hidden_sizes, default=[256, 256],
                             help="widths of the actor's and each critic's hidden layers "
                                  "(default: 256,256)")
-        parser.add_argument("--actor_lr", type=float, default=3e-4,
+        parser.add_argument("--actor_lr", type=non_negative_float, default=3e-4,
                             help="Adam learning rate of the actor (default: %(default)s)")
-        parser.add_argument("--critic_lr", type=float, default=3e-4,
+        parser.add_argument("--critic_lr", type=non_negative_float, default=3e-4,
                             help="Adam learning rate of the twin critics (default: %(default)s)")
-        parser.add_argument("--alpha_lr", type=float, default=3e-4,
+        parser.add_argument("--alpha_lr", type=non_negative_float, default=3e-4,
                             help="Adam learning rate of log(alpha), the entropy temperature "
                                  "(default: %(default)s)")
         parser.add_argument("--sac_lr_schedule", choices=["constant", "linear"],
@@ -160,11 +161,11 @@ class SACModel(BaseModel):
                             help="the three learning rates over the run: constant, or linear "
                                  "decay to 0 at --total_steps env steps (RL-Zoo's lin_) "
                                  "(default: %(default)s)")
-        parser.add_argument("--tau", type=float, default=0.005,
+        parser.add_argument("--tau", type=unit_interval, default=0.005,
                             help="polyak coefficient of the target critics after every update: "
                                  "target = tau * online + (1 - tau) * target "
                                  "(default: %(default)s)")
-        parser.add_argument("--init_alpha", type=float, default=1.0,
+        parser.add_argument("--init_alpha", type=positive_float, default=1.0,
                             help="initial entropy temperature alpha (default: %(default)s)")
         parser.add_argument("--target_entropy", type=target_entropy_type, default="auto",
                             help="entropy the temperature tuning aims at; 'auto' (default): "
@@ -179,7 +180,7 @@ class SACModel(BaseModel):
                                  "it, else fp32 (the presets' choice). Check the effect on "
                                  "learning for your task. Acting and priorities are always "
                                  "float32 (default: %(default)s)")
-        parser.add_argument("--sac_gamma", type=float, default=0.99,
+        parser.add_argument("--sac_gamma", type=unit_interval, default=0.99,
                             help="discount factor of the soft Bellman target "
                                  "(default: %(default)s)")
         add_encoder_args(parser)

@@ -73,6 +73,22 @@ def positive_float_or_none(text):
     return _number(float, 0, text, allow_none=True)
 
 
+def unit_interval(text):
+    """A number in [0, 1]: a discount, a lambda, a probability, a Polyak rate."""
+    value = _number(float, 0, text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be between 0 and 1")
+    return value
+
+
+def unit_interval_or_none(text):
+    return None if str(text).lower() in ("none", "null", "") else unit_interval(text)
+
+
+def positive_int_or_none(text):
+    return _number(int, 1, text, allow_none=True)
+
+
 def target_return(text):
     """A number; 'auto' (the env's reward_threshold, if any); or 'none' (never stop early)."""
     if str(text).lower() == "auto":
@@ -278,8 +294,14 @@ def add_common_args(parser):
     group.add_argument("--eval_interval", type=positive_int, default=2000,
                        help="evaluate every this many env steps (default: %(default)s)")
     group.add_argument("--eval_episodes", type=positive_int, default=10,
-                       help="deterministic episodes per evaluation, on envs of their own "
+                       help="episodes per evaluation, on envs of their own "
                             "(default: %(default)s)")
+    group.add_argument("--eval_deterministic", action=argparse.BooleanOptionalAction,
+                       default=True,
+                       help="evaluate with the policy's most likely action; "
+                            "--no-eval_deterministic samples actions as in training (seeded "
+                            "per evaluation; on Atari an argmax policy can stall or repeat one "
+                            "failing move where the sampled one scores) (default: %(default)s)")
     group.add_argument("--run_dir", default=None,
                        help="where metrics.csv, summary.json and checkpoints go "
                             "(default: runs/<env>-<model>-<time>)")
@@ -292,8 +314,8 @@ def add_common_args(parser):
                             "configuration (flags given here win) in its directory: weights, "
                             "optimizer, counters, schedules, RNGs and metrics.csv continue")
     group.add_argument("--evaluate", default=None, metavar="PATH",
-                       help="do not train: run --eval_episodes deterministic episodes with a "
-                            "saved model (a .pt file, or a run directory: its best.pt) and "
+                       help="do not train: run --eval_episodes episodes (as "
+                            "--eval_deterministic says) with a saved model (a .pt file, or a run directory: its best.pt) and "
                             "print the mean and spread of their returns")
     group.add_argument("--record_video", default=None, metavar="DIR",
                        help="with --evaluate: also write --video_episodes episodes to "

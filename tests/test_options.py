@@ -78,11 +78,22 @@ def test_truncated_flag_is_a_misspelling_not_an_abbreviation():
     (["--hidden_sizes", "64,x"], "'64,x'"),
     (["--env_placement", "cloud"], "'cloud'"),
     (["--grad_workers", "-1"], "'-1'"),
+    # the built-in plugins' own flags: ranges, not only types
+    (["--num_epochs", "0"], "'0'"),
+    (["--lr", "-0.001"], "'-0.001'"),
+    (["--gamma", "1.5"], "'1.5'"),
+    (["--gae_lambda", "-0.1"], "'-0.1'"),
+    (["--ent_coef", "-0.01"], "'-0.01'"),
+    (["--sde_sample_freq", "0"], "'0'"),
+    (["--gym_id", "ALE/Pong-v5", "--frame_stack", "0"], "'0'"),
+    (["--max_episode_steps", "0"], "'0'"),
+    (["--model_name", "sac", "--gym_id", "Pendulum-v1", "--tau", "2"], "'2'"),
+    (["--model_name", "sac", "--gym_id", "Pendulum-v1", "--critic_lr", "-0.1"], "'-0.1'"),
 ])
 def test_bad_values_raise_config_error_naming_the_value(argv, value):
     with pytest.raises(ConfigError) as info:
         parse_args(argv)
-    assert argv[0] in str(info.value) and value in str(info.value)
+    assert argv[-2] in str(info.value) and value in str(info.value), info.value
 
 
 def test_integers_accept_scientific_notation():

@@ -109,3 +109,29 @@ def test_evaluate_prints_returns_and_record_video_writes_a_gif(cartpole_run, tmp
         assert gif.n_frames > 5 and gif.size == (600, 400)  # CartPole's rgb_array frames
 
     assert misplaced.returncode == 2 and "--evaluate" in misplaced.stderr
+
+
+def test_a_sampled_evaluation_is_seeded_and_leaves_the_training_generators_alone():
+    """--no-eval_deterministic: actions drawn as in training, the same draws for the same
+    env-step count (a restored run evaluates alike), torch's global generator untouched (the
+    test worker shares the learner's process with --num_workers 0)."""
+    import torch
+    from core.evaluator import Evaluator
+    from core.plugins import PluginSpec
+    from options.options import parse_args
+
+    def evaluator(*flags):
+        args = parse_args(["--config", "none", "--num_workers", "0", "--seed", "3", *flags])
+        return Evaluator(PluginSpec(args.env_name, args.model_name, args.agent_name, args), 4)
+
+    sampled = evaluator("--no-eval_deterministic")
+    weights = sampled.model.get_weights()
+    torch.manual_seed(0)
+    before = torch.random.get_rng_state()
+    first = sampled.evaluate(weights, env_steps=7)
+    assert torch.equal(torch.random.get_rng_state(), before)
+    assert sampled.evaluate(weights, env_steps=7)["returns"] == first["returns"]
+    assert sampled.evaluate(weights, env_steps=8)["returns"] != first["returns"]
+    # The untrained policy's argmax pushes the cart one way: short episodes, other returns.
+    argmax = evaluator().evaluate(weights, env_steps=7)
+    assert argmax["returns"] != first["returns"]
