@@ -47,8 +47,17 @@ class DefaultAgent(BaseAgent):
                             help="GAE lambda (default: %(default)s)")
         parser.add_argument("--no_advantage_norm", dest="normalize_advantage",
                             action="store_false",
-                            help="do not normalize advantages (by default they are normalized "
-                                 "with the mean and std of the whole rollout, all workers)")
+                            help="do not normalize advantages (by default they are normalized, "
+                                 "as --advantage_norm_scope says)")
+        parser.add_argument("--advantage_norm_scope", choices=["round", "minibatch"],
+                            default="round",
+                            help="normalize advantages with the mean and std of the whole round "
+                                 "(all workers: the workers' averaged gradients then equal one "
+                                 "big batch's), or of each minibatch as SB3 and CleanRL do (each "
+                                 "gradient worker its own share of it: exact with one, "
+                                 "--grad_workers 0 or --num_workers 0). On Breakout the "
+                                 "minibatch scope trained to 1.7x the returns (BENCHMARKS.md) "
+                                 "(default: %(default)s)")
 
     def __init__(self, args, model, seed=0):
         super().__init__(args, model, seed)
@@ -132,7 +141,11 @@ class DefaultAgent(BaseAgent):
             return GradientResult(self.model.collect_gradients(), 0, request.weights_version, {})
         advantages = self.data["advantages"][idx]
         if self.args.normalize_advantage:
-            advantages = (advantages - request.advantage_mean) / (request.advantage_std + 1e-8)
+            if getattr(self.args, "advantage_norm_scope", "round") == "round":
+                advantages = ((advantages - request.advantage_mean)
+                              / (request.advantage_std + 1e-8))
+            elif len(advantages) > 1:  # (one sample has no spread: left as it is, as SB3 does)
+                advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         batch = PPOBatch(self.data["observations"][idx], self.data["actions"][idx],
                          self.data["old_log_probs"][idx], advantages,
                          self.data["returns"][idx], self.data["old_values"][idx])

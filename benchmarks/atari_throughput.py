@@ -7,6 +7,10 @@ Systems, each in a process of its own, one after another (never two at once):
   ddrl-0workers  main.py with configs/ppo-atari.yaml, --num_workers 0 (--torch_threads 1 and 2)
   ddrl-2workers  the same with 2 Ray rollout workers of 4 envs, each computing the gradient of
                  its half of every minibatch (--grad_workers 2; the learner averages and applies)
+  ddrl-2workers-ahead
+                 2 Ray rollout workers of 4 envs that only sample, their next fragment while the
+                 learner updates (--sample_ahead on); the learner computes every gradient on 2
+                 torch threads (--grad_workers 0)
   sb3            Stable-Baselines3 PPO, CnnPolicy, the same hyperparameters (torch threads 1 and 2)
 
 Equal terms: every system steps the same env chain (envs/gym_env.py's wrap_atari: no-op starts,
@@ -92,12 +96,14 @@ def run_sb3(gym_id, steps, threads):
     return marks.marks[:steps // ROUND]
 
 
-def run_ddrl(gym_id, steps, workers, threads, run_dir):
+def run_ddrl(gym_id, steps, workers, threads, run_dir, ahead=False):
     t0 = time.perf_counter()
     cmd = [sys.executable, os.path.join(REPO, "main.py"), "--gym_id", gym_id, "--num_workers",
            str(workers), "--num_envs_per_worker", str(8 // max(1, workers)), "--torch_threads",
            str(threads), "--total_steps", str(steps), "--eval_interval", str(10 ** 9),
-           "--target_return", "none", "--run_dir", run_dir, "--grad_workers", str(workers),
+           "--target_return", "none", "--run_dir", run_dir,
+           "--grad_workers", "0" if ahead else str(workers),
+           "--sample_ahead", "on" if ahead else "auto",
            "--quiet", "--no-tensorboard", "--checkpoint_interval", str(10 ** 9)]
     subprocess.run(cmd, check=True, cwd=REPO, stdout=subprocess.DEVNULL)
     wall = time.perf_counter() - t0
@@ -137,9 +143,10 @@ def main():
     for system in args.systems:
         if system.startswith("ddrl"):
             workers = 2 if "2workers" in system else 0
-            threads = 2 if "2threads" in system else 1
+            ahead = system.endswith("-ahead")
+            threads = 2 if "2threads" in system or ahead else 1
             marks, wall = run_ddrl(args.gym_id, args.steps, workers, threads,
-                                   f"/tmp/atari_throughput/{system}-{time.time():.0f}")
+                                   f"/tmp/atari_throughput/{system}-{time.time():.0f}", ahead)
         else:
             t0 = time.perf_counter()
             threads = 2 if "2threads" in system else 1

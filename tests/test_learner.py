@@ -181,3 +181,25 @@ def test_fetch_grads_normalizes_with_the_requested_moments_not_its_own():
     g0 = agent.fetch_grads(weights, GradientRequest(0, 0, 1, 0.0, 1.0, 0.0, 0)).gradients
     g1 = agent.fetch_grads(weights, GradientRequest(0, 0, 1, 5.0, 1.0, 0.0, 0)).gradients
     assert not np.allclose(g0["actor.0.weight"], g1["actor.0.weight"])
+
+
+def test_minibatch_scope_normalizes_each_minibatch_with_its_own_moments():
+    """--advantage_norm_scope minibatch: the model gets each minibatch's advantages at mean 0
+    and std 1 (torch's std, as SB3), whatever moments the request carries."""
+    model = make_model("discrete", "--advantage_norm_scope", "minibatch")
+    agent = DefaultAgent(model.args, model, seed=0)
+    agent.send_trajectory(random_trajectory(model, T=8, E=4, seed=3))
+    handed = []
+    model.step = lambda batch, progress: handed.append(batch.advantages) or ({}, {})
+    for minibatch in range(2):
+        agent.fetch_grads(None, GradientRequest(0, minibatch, 2, 5.0, 3.0, 0.0, 0))
+    raw = agent.data["advantages"]
+    assert [len(a) for a in handed] == [16, 16]
+    for advantages in handed:
+        assert float(advantages.mean()) == pytest.approx(0.0, abs=1e-6)
+        assert float(advantages.std()) == pytest.approx(1.0, abs=1e-4)
+    # and they are the raw advantages of two disjoint halves, standardized
+    order = agent.order
+    for minibatch, advantages in enumerate(handed):
+        part = raw[torch.as_tensor(np.array_split(order, 2)[minibatch])]
+        assert torch.allclose(advantages, (part - part.mean()) / (part.std() + 1e-8))
