@@ -86,10 +86,15 @@ def test_episodic_life_ends_training_episodes_at_a_life_lost_but_not_evaluation(
 
 
 def test_bad_atari_flags_are_config_errors():
-    with pytest.raises(ConfigError, match="--frame_stack 0"):
+    with pytest.raises(ConfigError, match="--frame_stack: '0' must be >= 1"):
         make("--gym_id", "ALE/Breakout-v5", "--frame_stack", "0")
-    with pytest.raises(ConfigError, match="--repeat_action_probability 1.5"):
+    with pytest.raises(ConfigError, match="--repeat_action_probability: '1.5' must be between"):
         make("--gym_id", "ALE/Breakout-v5", "--repeat_action_probability", "1.5")
+    # what the flag's type lets through, the env still refuses (ALE: a probability below 1)
+    with pytest.raises(ConfigError, match=r"--repeat_action_probability 1.0 .*\[0, 1\)"):
+        make("--gym_id", "ALE/Breakout-v5", "--repeat_action_probability", "1")
+    with pytest.raises(ConfigError, match="--screen_size 4 is out of range"):
+        make("--gym_id", "ALE/Breakout-v5", "--screen_size", "4")
 
 
 # -- encoders ------------------------------------------------------------------------------------
