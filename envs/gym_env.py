@@ -185,18 +185,12 @@ def is_atari(gym_id):
 
 
 def check_atari_args(args):
-    bad = [(flag, value, rule) for flag, value, rule in (
-        ("--noop_max", args.noop_max, args.noop_max >= 0),
-        ("--frame_skip", args.frame_skip, args.frame_skip >= 1),
-        ("--screen_size", args.screen_size, args.screen_size >= 8),
-        ("--frame_stack", args.frame_stack, args.frame_stack >= 1),
-        ("--max_episode_frames", args.max_episode_frames, args.max_episode_frames >= 1))
-        if not rule]
-    if bad:
-        flag, value, _ = bad[0]
-        raise ConfigError(f"{flag} {value} is out of range: --noop_max takes 0 or more, "
-                          f"--frame_skip, --frame_stack and --max_episode_frames 1 or more, "
-                          f"--screen_size 8 or more.")
+    """What the flags' types (options.options) let through and the preprocessing cannot take:
+    the types already keep --noop_max >= 0 and --frame_skip, --frame_stack and
+    --max_episode_frames >= 1."""
+    if args.screen_size < 8:
+        raise ConfigError(f"--screen_size {args.screen_size} is out of range: the frames are "
+                          f"resized to 8 pixels or more.")
     probability = getattr(args, "repeat_action_probability", None)
     if probability is not None and not 0.0 <= probability < 1.0:
         raise ConfigError(f"--repeat_action_probability {probability} is not a probability in "
