@@ -68,12 +68,13 @@ def finish(proc, timeout=300):
 
 # -- chaos ---------------------------------------------------------------------------------------
 def test_ppo_survives_a_sigkilled_rollout_worker(tmp_path):
-    """CartPole, 2 Ray workers: one is SIGKILLed at the third round; the round goes on with the
-    other, a replacement joins, the run reaches 475 and exits 0."""
+    """CartPole, 2 Ray workers: one is SIGKILLed at the first round; the round goes on with the
+    other, a replacement joins, the run reaches 475 and exits 0. (Killed early: a replacement
+    takes seconds to import torch and build its envs, and one worker alone can reach 475 first.)"""
     run_dir = str(tmp_path / "run")
     proc = start_main("--seed", "1", "--run_dir", run_dir, "--no-elastic_start", "--quiet",
                       "--no-tensorboard", "--total_steps", "150000")
-    victim = kill_when(proc, "RolloutWorker", lambda: len(metrics_rows(run_dir)) >= 3)
+    victim = kill_when(proc, "RolloutWorker", lambda: len(metrics_rows(run_dir)) >= 1)
     code, out, err = finish(proc)
     assert victim is not None, "no rollout worker to kill: " + err[-2000:]
     assert code == 0, err[-3000:]
