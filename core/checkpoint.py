@@ -1,6 +1,6 @@
 """Checkpoints are data, never code: tensors and plain data in one torch file, loaded with
-weights_only=True. Written to a temporary name, flushed and fsync'ed, then renamed, so a crash
-leaves the previous one whole.
+weights_only=True. Written atomically (core/atomic.py: a temporary name, fsync'ed, then renamed),
+so a crash leaves the previous one whole.
 
 A file holds "model" (state dict), "optimizer" (state dict), "state" (the run's state as plain
 data, core/state.py: workers' observations, unfinished episodes and RNGs, envs' states, the
@@ -21,24 +21,11 @@ import re
 
 import torch
 
+from core.atomic import atomic_open, atomic_path
 from core.registry import ConfigError
 from core.state import to_payload
 
 FORMAT_VERSION = 3  # 3: metadata embedded as payload["meta"]; 2: metadata only in <file>.json
-
-
-def _fsync_directory(directory):
-    """Make a rename in ``directory`` durable (best effort: not every platform allows it)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def save_checkpoint(path, model_state, optimizer_state=None, meta=None, state=None):
@@ -54,20 +41,8 @@ def save_checkpoint(path, model_state, optimizer_state=None, meta=None, state=No
     if meta is not None:
         text = json.dumps({"format_version": FORMAT_VERSION, **meta}, default=str)
         payload["meta"] = text  # a plain str: loads with weights_only=True
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "wb") as f:
-            torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
-        raise
-    _fsync_directory(directory)
+    with atomic_open(path, "wb") as f:
+        torch.save(payload, f)
     # The copy for people, after the file: ddrl never reads it for format-3 files.
     sidecar = f"{path}.json"
     if text is None:
@@ -76,10 +51,8 @@ def save_checkpoint(path, model_state, optimizer_state=None, meta=None, state=No
         except FileNotFoundError:
             pass
         return
-    sidecar_tmp = f"{sidecar}.tmp-{os.getpid()}"
-    with open(sidecar_tmp, "w") as f:
+    with atomic_open(sidecar, "w") as f:
         json.dump(json.loads(text), f, indent=2)
-    os.replace(sidecar_tmp, sidecar)
 
 
 def embedded_meta(payload):
@@ -189,13 +162,12 @@ def load_for_restore(path, args, flag="--restore"):
 
 def _link(source, target):
     """Make ``target`` a hard link to ``source``, atomically (a copy where links fail)."""
-    tmp = f"{target}.tmp-{os.getpid()}"
-    try:
-        os.link(source, tmp)
-    except OSError:
-        import shutil
-        shutil.copyfile(source, tmp)
-    os.replace(tmp, target)
+    with atomic_path(target) as tmp:
+        try:
+            os.link(source, tmp)
+        except OSError:
+            import shutil
+            shutil.copyfile(source, tmp)
 
 
 class CheckpointManager:

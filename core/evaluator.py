@@ -29,7 +29,6 @@ class Evaluator:
         with torch.random.fork_rng(devices=[]):
             self.model = plugins.model_cls(args, self.envs[0].observation_space,
                                            self.action_space)
-        self.rounds = 0
         self.deterministic = bool(getattr(args, "eval_deterministic", True))
         self.normalize_obs = bool(getattr(args, "normalize_obs", False))
         self.obs_clip = float(getattr(args, "obs_clip", 10.0))
@@ -82,7 +81,6 @@ class Evaluator:
         # Each evaluation draws fresh starts, a function of the env-step count only (env k:
         # seed + k + 1000 * env_steps), so a restored run evaluates as the uninterrupted one.
         seeds = [self.seed + k + 1_000 * int(env_steps) for k in range(len(self.envs))]
-        self.rounds += 1
         errors_before = self.error_count
         failures = [0] * len(self.envs)  # of the episode now running in env k
         observations = []

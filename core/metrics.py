@@ -5,15 +5,7 @@ import math
 import os
 import sys
 
-
-def atomic_write_text(path, text):
-    """Write to a temporary name, then rename: a crash never leaves half a file."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+from core.atomic import atomic_write_text  # also imported from here by core/session.py
 
 
 class TensorBoardLogger:

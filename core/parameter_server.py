@@ -17,7 +17,6 @@ import os
 import numpy as np
 import torch
 
-from core.checkpoint import save_checkpoint
 from core.devices import device_info, gpu_plan, resolve_device, to_cpu
 from core.faults import all_finite
 from core.learner import Learner, average_gradients
@@ -141,11 +140,6 @@ class ParameterServer:
 
     def state(self):
         return self.learner.get_weights(), self.optimizer_state(), self.learner.version
-
-    def save(self, path, meta=None):
-        save_checkpoint(path, self.learner.get_weights(), self.optimizer_state(),
-                        {"updates": self.learner.version, **(meta or {})})
-        return path
 
     def load_state(self, weights, optimizer_state=None, version=0):
         """Continue from saved state (a checkpoint's model and optimizer state dicts)."""

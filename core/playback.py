@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 
+from core.atomic import atomic_path
 from core.checkpoint import check_model_fits, checkpoint_path, load_for_restore
 from core.envs import to_env_action
 from core.evaluator import EVAL_SEED_OFFSET, Evaluator
@@ -89,8 +90,7 @@ def record_episode(spec, model, args, k, directory, obs_statistics=None):
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, f"episode-{k}.gif")
     images = [Image.fromarray(np.asarray(f, dtype=np.uint8)) for f in frames]
-    tmp = f"{path}.tmp-{os.getpid()}.gif"
-    images[0].save(tmp, save_all=True, append_images=images[1:], loop=0,
-                   duration=max(20, int(round(1000 / fps))))
-    os.replace(tmp, path)
+    with atomic_path(path, suffix=".gif") as tmp:  # Pillow picks the format by extension
+        images[0].save(tmp, save_all=True, append_images=images[1:], loop=0,
+                       duration=max(20, int(round(1000 / fps))))
     return path

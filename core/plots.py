@@ -11,6 +11,8 @@ import math
 import os
 import time
 
+from core.atomic import atomic_path
+
 FILE_NAME = "learning_curves.png"
 
 
@@ -88,9 +90,8 @@ class LearningCurves:
                 ax.legend(loc="lower right", fontsize=8)
         figure.suptitle(self.title, fontsize=10)
         figure.tight_layout()
-        tmp = f"{self.path}.tmp-{os.getpid()}.png"
-        figure.savefig(tmp)
-        os.replace(tmp, self.path)  # a viewer never sees half a PNG
+        with atomic_path(self.path, suffix=".png") as tmp:  # a viewer never sees half a PNG
+            figure.savefig(tmp)  # the format comes from the extension
 
 
 def plot_sweep(path, trials, best=None):
@@ -119,6 +120,5 @@ def plot_sweep(path, trials, best=None):
         ax.legend(fontsize=7, loc="best")
     ax.set_title(f"sweep: {len(trials)} trials", fontsize=10)
     figure.tight_layout()
-    tmp = f"{path}.tmp-{os.getpid()}.png"
-    figure.savefig(tmp)
-    os.replace(tmp, path)
+    with atomic_path(path, suffix=".png") as tmp:
+        figure.savefig(tmp)

@@ -12,9 +12,9 @@ _process_threads = 0
 
 def setup_process(args, threads=None):
     """One torch thread per process unless --torch_threads (or, for a learner process, the
-    ``threads`` it was given) says otherwise: on 2 cores, two threads per process made
-    Stable-Baselines3's PPO 6.5x slower (measured on the 2-core machines), while a large SAC update gains from
-    two (benchmarks/update_cost.py). Components sharing a process get the largest of their
+    ``threads`` it was given) says otherwise: on a 2-core machine, two torch threads per process
+    made Stable-Baselines3's PPO 6.5x slower, while a large SAC update gains from two
+    (benchmarks/update_cost.py). Components sharing a process get the largest of their
     requests."""
     global _process_threads
     from core.placement import record_task_events

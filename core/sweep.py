@@ -324,7 +324,7 @@ class Sweep:
         columns = (["trial", "status"] + keys + ["env_steps", "best_eval_return",
                    "last_eval_return", "time_to_target_s", "wall_time_s", "stopped_because",
                    "run_dir"])
-        from core.metrics import atomic_write_text
+        from core.atomic import atomic_write_text
         import io
         out = io.StringIO()
         writer = csv.DictWriter(out, fieldnames=columns, extrasaction="ignore")
@@ -350,7 +350,7 @@ class Sweep:
 
     def write_best(self, best):
         import yaml
-        from core.metrics import atomic_write_text
+        from core.atomic import atomic_write_text
         with open(os.path.join(best.run_dir, "config.yaml")) as f:
             config = yaml.safe_load(f) or {}
         config = {k: v for k, v in config.items() if k not in NOT_IN_BEST}

@@ -9,9 +9,12 @@ import numpy as np
 class Trajectory:
     """A fragment of T steps from E envs, time-major: arrays are [T, E, ...].
 
-    ``next_observations`` holds, for every step that ended an episode by truncation, the
-    observation the env returned before the automatic reset: the agent bootstraps from its
-    value (a time limit is not a terminal state; Pardo et al. 2018, arXiv:1712.00378).
+    ``truncated_index`` lists the (t, e) of every step that ended an episode by truncation and
+    ``truncated_observations`` the observation the env returned there before the automatic
+    reset (``observations[t + 1, e]`` is already the next episode's first): the agent
+    bootstraps from its value (a time limit is not a terminal state; Pardo et al. 2018,
+    arXiv:1712.00378). ``last_observations`` is the observation after the fragment's last step,
+    for bootstrapping the steps still running.
 
     ``valid`` marks the steps that happened: False where the env raised (core/envs.py) and the
     step was recorded as a cut (reward 0, truncated, its final observation the one the policy

@@ -18,12 +18,12 @@ import gymnasium as gym
 import numpy as np
 import ray
 
+from core.argtypes import (non_negative_int, positive_int, positive_int_or_none,
+                           unit_interval_or_none)
 from core.registry import ConfigError
 from core.state import (generator_state, plain_attributes, set_attributes,
                         set_generator_state)
 from envs import register_env, OBSERVATION
-from options.options import (non_negative_int, positive_int, positive_int_or_none,
-                             unit_interval_or_none)
 
 
 @register_env("gym_env")
@@ -185,7 +185,7 @@ def is_atari(gym_id):
 
 
 def check_atari_args(args):
-    """What the flags' types (options.options) let through and the preprocessing cannot take:
+    """What the flags' types (core/argtypes.py) let through and the preprocessing cannot take:
     the types already keep --noop_max >= 0 and --frame_skip, --frame_stack and
     --max_episode_frames >= 1."""
     if args.screen_size < 8:

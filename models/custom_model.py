@@ -6,9 +6,9 @@ width. Everything else (loss, optimizer, schedules) is inherited from ppo.
 import torch
 from torch import nn
 
+from core.argtypes import positive_int
 from models import register_model
 from models.ppo import PPOModel, mlp, ACTIVATIONS
-from options.options import positive_int
 
 
 class SharedTrunkHead(nn.Module):

@@ -19,8 +19,8 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from core.argtypes import positive_int
 from core.registry import ConfigError
-from options.options import positive_int
 
 ENCODERS = ("auto", "mlp", "nature_cnn")
 MIN_IMAGE_SIDE = 36  # 8x8 stride 4, 4x4 stride 2, 3x3 stride 1 leave a 1x1 map at 36

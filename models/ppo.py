@@ -22,19 +22,18 @@ from gymnasium import spaces
 from torch import nn
 from torch.distributions import Categorical, Normal
 
+from core.argtypes import non_negative_float, positive_float, positive_float_or_none, positive_int
 from core.registry import ConfigError
 from models import register_model
 from models.base import BaseModel, require_box_observations
 from models.encoders import Flatten, add_encoder_args, make_encoder
 from models.numpy_mlp import NumpyMLP, log_softmax
-from options.options import (non_negative_float, positive_float, positive_float_or_none,
-                             positive_int)
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
 
-# Argument validation in torch.distributions costs more than a 64x64 forward pass; the inputs
-# here come from our own networks.
-torch.distributions.Distribution.set_default_validate_args(False)
+# validate_args=False on every distribution built here: torch's argument checks cost more than
+# a 64x64 forward pass, and the inputs come from our own networks. Per distribution, not
+# Distribution.set_default_validate_args: importing a model must not change other code's torch.
 
 
 class PPOBatch(NamedTuple):
@@ -219,11 +218,12 @@ class PPOModel(BaseModel):
         """The policy at these features (``self.features(obs)``)."""
         if self.use_sde:
             latent, mean = self.latent_and_mean(features)
-            return Normal(mean, self.sde_std(latent))
+            return Normal(mean, self.sde_std(latent), validate_args=False)
         logits_or_mean = self.actor(features)
         if self.discrete:
-            return Categorical(logits=logits_or_mean)
-        return Normal(logits_or_mean, self.log_std.exp().expand_as(logits_or_mean))
+            return Categorical(logits=logits_or_mean, validate_args=False)
+        return Normal(logits_or_mean, self.log_std.exp().expand_as(logits_or_mean),
+                      validate_args=False)
 
     def begin_fragment(self, num_envs):
         """Called by the rollout worker before a fragment's first step: gSDE draws each env's
@@ -333,7 +333,8 @@ class PPOModel(BaseModel):
                 self.resample_exploration(rows)
             self.sde_steps += 1
             actions = mean + torch.bmm(latent.unsqueeze(1), self.exploration_matrices).squeeze(1)
-        log_prob = Normal(mean, self.sde_std(latent)).log_prob(actions).sum(-1)
+        policy = Normal(mean, self.sde_std(latent), validate_args=False)
+        log_prob = policy.log_prob(actions).sum(-1)
         return actions.cpu().numpy(), log_prob.cpu().numpy()
 
     @torch.no_grad()

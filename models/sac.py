@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from gymnasium import spaces
 from torch import nn
 
+from core.argtypes import non_negative_float, positive_float, unit_interval
 from core.devices import resolve_precision
 from core.registry import ConfigError
 from models import register_model
@@ -28,7 +29,6 @@ from models.base import BaseModel, require_box_observations
 from models.encoders import Flatten, add_encoder_args, make_encoder
 from models.numpy_mlp import NumpyMLP
 from models.ppo import hidden_sizes
-from options.options import non_negative_float, positive_float, unit_interval
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 LOG_2 = math.log(2.0)
