@@ -1,13 +1,15 @@
-"""Agents: turn a worker's trajectories into gradients (send_trajectory, fetch_grads).
+"""Agents: turn a worker's experience into what its training loop learns from.
 
-Subclass agents.base.BaseAgent and decorate with ``@register_agent("name")``.
+Subclass agents.base.OnPolicyAgent (trajectories -> gradients, PPO's loop) or
+agents.base.OffPolicyAgent (transitions -> replay, batches -> gradients, SAC's loop) and
+decorate with ``@register_agent("name")``; agents/base.py has the contracts.
 """
 import os
 
 from core.registry import Registry, import_package_modules
-from agents.base import BaseAgent
+from agents.base import BaseAgent, check_agent_class
 
-AGENT_REGISTRY = Registry("agent", base_class=BaseAgent)
+AGENT_REGISTRY = Registry("agent", base_class=BaseAgent, check=check_agent_class)
 register_agent = AGENT_REGISTRY.register
 
 import_package_modules(__name__, os.path.dirname(__file__))

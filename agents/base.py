@@ -1,7 +1,31 @@
-"""The agent contract: an agent turns a worker's trajectories into gradients."""
+"""The agent contracts, one per kind of training loop.
+
+An agent lives in a rollout worker (and in a learner) next to a model. What a loop calls on it
+depends on the loop's kind:
+
+- ``OnPolicyAgent`` (PPO's loop, core/ppo_trainer.py): trajectories -> gradients.
+  ``send_trajectory`` keeps a fragment and returns statistics the learner needs first (e.g.
+  advantage sums); ``fetch_grads(weights, request)`` returns the gradient of the loss on the
+  minibatch a ``core.types.GradientRequest`` names; ``export_data`` / ``absorb_data`` /
+  ``adopt_data`` move a fragment's data between agents (--grad_workers).
+- ``OffPolicyAgent`` (SAC's loop, core/sac_trainer.py): transitions -> replay, batches ->
+  gradients and priorities. ``send_trajectory`` turns a fragment into transitions that
+  ``take_transitions`` hands to the replay buffer, ``priorities`` gives their initial replay
+  priorities, ``fetch_grads(weights, batch, weights_version, progress)`` the gradients on a
+  replay batch.
+
+A registered agent subclasses one of the two, and the methods it overrides must accept the
+arguments the loop passes (``check_agent_class``, run at registration): a mismatch is an error
+when the plugin is loaded, not an exception deep inside a Ray worker.
+"""
+import inspect
+
+from core.registry import ConfigError
 
 
 class BaseAgent:
+    """What every agent has: flags, the model, weight syncing and checkpoint state."""
+
     @staticmethod
     def add_args(parser):
         """Add this agent's flags to its argument group."""
@@ -12,9 +36,30 @@ class BaseAgent:
         self.seed = seed
 
     def send_trajectory(self, trajectory):
-        """Take a fragment of experience (core.types.Trajectory); return statistics the
-        learner needs before asking for gradients (e.g. advantage sums)."""
+        """Take a fragment of experience (core.types.Trajectory); return a dict of statistics
+        for the trainer (core.types.RolloutStats.agent_stats)."""
         raise NotImplementedError
+
+    def sync_weights(self, weights, version):
+        """Load ``weights`` into the model unless this version is loaded already."""
+        if weights is not None and version != getattr(self, "weights_version", None):
+            self.model.set_weights(weights)
+            self.weights_version = version
+
+    def get_state(self):
+        """What a checkpoint keeps of this agent between fragments: its RNG, if it has one
+        (``self.rng``, a numpy Generator). Override to keep more."""
+        rng = getattr(self, "rng", None)
+        return {"rng": None if rng is None else rng.bit_generator.state}
+
+    def set_state(self, state):
+        rng = getattr(self, "rng", None)
+        if rng is not None and state.get("rng") is not None:
+            rng.bit_generator.state = state["rng"]
+
+
+class OnPolicyAgent(BaseAgent):
+    """Trajectories -> gradients (PPO's loop)."""
 
     def fetch_grads(self, weights, request):
         """Gradients (core.types.GradientResult) of the model's loss on this agent's data for
@@ -39,19 +84,50 @@ class BaseAgent:
         (PPO with --grad_workers 0). Optional: without it, --grad_workers 0 is refused."""
         raise NotImplementedError
 
-    def sync_weights(self, weights, version):
-        """Load ``weights`` into the model unless this version is loaded already."""
-        if weights is not None and version != getattr(self, "weights_version", None):
-            self.model.set_weights(weights)
-            self.weights_version = version
 
-    def get_state(self):
-        """What a checkpoint keeps of this agent between fragments: its RNG, if it has one
-        (``self.rng``, a numpy Generator). Override to keep more."""
-        rng = getattr(self, "rng", None)
-        return {"rng": None if rng is None else rng.bit_generator.state}
+class OffPolicyAgent(BaseAgent):
+    """Transitions -> replay; replay batches -> gradients and priorities (SAC's loop)."""
 
-    def set_state(self, state):
-        rng = getattr(self, "rng", None)
-        if rng is not None and state.get("rng") is not None:
-            rng.bit_generator.state = state["rng"]
+    def take_transitions(self):
+        """The transitions (core.replay_buffer.Transitions) of the fragments sent since the
+        last call, or None; cleared."""
+        raise NotImplementedError
+
+    def priorities(self, transitions):
+        """Initial replay priorities of ``transitions`` (numpy [N], > 0), with the weights
+        loaded now (prioritized replay)."""
+        raise NotImplementedError
+
+    def fetch_grads(self, weights, batch, weights_version=None, progress=0.0):
+        """GradientResult of the loss on a replay batch (core.replay_buffer.ReplayBatch), for
+        ``weights`` (None: the loaded ones) of version ``weights_version``; ``progress`` is the
+        run's fraction done (learning-rate schedules). Its stats may hold "td_errors" (numpy
+        [B]) for the priority update."""
+        raise NotImplementedError
+
+
+AGENT_KINDS = (OnPolicyAgent, OffPolicyAgent)
+
+
+def check_agent_class(cls):
+    """An agent subclasses OnPolicyAgent or OffPolicyAgent, and every contract method it
+    overrides takes the arguments its loop passes (positionally, as the loops call them)."""
+    kind = next((k for k in AGENT_KINDS if issubclass(cls, k)), None)
+    if kind is None:
+        raise ConfigError(
+            f"cannot register agent {cls.__name__}: it must subclass agents.base.OnPolicyAgent "
+            f"(trajectories -> gradients: PPO's loop) or agents.base.OffPolicyAgent "
+            f"(transitions -> replay, batches -> gradients: SAC's loop), not only BaseAgent.")
+    for name, contract in inspect.getmembers(kind, inspect.isfunction):
+        if name.startswith("_") or getattr(cls, name) is contract:
+            continue
+        # the contract's required parameters, self included (a staticmethod has none)
+        wanted = [p for p in inspect.signature(contract).parameters.values()
+                  if p.default is inspect.Parameter.empty]
+        try:
+            inspect.signature(getattr(cls, name)).bind(*[None] * len(wanted))
+        except TypeError:
+            raise ConfigError(
+                f"cannot register agent {cls.__name__}: its {name}{inspect.signature(getattr(cls, name))} "
+                f"does not take the arguments {kind.__name__}.{name}{inspect.signature(contract)} "
+                f"is called with.") from None

@@ -3,10 +3,10 @@ import numpy as np
 import torch
 
 from agents import register_agent
-from agents.base import BaseAgent
+from agents.base import OnPolicyAgent
 from core.types import GradientResult, Trajectory
 from models.ppo import PPOBatch
-from options.options import unit_interval
+from core.argtypes import unit_interval
 
 
 def compute_gae(rewards, values, next_values, terminated, truncated, gamma, lam):
@@ -36,7 +36,7 @@ def as_model_input(observations):
 
 
 @register_agent("default_agent")
-class DefaultAgent(BaseAgent):
+class DefaultAgent(OnPolicyAgent):
     """GAE(lambda) with bootstrapping at truncation; minibatch gradients for the learner."""
 
     @staticmethod

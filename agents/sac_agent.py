@@ -8,12 +8,12 @@ are new and returns the model's gradients on a sampled core.replay_buffer.Replay
 import numpy as np
 
 from agents import register_agent
-from agents.base import BaseAgent
+from agents.base import OffPolicyAgent
 from core.types import GradientResult, Trajectory
 
 
 @register_agent("sac_agent")
-class SACAgent(BaseAgent):
+class SACAgent(OffPolicyAgent):
     """Replay transitions from fragments (bootstrapping at truncation); SAC gradients on batches."""
 
     def __init__(self, args, model, seed=0):

@@ -15,6 +15,8 @@ The decision, and why:
   fragments, so they share the GPUs for that; acting stays on the CPU (a batched forward pass
   of a few envs per step is cheaper there than a copy to the device and back). The driver's
   learner only averages gradients and takes an optimizer step (~0.1 ms): it stays on the CPU.
+  A plugin's own loop (core/trainers.py) gets this plan too: its rollout workers hold the GPU
+  shares.
 
 Sharing: one process computes on one device (nothing here splits a model over GPUs), so an
 actor reserves at most one GPU. When actors outnumber GPUs, each reserves ``1 / k`` with ``k``
@@ -38,9 +40,6 @@ import ray
 import torch
 
 from core.registry import ConfigError
-
-LOOPS = ("ppo", "sac")
-
 
 @dataclass(frozen=True)
 class GpuPlan:
@@ -75,12 +74,11 @@ def gpu_share(num_gpus, sharers):
 
 
 def plan_gpus(loop, num_gpus, num_workers, num_learners=1) -> GpuPlan:
-    """The plan for one loop ("ppo" or "sac") from the flags' values (see the module doc)."""
-    if loop not in LOOPS:
-        raise ValueError(f"no GPU plan for the {loop!r} loop (known: {', '.join(LOOPS)})")
+    """The plan for one loop ("sac"; "ppo" or any other: the rollout workers compute) from
+    the flags' values (see the module doc)."""
     base = dict(loop=loop, num_gpus=int(num_gpus), num_workers=int(num_workers),
                 num_learners=int(num_learners))
-    if loop == "ppo":
+    if loop != "sac":
         # --num_workers 0: the one in-process worker computes the gradients.
         return GpuPlan(**base, rollout_worker_gpus=gpu_share(num_gpus, max(1, num_workers)))
     if num_learners > 1:

@@ -76,30 +76,3 @@ def normalize(obs, statistics, clip=10.0, epsilon=1e-8):
     mean, var = statistics
     out = (np.asarray(obs, dtype=np.float32) - mean) / np.sqrt(var + epsilon)
     return np.clip(out, -clip, clip).astype(np.float32)
-
-
-class NormalizedTrainer:
-    """What a training loop with --normalize_obs needs, shared by the PPO and SAC loops: the
-    statistics to hand out, the merge of the workers' moments, and its part of checkpoints."""
-    obs_normalizer = None
-
-    def make_obs_normalizer(self, args, observation_space):
-        self.obs_normalizer = (ObsNormalizer(observation_space.shape, clip=args.obs_clip)
-                               if args.normalize_obs else None)
-
-    def obs_statistics(self):
-        return None if self.obs_normalizer is None else self.obs_normalizer.statistics()
-
-    def merge_obs_moments(self, rollout_stats):
-        if self.obs_normalizer is not None:
-            for stats in rollout_stats:
-                self.obs_normalizer.update(stats.obs_moments)
-
-    def evaluation_state(self):
-        """What evaluating the weights needs besides them (the normalizer's statistics)."""
-        return ({} if self.obs_normalizer is None
-                else {"obs_normalizer": self.obs_normalizer.state_dict()})
-
-    def load_evaluation_state(self, state):
-        if self.obs_normalizer is not None and state.get("obs_normalizer") is not None:
-            self.obs_normalizer.load_state_dict(state["obs_normalizer"])

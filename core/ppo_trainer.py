@@ -19,15 +19,16 @@ import numpy as np
 import ray
 import torch
 
-from agents.base import BaseAgent
+from agents.base import OnPolicyAgent
 from core.eval_runner import EvalRunner
 from core.faults import all_finite
 from core.learner import Learner, average_gradients
-from core.normalizer import NormalizedTrainer
 from core.placement import Placement
 from core.registry import ConfigError
 from core.rollout import make_rollout_worker
 from core.sample_ahead import SampleAhead
+from core.trainer import Trainer
+from core.trainers import register_trainer
 from core.types import GradientRequest
 from core.worker_group import WorkerGroup
 
@@ -79,13 +80,17 @@ def advantage_moments(rollouts):
     return float(mean), float(np.sqrt(var))
 
 
-class PPOTrainer(NormalizedTrainer):
+@register_trainer("ppo")
+class PPOTrainer(Trainer):
+    """Gradient-collecting PPO: workers collect fragments and compute minibatch gradients, the
+    learner averages and applies them, lock-step rounds (the module's docstring)."""
+    metric_columns = METRIC_COLUMNS
     #: learning can start before Ray is up (core/session.py starts it in the background)
     starts_without_ray = True
+    agent_kind = OnPolicyAgent
 
     def __init__(self, args, spec, plugins, spaces, run, faults, ray_starter=None):
-        self.args, self.run, self.spec, self.faults = args, run, spec, faults
-        self.ray_starter = ray_starter     # core.placement.RayStarter, None for 0 workers
+        super().__init__(args, spec, plugins, spaces, run, faults, ray_starter)
         self.num_remote = args.num_workers
         # Weights travel inline or by reference once Ray is up; in-process as they are.
         self.placement = Placement(local=True)
@@ -100,7 +105,7 @@ class PPOTrainer(NormalizedTrainer):
         self.learner_gradients = None
         if args.grad_workers == 0:
             agent_cls = plugins.agent_cls
-            if agent_cls.adopt_data is BaseAgent.adopt_data:
+            if agent_cls.adopt_data is OnPolicyAgent.adopt_data:
                 raise ConfigError(
                     f"--grad_workers 0 (the learner computes the gradients on the data every "
                     f"worker sends) needs an agent that can take other agents' data: "
@@ -108,7 +113,6 @@ class PPOTrainer(NormalizedTrainer):
                     f"adopt_data. Use --grad_workers auto or a number >= 1.")
             self.learner_gradients = LearnerGradients(agent_cls(args, self.model,
                                                                 seed=args.seed + 999))
-        self.make_obs_normalizer(args, spaces[0])
         self.num_epochs = int(getattr(args, "num_epochs", 1))
         self.sample_ahead = SampleAhead(getattr(args, "sample_ahead", "off"), quiet=args.quiet)
         self.graph = None
@@ -425,14 +429,10 @@ class PPOTrainer(NormalizedTrainer):
     def get_state(self):
         """The states of the workers that are up (core/rollout.py:RolloutWorker.get_state),
         by slot, and the observation normalizer."""
-        members = self.group.ready_members()
-        calls = {self.group.submit(m, "get_state"): m for m in members}
-        states = self.group.gather(calls)
-        slots = sorted(states, key=lambda m: m.slot)
         own = ({"learner_agent": self.learner_gradients.agent.get_state()}
                if self.learner_gradients is not None else {})
-        return {"workers": [states[m] for m in slots], "worker_slots": [m.slot for m in slots],
-                **own, **self.evaluation_state()}
+        return {**self.worker_states(self.group, self.group.ready_members()), **own,
+                **self.evaluation_state()}
 
     def set_state(self, state, fresh_episode_seed):
         """Hand every worker its saved state (a remote worker when it joins). Returns True if
@@ -440,9 +440,7 @@ class PPOTrainer(NormalizedTrainer):
         self.load_evaluation_state(state)
         if self.learner_gradients is not None and state.get("learner_agent") is not None:
             self.learner_gradients.agent.set_state(state["learner_agent"])
-        saved = state.get("workers") or []
-        slots = state.get("worker_slots") or list(range(len(saved)))
-        by_slot = dict(zip(slots, saved))
+        by_slot = self.saved_worker_states(state)
         exact = bool(by_slot)
         for member in self.group.ready_members():
             if member.slot in by_slot:
@@ -466,6 +464,5 @@ class PPOTrainer(NormalizedTrainer):
         return (self.learner.get_weights(), self.learner.optimizer.state_dict(),
                 self.learner.version)
 
-    def close(self):
-        for member in list(self.group.members):
-            self.group.retire(member)
+    def worker_groups(self):
+        return [self.group]

@@ -1,4 +1,5 @@
-"""One small registry factory shared by envs, models and agents (after fairseq/registry.py).
+"""One small registry factory shared by envs, models, agents and trainers (after
+fairseq/registry.py).
 
 A registry maps a name to a class. Registering validates the name and, where the kind has one,
 the base class. Registering the same name again is fine when it is the same class seen again
@@ -77,7 +78,7 @@ class Registry:
                     f"already taken by {_identity(unwrap_actor_class(old.cls))} "
                     f"({old.source}). Pick another name.")
             # A built-in imported while a --user_dir module runs is still built-in.
-            builtin = target.__module__.split(".")[0] in BUILTIN_PACKAGES
+            builtin = target.__module__.split(".")[0] in BUILTIN_PACKAGES + ("core",)
             self.entries[name] = Entry(name, cls, "built-in" if builtin else _current_source)
             return cls
 
@@ -133,15 +134,15 @@ def _pickle_by_value(module):
 
 
 def import_user_dir(user_dir: str):
-    """Import plugins from a folder anywhere: its .py files and its envs/, models/, agents/
-    subfolders. Idempotent: a module already imported from the same file is not run again."""
+    """Import plugins from a folder anywhere: its .py files and its envs/, models/, agents/,
+    trainers/ subfolders. Idempotent: a module already imported from the same file is not run again."""
     global _current_source
     path = os.path.abspath(os.path.expanduser(user_dir))
     if not os.path.isdir(path):
         raise ConfigError(f"--user_dir {user_dir!r} is not a folder (resolved to {path}). "
                           f"Give a folder holding plugin .py files or envs/, models/, agents/.")
     files = [os.path.join(path, f) for f in sorted(os.listdir(path))]
-    for sub in ("envs", "models", "agents"):
+    for sub in ("envs", "models", "agents", "trainers"):
         subdir = os.path.join(path, sub)
         if os.path.isdir(subdir):
             files += [os.path.join(subdir, f) for f in sorted(os.listdir(subdir))]

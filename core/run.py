@@ -7,6 +7,10 @@ import ray
 from core.metrics import MetricsLogger, TensorBoardLogger, write_json
 from core.plots import LearningCurves
 
+#: Flags that concern one process, not the run: left out of the configuration a run saves
+#: (config.yaml, checkpoints), so that re-running or restoring it does not repeat them.
+RUN_ONLY_KEYS = ("config", "restore", "list", "pause_at_steps", "evaluate", "record_video",
+                 "video_episodes")
 
 def fitting_share(node_cpus, num_actors):
     """The largest CPU share (at most 1) with which ``num_actors`` actors fit on nodes of

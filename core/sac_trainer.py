@@ -19,18 +19,20 @@ import time
 import numpy as np
 import ray
 
+from agents.base import OffPolicyAgent
 from core.allreduce import rendezvous_file
 from core.devices import gpu_plan
 from core.eval_runner import EvalRunner
 from core.faults import death_inside, short_error
-from core.normalizer import NormalizedTrainer
 from core.parameter_server import LearnerWorker, ParameterServer
 from core.placement import Placement
 from core.registry import ConfigError
 from core.replay_buffer import PrioritizedReplayBuffer, ReplayBuffer
 from core.rollout import make_rollout_worker
+from core.trainer import Trainer
+from core.trainers import register_trainer
 from core.worker_group import MISSING, WorkerGroup, alive
-from options.options import (auto_or_positive_int, non_negative_float, non_negative_int,
+from core.argtypes import (auto_or_positive_int, non_negative_float, non_negative_int,
                              positive_float, positive_int)
 
 METRIC_COLUMNS = [
@@ -156,12 +158,18 @@ class CoreActorLost(RuntimeError):
     """The replay buffer or the parameter server died: the run restores itself in place."""
 
 
-class SACTrainer(NormalizedTrainer):
+@register_trainer("sac")
+class SACTrainer(Trainer):
+    """Off-policy actor-critic in the Ape-X shape: rollout workers -> replay buffer -> learner(s)
+    -> parameter server (the module's docstring); SAC and CrossQ models."""
+    metric_columns = METRIC_COLUMNS
+    add_args = staticmethod(add_args)
     #: the buffer and the parameter server are actors: Ray must be up before the loop starts
     starts_without_ray = False
+    agent_kind = OffPolicyAgent
 
     def __init__(self, args, spec, plugins, spaces, run, faults, ray_starter=None):
-        self.args, self.run, self.spec, self.spaces, self.faults = args, run, spec, spaces, faults
+        super().__init__(args, spec, plugins, spaces, run, faults, ray_starter)
         self.local = args.num_workers == 0
         self.allreduce = args.learner_sync == "allreduce" and args.num_learners > 1
         if self.allreduce and self.local:
@@ -190,13 +198,10 @@ class SACTrainer(NormalizedTrainer):
         self.steps_per_env = max(1, args.weight_sync_interval // args.num_envs_per_worker)
         self.fragment = self.steps_per_env * args.num_envs_per_worker
         self.updates_done = 0
+        # (self.recovery_source, set by core/session.py, is read when the buffer or the
+        # server must be rebuilt.) Replay holds observations as the policy saw them (normalized
+        # with the statistics of their fragment), as RLlib's MeanStdFilter does.
         self.restored_replay_size = 0
-        #: set by core/session.py: () -> the newest checkpoint as (weights, optimizer state,
-        #: updates, meta, state), or None; read when the buffer or the server must be rebuilt
-        self.recovery_source = None
-        # Replay holds observations as the policy saw them (normalized with the statistics
-        # of their fragment), as RLlib's MeanStdFilter does.
-        self.make_obs_normalizer(args, spaces[0])
 
     # -- actors --------------------------------------------------------------------------------
     def make_core(self):
@@ -497,11 +502,8 @@ class SACTrainer(NormalizedTrainer):
     def get_state(self):
         """Workers' states (episodes, RNGs, warm-up left) by slot, the observation normalizer
         and, with --checkpoint_buffer, the replay buffer's contents. Called after drain()."""
-        members = sorted(self.workers.members, key=lambda m: m.slot)
-        states = self.workers.gather({self.workers.submit(m, "get_state"): m for m in members})
-        members = [m for m in members if m in states]
-        state = {"workers": [states[m] for m in members],
-                 "worker_slots": [m.slot for m in members], **self.evaluation_state()}
+        state = {**self.worker_states(self.workers, self.workers.members),
+                 **self.evaluation_state()}
         if self.args.checkpoint_buffer:
             state["buffer"] = self.placement.get(self.buffer.state_dict.remote())
         return state
@@ -510,9 +512,7 @@ class SACTrainer(NormalizedTrainer):
         self.load_evaluation_state(state)
         if state.get("buffer") is not None:
             self.load_buffer(state["buffer"])
-        saved = state.get("workers") or []
-        slots = state.get("worker_slots") or list(range(len(saved)))
-        by_slot = dict(zip(slots, saved))
+        by_slot = self.saved_worker_states(state)
         members = sorted(self.workers.members, key=lambda m: m.slot)
         if not members or any(m.slot not in by_slot for m in members):
             return False
@@ -536,7 +536,5 @@ class SACTrainer(NormalizedTrainer):
     def checkpoint_state(self):
         return self.placement.get(self.server.state.remote())
 
-    def close(self):
-        for group in (self.workers, self.learners):
-            for member in list(group.members):
-                group.retire(member)
+    def worker_groups(self):
+        return [self.workers, self.learners]

@@ -20,9 +20,9 @@ from core.placement import RayStarter
 from core.plugins import PluginSpec, load_plugins, make_env
 from core.process import setup_process
 from core.registry import ConfigError
-from core.run import RunContext
+from core.run import RUN_ONLY_KEYS, RunContext
 from core.state import from_payload
-from core.trainers import trainer_class, trainer_module
+from core.trainers import check_agent_kind, trainer_class
 
 # While PPO learns in this process, Ray's processes start at this niceness: on 2 cores the
 # first round came 1.4 s sooner (5.6-6.1 s against 6.8-8.0 s after process start) and the
@@ -89,7 +89,8 @@ class TrainingSession:
         observation_space, action_space, threshold = probe_env(self.plugins, args)
         self.spaces = observation_space, action_space
         self.plugins.model_cls.check_spaces(observation_space, action_space)
-        trainer_name = self.plugins.model_cls.trainer
+        trainer_cls = trainer_class(self.plugins.model_cls.trainer, self.plugins.model_cls)
+        check_agent_kind(trainer_cls, self.plugins, args)
         target = threshold if args.target_return == "auto" else args.target_return
         self.check_gpus()
         self.run_dir = args.run_dir or default_run_dir(args)
@@ -98,16 +99,16 @@ class TrainingSession:
         if args.num_workers > 0:
             # Ray starts in the background: a trainer that can learn in this process meanwhile
             # (PPO) starts at once; the others wait for it here.
-            learns_meanwhile = getattr(trainer_class(trainer_name), "starts_without_ray", False)
+            learns_meanwhile = trainer_cls.starts_without_ray
             self.ray_starter = RayStarter(args, nice=RAY_NICENESS if learns_meanwhile else 0)
             if not learns_meanwhile:
                 self.ray_starter.ready(timeout=None)
         self.context = RunContext(args, self.run_dir, self.start_time,
-                                  trainer_module(trainer_name).METRIC_COLUMNS, target)
+                                  list(trainer_cls.metric_columns), target)
         self.faults = Faults(args)
         self.save_resolved_config()
-        self.trainer = trainer_class(trainer_name)(args, self.spec, self.plugins, self.spaces,
-                                                   self.context, self.faults, self.ray_starter)
+        self.trainer = trainer_cls(args, self.spec, self.plugins, self.spaces, self.context,
+                                   self.faults, self.ray_starter)
         self.trainer.recovery_source = self.newest_checkpoint
         self.checkpoints = CheckpointManager(os.path.join(self.run_dir, "checkpoints"),
                                              keep=args.keep_checkpoints)
@@ -151,7 +152,6 @@ class TrainingSession:
 
     def save_resolved_config(self):
         import yaml
-        from options.options import RUN_ONLY_KEYS
         # Re-runnable with --config: a new run (its own directory), not a resume.
         config = {k: v for k, v in vars(self.args).items()
                   if k not in RUN_ONLY_KEYS + ("run_dir",)}

@@ -7,12 +7,17 @@ chosen --env_name, --model_name, --agent_name. Then every chosen class adds its 
 """
 import argparse
 import json
-import math
 import os
 import sys
 
 import yaml
 
+# The flag types live in core/argtypes.py; importing them here keeps
+# ``from options.options import positive_int`` (and the like) working for existing plugins.
+from core.argtypes import (  # noqa: F401
+    auto_or_nonnegative_int, auto_or_positive_int, gpu_list, non_negative_float,
+    non_negative_int, positive_float, positive_float_or_none, positive_int, positive_int_or_none,
+    target_return, unit_interval, unit_interval_or_none)
 from core.registry import ConfigError, import_user_dir, unwrap_actor_class
 from options.custom_options import get_custom_args
 
@@ -28,98 +33,6 @@ class Parser(argparse.ArgumentParser):
     def error(self, message):
         raise ConfigError(f"{message}. Run `python main.py -h` (with your --env_name, "
                           f"--model_name, --agent_name) to see every flag.")
-
-
-# -- value types: a bad value names itself and what is allowed -----------------------------------
-def _number(kind, low, text, allow_none=False):
-    if allow_none and str(text).lower() in ("none", "null", ""):
-        return None
-    try:
-        value = float(text)
-        if kind is int:  # 1e6 and 1_000_000 are integers too
-            if not value.is_integer():
-                raise ValueError
-            value = int(value)
-    except (TypeError, ValueError, OverflowError):
-        what = "an integer" if kind is int else "a number"
-        raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
-    if kind is float and math.isnan(value):
-        raise argparse.ArgumentTypeError("nan is not allowed")
-    if low is not None and value < low:
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= {low}")
-    return value
-
-
-def non_negative_int(text):
-    return _number(int, 0, text)
-
-
-def positive_int(text):
-    return _number(int, 1, text)
-
-
-def positive_float(text):
-    value = _number(float, 0, text)
-    if value == 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
-    return value
-
-
-def non_negative_float(text):
-    return _number(float, 0, text)
-
-
-def positive_float_or_none(text):
-    return _number(float, 0, text, allow_none=True)
-
-
-def unit_interval(text):
-    """A number in [0, 1]: a discount, a lambda, a probability, a Polyak rate."""
-    value = _number(float, 0, text)
-    if value > 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be between 0 and 1")
-    return value
-
-
-def unit_interval_or_none(text):
-    return None if str(text).lower() in ("none", "null", "") else unit_interval(text)
-
-
-def positive_int_or_none(text):
-    return _number(int, 1, text, allow_none=True)
-
-
-def target_return(text):
-    """A number; 'auto' (the env's reward_threshold, if any); or 'none' (never stop early)."""
-    if str(text).lower() == "auto":
-        return "auto"
-    return _number(float, None, text, allow_none=True)
-
-
-def auto_or_positive_int(text):
-    if str(text).lower() == "auto":
-        return "auto"
-    try:
-        return positive_int(text)
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"{text!r} is neither 'auto' nor an integer >= 1")
-
-
-def auto_or_nonnegative_int(text):
-    if str(text).lower() == "auto":
-        return "auto"
-    try:
-        return non_negative_int(text)
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"{text!r} is neither 'auto' nor an integer >= 0")
-
-
-def gpu_list(text):
-    ids = [s.strip() for s in str(text).split(",") if s.strip()]
-    if not all(s.isdigit() for s in ids):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of GPU ids "
-                                         f"such as 0,1")
-    return [int(s) for s in ids]
 
 
 def add_common_args(parser):
@@ -387,10 +300,6 @@ def _apply_config(parser, config, strict):
     parser.set_defaults(**defaults)
 
 
-RUN_ONLY_KEYS = ("config", "restore", "list", "pause_at_steps", "evaluate", "record_video",
-                 "video_episodes")
-
-
 def restored_config(path, flag="--restore"):
     """The resolved configuration saved with a checkpoint (inside the file; a format-2 file's
     .json sidecar), minus what only concerned that process; run_dir stays, so the run goes on in
@@ -423,6 +332,7 @@ def restored_config(path, flag="--restore"):
     if not isinstance(config, dict):
         raise ConfigError(f"{flag} {file}: the configuration saved in it is not a "
                           f"mapping. Give --config explicitly to restore without it.")
+    from core.run import RUN_ONLY_KEYS  # here: core.run imports Ray, which -h does not need
     return {k: v for k, v in config.items() if k not in RUN_ONLY_KEYS}
 
 
@@ -502,10 +412,8 @@ def build_parser(argv):
         if add_args is not None:
             add_args(parser.add_argument_group(f"{kind} {name!r}"))
     # The training loop the model names may bring flags of its own (SAC: replay, learners).
-    from core.trainers import trainer_module
-    loop_args = getattr(trainer_module(chosen[1][1].trainer), "add_args", None)
-    if loop_args is not None:
-        loop_args(parser)
+    from core.trainers import trainer_class
+    trainer_class(chosen[1][1].trainer, chosen[1][1]).add_args(parser)
     _apply_config(parser, config, strict=True)
     preset = None
     if early.config is None:

@@ -58,13 +58,14 @@ def test_ppo_gives_the_gpu_to_the_rollout_workers_and_keeps_the_driver_learner_o
     assert plan.reserved <= num_gpus
 
 
-def test_the_plan_reads_the_flags_and_rejects_an_unknown_loop():
+def test_the_plan_reads_the_flags_and_a_plugin_loop_gets_the_rollout_workers_plan():
     args = parse_args(["--config", "none", "--model_name", "sac", "--gym_id", "Pendulum-v1",
                        "--num_gpus", "1", "--num_learners", "4", "--num_workers", "3"])
     assert gpu_plan(args, "sac").learner_worker_gpus == 0.25
     assert gpu_plan(args, "ppo").rollout_worker_gpus == 0.3333
-    with pytest.raises(ValueError, match="dqn"):
-        plan_gpus("dqn", 1, 1)
+    # a loop registered by a plugin (core/trainers.py): its rollout workers compute
+    plugin = plan_gpus("reinforce", 1, 3)
+    assert plugin.rollout_worker_gpus == 0.3333 and plugin.parameter_server_gpus == 0
 
 
 # -- (b) the device a process computes on ------------------------------------------------------

@@ -175,9 +175,9 @@ def test_the_learner_computing_makes_no_gradient_calls_and_takes_every_step():
 
 
 def test_grad_workers_0_needs_an_agent_that_adopts_data(monkeypatch):
-    from agents.base import BaseAgent
+    from agents.base import OnPolicyAgent
     from agents.default_agent import DefaultAgent
-    monkeypatch.setattr(DefaultAgent, "adopt_data", BaseAgent.adopt_data)
+    monkeypatch.setattr(DefaultAgent, "adopt_data", OnPolicyAgent.adopt_data)
     from core.registry import ConfigError
     with pytest.raises(ConfigError, match="--grad_workers 0.*DefaultAgent.*adopt_data"):
         make_trainer("--grad_workers", "0")

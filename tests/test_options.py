@@ -100,6 +100,22 @@ def test_integers_accept_scientific_notation():
     assert parse_args(["--total_steps", "1e6"]).total_steps == 1_000_000
 
 
+@pytest.mark.parametrize("flag", ["--max_time", "--clip_range_vf"])
+def test_positive_or_none_flags_reject_zero_and_negatives_as_positive_float_does(flag):
+    import argparse
+    from core.argtypes import positive_float, positive_float_or_none
+    for text in ("0", "-1.5"):
+        with pytest.raises(argparse.ArgumentTypeError) as expected:
+            positive_float(text)
+        with pytest.raises(argparse.ArgumentTypeError) as got:
+            positive_float_or_none(text)
+        assert str(got.value) == str(expected.value)
+        with pytest.raises(ConfigError, match=f"{flag}.*'{text}'"):
+            parse_args([flag, text])
+    assert getattr(parse_args([flag, "2.5"]), flag[2:]) == 2.5
+    assert getattr(parse_args([flag, "none"]), flag[2:]) is None
+
+
 def test_unknown_gym_id_parses_and_fails_when_the_env_is_made():
     args = parse_args(["--gym_id", "NoSuchEnv-v0"])
     gym_env = unwrap_actor_class(ENV_REGISTRY.get("gym_env"))
@@ -180,9 +196,9 @@ def bare_agent_dir(tmp_path):
     name = f"bare_agent_{os.getpid()}"
     (tmp_path / "bare_agent.py").write_text(
         "from agents import register_agent\n"
-        "from agents.base import BaseAgent\n\n"
+        "from agents.base import OnPolicyAgent\n\n"
         f"@register_agent({name!r})\n"
-        "class BareAgent(BaseAgent):\n"
+        "class BareAgent(OnPolicyAgent):\n"
         "    \"\"\"An agent with no flags of its own.\"\"\"\n")
     yield str(tmp_path), name
     AGENT_REGISTRY.entries.pop(name, None)

@@ -155,3 +155,77 @@ def test_user_dir_file_that_fails_to_import_raises_config_error_naming_the_file(
 def test_user_dir_that_is_not_a_folder_raises(tmp_path):
     with pytest.raises(ConfigError, match="not a folder"):
         import_user_dir(str(tmp_path / "missing"))
+
+
+# -- trainers and agent contracts ----------------------------------------------------------------
+def test_built_in_trainers_are_registered_and_subclass_trainer():
+    from core.trainer import Trainer
+    from core.trainers import TRAINER_REGISTRY, trainer_class
+    assert trainer_class("ppo").__name__ == "PPOTrainer"
+    assert trainer_class("sac").__name__ == "SACTrainer"
+    assert {"ppo", "sac"} <= set(TRAINER_REGISTRY.names())
+    for name in ("ppo", "sac"):
+        cls = trainer_class(name)
+        assert issubclass(cls, Trainer) and cls.metric_columns and cls.agent_kind is not None
+
+
+def test_a_trainer_must_subclass_trainer():
+    from core.trainers import register_trainer
+    with pytest.raises(ConfigError, match="Trainer"):
+        register_trainer("not_a_trainer_xyz")(Plain)
+
+
+def test_a_model_naming_an_unknown_trainer_gets_the_registered_ones():
+    from core.trainers import trainer_class
+
+    class LostModel:
+        pass
+
+    with pytest.raises(ConfigError) as info:
+        trainer_class("ppo2", LostModel)
+    text = str(info.value)
+    assert "LostModel" in text and "'ppo2'" in text and "ppo, sac" in text
+    assert "Did you mean 'ppo'" in text and "\n" not in text
+
+
+def test_an_agent_must_be_on_policy_or_off_policy():
+    with pytest.raises(ConfigError, match="OnPolicyAgent.*OffPolicyAgent"):
+        AGENT_REGISTRY.register("kindless_agent_xyz")(type("Kindless", (BaseAgent,), {}))
+    assert "kindless_agent_xyz" not in AGENT_REGISTRY
+
+
+def test_an_agent_method_that_cannot_take_the_loops_arguments_is_refused():
+    from agents.base import OffPolicyAgent, OnPolicyAgent
+
+    class OneArgGrads(OnPolicyAgent):
+        def fetch_grads(self, request):  # the loop calls fetch_grads(weights, request)
+            return None
+
+    with pytest.raises(ConfigError, match=r"fetch_grads\(self, request\).*OnPolicyAgent"):
+        AGENT_REGISTRY.register("one_arg_grads_xyz")(OneArgGrads)
+
+    class NoBatch(OffPolicyAgent):
+        def priorities(self):  # the loop calls priorities(transitions)
+            return None
+
+    with pytest.raises(ConfigError, match="priorities"):
+        AGENT_REGISTRY.register("no_batch_xyz")(NoBatch)
+
+    class Flexible(OffPolicyAgent):  # more parameters with defaults, or *args: fine
+        def fetch_grads(self, weights, batch, weights_version=None, progress=0.0, extra=1):
+            return None
+
+        def priorities(self, *args):
+            return None
+
+    AGENT_REGISTRY.register("flexible_xyz")(Flexible)
+    AGENT_REGISTRY.entries.pop("flexible_xyz")
+
+
+def test_the_built_in_agents_are_of_their_loops_kind():
+    from core.trainers import trainer_class
+    for model in ("ppo", "sac", "crossq"):
+        model_cls = MODEL_REGISTRY.get(model)
+        agent_cls = AGENT_REGISTRY.get(model_cls.default_agent if hasattr(model_cls, "default_agent")
+                                       else "default_agent")
+        assert issubclass(agent_cls, trainer_class(model_cls.trainer).agent_kind)
