@@ -138,7 +138,7 @@ class DefaultAgent(OnPolicyAgent):
                               device=self.data["returns"].device)
         if len(idx) == 0:  # fewer valid samples than minibatches: contribute nothing, not NaN
             self.model.zero_grad(set_to_none=True)
-            return GradientResult(self.model.collect_gradients(), 0, request.weights_version, {})
+            return GradientResult(self.model.collect_gradients(), 0, self.model.weights_version, {})
         advantages = self.data["advantages"][idx]
         if self.args.normalize_advantage:
             if getattr(self.args, "advantage_norm_scope", "round") == "round":
@@ -150,4 +150,5 @@ class DefaultAgent(OnPolicyAgent):
                          self.data["old_log_probs"][idx], advantages,
                          self.data["returns"][idx], self.data["old_values"][idx])
         gradients, stats = self.model.step(batch, request.progress)
-        return GradientResult(gradients, len(idx), request.weights_version, stats)
+        # the version of the weights the model holds (not the request's: measured, not echoed)
+        return GradientResult(gradients, len(idx), self.model.weights_version, stats)

@@ -87,4 +87,5 @@ class SACAgent(OffPolicyAgent):
         self.sync_weights(weights, weights_version)
         gradients, stats = self.model.step(batch, progress)
         num_samples = int(len(np.asarray(getattr(batch, "transitions", batch).rewards)))
-        return GradientResult(gradients, num_samples, self.weights_version, stats)
+        # the version of the weights the model holds (core/types.py WEIGHTS_VERSION_KEY)
+        return GradientResult(gradients, num_samples, self.model.weights_version, stats)

@@ -4,6 +4,8 @@ from typing import Dict, Optional, Sequence
 import numpy as np
 import torch
 
+from core.types import WEIGHTS_VERSION_KEY
+
 
 def average_gradients(gradients: Sequence[Dict[str, np.ndarray]],
                       weights: Sequence[float]) -> Dict[str, np.ndarray]:
@@ -35,6 +37,16 @@ class Learner:
         self.optimizer = model.configure_optimizer()
         self.version = 0
         self.parameters = dict(model.named_parameters())
+
+    @property
+    def version(self):
+        """Updates applied (restored from checkpoints); the model's ``weights_version``."""
+        return self._version
+
+    @version.setter
+    def version(self, value):
+        self._version = int(value)
+        self.model.weights_version = self._version
 
     def apply(self, gradients: Dict[str, np.ndarray], progress: float = 0.0) -> Optional[float]:
         """One optimizer step with these gradients (by parameter name; a parameter left out is
@@ -92,4 +104,10 @@ class Learner:
         return float(norm)
 
     def get_weights(self):
+        """The model's weights as numpy arrays (checkpoints)."""
         return self.model.get_weights()
+
+    def weights_for_workers(self):
+        """``get_weights`` carrying their version (core/types.py WEIGHTS_VERSION_KEY): what
+        rollout, gradient and test workers get."""
+        return {**self.model.get_weights(), WEIGHTS_VERSION_KEY: np.asarray(self.version)}

@@ -65,7 +65,8 @@ class ParameterServer:
         return self.learner.version
 
     def get_weights(self):
-        return self.learner.get_weights()
+        """The weights for rollout, learner and test workers, carrying their version."""
+        return self.learner.weights_for_workers()
 
     def get_version(self):
         return self.learner.version
@@ -80,17 +81,19 @@ class ParameterServer:
         ``skipped`` and the weights, optimizer and version stay as they were."""
         gradients = average_gradients([r.gradients for r in results],
                                       [r.num_samples for r in results])
+        # updates between the weights each gradient was computed with and these
         lags = [self.learner.version - r.weights_version for r in results]
         stats = {k: float(np.mean([r.stats[k] for r in results]))
                  for k, v in results[0].stats.items() if np.isscalar(v)}
         grad_norm = self.learner.apply(gradients, progress) if all_finite(stats) else None
-        return self.outcome(stats, grad_norm, float(max(lags)))
+        return self.outcome(stats, grad_norm, float(np.mean(lags)))
 
     def apply_in_place(self, result, progress):
         """``apply`` for one result whose gradients are still in the model's .grad."""
         stats = {k: float(v) for k, v in result.stats.items() if np.isscalar(v)}
+        lag = self.learner.version - result.weights_version  # 0 unless the model was swapped
         grad_norm = self.learner.apply_in_place(progress) if all_finite(stats) else None
-        return self.outcome(stats, grad_norm, 0.0)
+        return self.outcome(stats, grad_norm, float(lag))
 
     def outcome(self, stats, grad_norm, gradient_lag):
         """An applied update's stats, or the skipped one's (grad_norm None)."""
@@ -113,7 +116,6 @@ class ParameterServer:
             # model hands its own (collect_gradients not used): then the usual averaging path.
             with self.model.gradients_in_place():
                 result = self.agent.fetch_grads(None, batch, progress=progress)
-            result.weights_version = self.learner.version
             td_errors = result.stats.pop("td_errors", None)
             if td_errors is not None and np.isfinite(td_errors).all():
                 priorities.append((batch, td_errors))

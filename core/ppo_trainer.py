@@ -316,7 +316,7 @@ class PPOTrainer(Trainer):
             members = self.wait_for_members()
             t0 = time.perf_counter()
             progress = min(1.0, run.env_steps / args.total_steps)
-            weights = self.placement.share(self.learner.get_weights())
+            weights = self.placement.share(self.learner.weights_for_workers())
             delivered = self.collect(members, weights)
             rollouts = list(delivered.values())
             run.env_steps += sum(r.env_steps for r in rollouts)
@@ -354,7 +354,14 @@ class PPOTrainer(Trainer):
         mean, std = advantage_moments(rollouts)
         groups = self.pool(delivered)
         members = list(groups)
-        stats, grad_norms, gradient_lags, policy_lags = [], [], [], []
+        stats, grad_norms, gradient_lags = [], [], []
+        # Policy lag (one meaning in both loops, core/trainer.py): updates between the weights
+        # that acted each fragment (the version its model really held) and the learner's when
+        # the fragment enters learning, here this round's first update; sample-weighted.
+        policy_lags = [float(np.average([self.learner.version - r.weights_version
+                                         for r in rollouts],
+                                        weights=[max(1, r.env_steps) for r in rollouts]))
+                       ] if rollouts else []
         for epoch in range(self.num_epochs):
             for minibatch in range(num_minibatches):
                 if not members:
@@ -380,14 +387,8 @@ class PPOTrainer(Trainer):
                     continue
                 self.faults.update_applied()
                 grad_norms.append(norm)
-                # Updates between the policy that acted and the weights this update started
-                # from, over the data that took part (sample-weighted).
-                taking_part = [delivered[m] for leader in members for m in groups[leader]]
-                policy_lags.append(np.average(
-                    [self.learner.version - 1 - r.weights_version for r in taking_part],
-                    weights=[max(1, r.env_steps) for r in taking_part]))
                 if any(m is not self.learner_gradients for m in members):
-                    weights = self.placement.share(self.learner.get_weights())
+                    weights = self.placement.share(self.learner.weights_for_workers())
                 stats += step_stats
         return stats, grad_norms, gradient_lags, policy_lags
 
@@ -397,7 +398,7 @@ class PPOTrainer(Trainer):
         return {"sample_ahead": found} if found else {}
 
     def weights_and_version(self):
-        return self.placement.share(self.learner.get_weights()), self.learner.version
+        return self.placement.share(self.learner.weights_for_workers()), self.learner.version
 
     def metrics_row(self, iteration, rollouts, stats, grad_norms, gradient_lags, sample_time,
                     t0):
@@ -411,8 +412,9 @@ class PPOTrainer(Trainer):
             "grad_norm": float(np.mean(grad_norms)) if grad_norms else None,
             "learning_rate": self.model.learning_rate(min(1.0, self.run.env_steps
                                                           / self.args.total_steps)),
-            # updates between the weights a gradient was computed with and the learner's
-            "gradient_lag": float(np.max(gradient_lags)) if gradient_lags else None,
+            # updates between the weights a gradient was computed with (the version the
+            # computing model held) and the learner's when it was applied; mean over the round
+            "gradient_lag": float(np.mean(gradient_lags)) if gradient_lags else None,
             "sample_time_s": sample_time,
             "update_time_s": time.perf_counter() - t0 - sample_time,
             "workers": len(rollouts),

@@ -265,7 +265,9 @@ class RolloutWorker:
             weights_version=weights_version, valid=valid)
         return trajectory, RolloutStats(
             env_steps=trajectory.num_steps, episode_returns=finished_returns,
-            episode_lengths=finished_lengths, weights_version=weights_version,
+            # the version of the weights that really acted (the stamp the model loaded with
+            # them, core/types.py WEIGHTS_VERSION_KEY), not the one the caller named
+            episode_lengths=finished_lengths, weights_version=model.weights_version,
             sample_time_s=time.perf_counter() - start,
             obs_moments=(Moments.of(raw_seen.reshape(-1, *obs_buf.shape[2:]))
                          if raw_seen is not None else None),

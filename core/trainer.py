@@ -19,6 +19,17 @@ The contract, in the order the session uses it:
 - ``drain()``, ``checkpoint_state()`` -> (weights, optimizer state, updates) and
   ``get_state()`` -> a dict of plain data, for every checkpoint; ``evaluation_state()`` for
   best.pt; ``summary_extra()`` for summary.json; ``close()`` at the end.
+
+Two metrics mean the same in every loop, and are measured from the versions that really took
+part: weights handed out by a learner carry its update count (core/types.py
+WEIGHTS_VERSION_KEY), a model that loads them keeps it, and what the model computes reports it.
+
+- ``gradient_lag``: updates between the weights a gradient was computed with and the weights it
+  was applied to; the mean over the row's updates (0 in lock-step; 1 with SAC's --update_lag 1
+  and learner workers).
+- ``policy_lag``: updates between the weights that acted a sample and the learner's when that
+  sample entered learning (PPO: the round's first update; SAC: the update count booked when its
+  fragment reached the replay buffer); the mean over the row's samples.
 """
 from core.normalizer import ObsNormalizer
 

@@ -4,6 +4,13 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
+#: The key under which weights handed out by a learner carry their version (the learner's
+#: update count when they were taken; core/learner.py weights_for_workers). A model that loads
+#: them remembers it as ``weights_version`` (models/base.py), so what it computes next (a
+#: fragment, a gradient) reports the version it really used, not the one the caller meant to
+#: send: the lags in metrics.csv are measured, not echoed.
+WEIGHTS_VERSION_KEY = "__weights_version__"
+
 
 @dataclass
 class Trajectory:

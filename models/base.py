@@ -9,6 +9,7 @@ from gymnasium import spaces
 from torch import nn
 
 from core.registry import ConfigError
+from core.types import WEIGHTS_VERSION_KEY
 
 Gradients = Dict[str, np.ndarray]
 Weights = Dict[str, np.ndarray]
@@ -28,6 +29,9 @@ class BaseModel(nn.Module):
     trainer = None
     #: the agent used when --agent_name is not given
     default_agent = "default_agent"
+    #: the version of the weights this model holds: set by the learner that steps it, or by
+    #: ``set_weights`` from weights a learner handed out (WEIGHTS_VERSION_KEY); 0 at start
+    weights_version = 0
 
     @staticmethod
     def add_args(parser):
@@ -68,6 +72,10 @@ class BaseModel(nn.Module):
         return {k: v.detach().cpu().numpy().copy() for k, v in self.state_dict().items()}
 
     def set_weights(self, weights: Weights):
+        """Load ``weights`` (by state-dict name; other keys are ignored), and their version
+        when they carry one."""
+        if WEIGHTS_VERSION_KEY in weights:
+            self.weights_version = int(np.asarray(weights[WEIGHTS_VERSION_KEY]))
         with torch.no_grad():
             for name, tensor in self.state_dict().items():
                 # Arrays from Ray's object store are read-only: copy rather than alias them.

@@ -173,18 +173,18 @@ def test_ratio_is_one_on_the_first_minibatch_and_differs_after_an_update():
     worker = RolloutWorker(PluginSpec("gym_env", "ppo", "default_agent", args))
     torch.manual_seed(args.seed)
     learner = Learner(PPOModel(args, *worker.spaces()))
-    rollout = worker.collect(learner.get_weights(), learner.version, args.rollout_steps)
+    rollout = worker.collect(learner.weights_for_workers(), learner.version, args.rollout_steps)
     mean, std = advantage_moments([rollout])
 
     def request(minibatch):
         return GradientRequest(0, minibatch, 2, mean, std, 0.0, learner.version)
 
-    first = worker.fetch_grads(learner.get_weights(), request(0))
+    first = worker.fetch_grads(learner.weights_for_workers(), request(0))
     assert first.num_samples == 16
     # the acting policy and the learning policy are the same weights: ratio exactly 1
     assert first.stats["ratio_mean"] == pytest.approx(1.0, abs=1e-6)
     learner.apply(average_gradients([first.gradients], [first.num_samples]))
-    second = worker.fetch_grads(learner.get_weights(), request(1))
+    second = worker.fetch_grads(learner.weights_for_workers(), request(1))
     assert second.weights_version == 1
     assert abs(second.stats["ratio_mean"] - 1.0) > 1e-5
     assert second.stats["approx_kl"] > 0.0

@@ -452,7 +452,9 @@ def test_agent_send_take_and_fetch_grads():
     assert agent.priorities(block).shape == (6,)
 
     learner_side = make_model(seed=5)
-    weights = learner_side.get_weights()
+    # weights as a learner hands them out: with their version (core/types.py)
+    from core.types import WEIGHTS_VERSION_KEY
+    weights = {**learner_side.get_weights(), WEIGHTS_VERSION_KEY: np.asarray(3)}
     batch = random_batch(8)
     with pytest.raises(ValueError, match="weights_version"):
         agent.fetch_grads(weights, batch)

@@ -139,9 +139,9 @@ def test_on_and_off_are_decided_from_the_start():
 # -- end to end ----------------------------------------------------------------------------------
 def test_ppo_samples_ahead_learns_and_measures_the_lag_it_adds(tmp_path):
     """CartPole, 2 Ray workers sampling ahead: the run reaches 475, and policy_lag measures the
-    extra round. The first round's fragments are sampled on the spot: (K*M - 1)/2 updates on
-    average for K epochs x M minibatches; every later one was sampled during the previous
-    round: K*M more."""
+    extra round. The first round's fragments are sampled on the spot, with the weights the
+    round starts from: lag 0; every later one was sampled during the previous round, whose
+    K epochs x M minibatches of updates came after it: K*M."""
     run_dir = str(tmp_path / "run")
     proc = run_main("--num_workers", "2", "--sample_ahead", "on", "--no-elastic_start",
                     "--seed", "1", "--total_steps", "150000", "--num_epochs", "10",
@@ -152,6 +152,5 @@ def test_ppo_samples_ahead_learns_and_measures_the_lag_it_adds(tmp_path):
     updates_per_round = 10  # 2 workers x 4 envs x 32 steps = 256 samples = 1 batch; 10 epochs
     lags = [float(r["policy_lag"]) for r in rows if r["policy_lag"]]
     assert all(int(r["sample_ahead"]) == 1 for r in rows)
-    assert lags[0] == pytest.approx((updates_per_round - 1) / 2)
-    assert len(lags) > 3 and np.median(lags[1:]) == pytest.approx(
-        updates_per_round + (updates_per_round - 1) / 2), lags
+    assert lags[0] == 0
+    assert len(lags) > 3 and np.median(lags[1:]) == pytest.approx(updates_per_round), lags
