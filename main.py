@@ -6,7 +6,7 @@
     python main.py --num_workers 0 --tune sweep.yaml --num_samples 8 --run_dir runs/sweep
 
 This file parses, dispatches and maps outcomes to exit codes; a training run's lifetime is
-core/session.py. Exit codes: 0 done, 1 a fault past its limit or another error (the run directory
+core/run/session.py. Exit codes: 0 done, 1 a fault past its limit or another error (the run directory
 still has its checkpoint and summary.json), 2 bad input, 130 Ctrl-C, 143 SIGTERM.
 """
 import time
@@ -28,7 +28,7 @@ def main(argv=None):
     from options.options import parse_args
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        from core.sweep import restore_request, run_sweep
+        from options.sweep import restore_request, run_sweep
         resumed = restore_request(argv)  # --restore DIR of an interrupted sweep
         if resumed is not None:
             saved_argv, sweep_dir = resumed
@@ -37,13 +37,13 @@ def main(argv=None):
         if args.tune:
             return run_sweep(args, argv)
         if args.evaluate:
-            from core.playback import evaluate_saved_model
+            from core.sampling.playback import evaluate_saved_model
             evaluate_saved_model(args)
             return 0
         if args.record_video:
             raise ConfigError("--record_video goes with --evaluate PATH (the saved model to "
                               "film); training runs do not record.")
-        from core.session import TrainingSession
+        from core.run.session import TrainingSession
         return TrainingSession(args, START_TIME).run()
     except KeyboardInterrupt:  # before training started: nothing learned to save
         print("ddrl: interrupted", file=sys.stderr)
@@ -61,9 +61,9 @@ def main(argv=None):
 
 
 def run_failure(exc):
-    """A fault past its limit (core/faults.py RunFailure, core/envs.py EnvFailure), unwrapped
+    """A fault past its limit (core/faults.py RunFailure, core/sampling/envs.py EnvFailure), unwrapped
     from Ray's RayTaskError; None for anything else."""
-    from core.envs import EnvFailure
+    from core.sampling.envs import EnvFailure
     from core.faults import RunFailure
     from core.faults import find_cause
     return find_cause(exc, (RunFailure, EnvFailure))

@@ -3,12 +3,12 @@
 An agent lives in a rollout worker (and in a learner) next to a model. What a loop calls on it
 depends on the loop's kind:
 
-- ``OnPolicyAgent`` (PPO's loop, core/ppo_trainer.py): trajectories -> gradients.
+- ``OnPolicyAgent`` (PPO's loop, core/algos/ppo_trainer.py): trajectories -> gradients.
   ``send_trajectory`` keeps a fragment and returns statistics the learner needs first (e.g.
   advantage sums); ``fetch_grads(weights, request)`` returns the gradient of the loss on the
   minibatch a ``core.types.GradientRequest`` names; ``export_data`` / ``absorb_data`` /
   ``adopt_data`` move a fragment's data between agents (--grad_workers).
-- ``OffPolicyAgent`` (SAC's loop, core/sac_trainer.py): transitions -> replay, batches ->
+- ``OffPolicyAgent`` (SAC's loop, core/algos/sac_trainer.py): transitions -> replay, batches ->
   gradients and priorities. ``send_trajectory`` turns a fragment into transitions that
   ``take_transitions`` hands to the replay buffer, ``priorities`` gives their initial replay
   priorities, ``fetch_grads(weights, batch, weights_version, progress)`` the gradients on a
@@ -89,7 +89,7 @@ class OffPolicyAgent(BaseAgent):
     """Transitions -> replay; replay batches -> gradients and priorities (SAC's loop)."""
 
     def take_transitions(self):
-        """The transitions (core.replay_buffer.Transitions) of the fragments sent since the
+        """The transitions (core.learning.replay_buffer.Transitions) of the fragments sent since the
         last call, or None; cleared."""
         raise NotImplementedError
 
@@ -99,7 +99,7 @@ class OffPolicyAgent(BaseAgent):
         raise NotImplementedError
 
     def fetch_grads(self, weights, batch, weights_version=None, progress=0.0):
-        """GradientResult of the loss on a replay batch (core.replay_buffer.ReplayBatch), for
+        """GradientResult of the loss on a replay batch (core.learning.replay_buffer.ReplayBatch), for
         ``weights`` (None: the loaded ones) of version ``weights_version``; ``progress`` is the
         run's fraction done (learning-rate schedules). Its stats may hold "td_errors" (numpy
         [B]) for the priority update."""

@@ -3,7 +3,7 @@
 On an explorer, ``send_trajectory`` flattens each fragment into a block of transitions and keeps
 it in ``self.pending`` until the trainer takes it (``take_transitions``) for the replay buffer.
 On a learner worker, ``fetch_grads(weights, batch, weights_version)`` loads the weights if they
-are new and returns the model's gradients on a sampled core.replay_buffer.ReplayBatch.
+are new and returns the model's gradients on a sampled core.learning.replay_buffer.ReplayBatch.
 """
 import numpy as np
 
@@ -34,7 +34,7 @@ class SACAgent(OffPolicyAgent):
         is not a terminal state; they keep terminated = 0 and bootstrap). Steps whose env raised
         (``trajectory.valid`` False) are not transitions and are dropped.
         """
-        from core.replay_buffer import Transitions  # imported here: only SAC runs need it
+        from core.learning.replay_buffer import Transitions  # imported here: only SAC runs need it
         observations = np.asarray(trajectory.observations)
         if observations.dtype != np.uint8:  # uint8 pixels stay uint8 into the replay buffer
             observations = observations.astype(np.float32, copy=False)
@@ -76,7 +76,7 @@ class SACAgent(OffPolicyAgent):
         return self.model.td_errors(transitions)
 
     def fetch_grads(self, weights, batch, weights_version=None, progress=0.0):
-        """GradientResult of the SAC losses on ``batch`` (a core.replay_buffer.ReplayBatch).
+        """GradientResult of the SAC losses on ``batch`` (a core.learning.replay_buffer.ReplayBatch).
 
         ``weights`` (None: keep the loaded ones) are loaded unless ``weights_version`` is the
         version loaded already; giving weights without their version is an error. The result

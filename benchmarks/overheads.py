@@ -4,7 +4,7 @@
 
 - an empty actor call, one actor and two in parallel;
 - weights of a 64x64 actor-critic to two actors: ray.put once and pass the reference, against
-  inlining them in each call (core/placement.py:Placement.share picks by size);
+  inlining them in each call (core/distributed/placement.py:Placement.share picks by size);
 - the same gradient round trip as ordinary calls and as a Ray Compiled Graph (--compiled_graph);
 - one learner step: torch's default Adam against the fused kernel (models/ppo.py).
 """

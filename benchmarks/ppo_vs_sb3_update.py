@@ -34,7 +34,7 @@ from stable_baselines3.common.evaluation import evaluate_policy  # noqa: E402
 from stable_baselines3.common.vec_env import DummyVecEnv  # noqa: E402
 
 from agents.default_agent import compute_gae  # noqa: E402
-from core.learner import Learner  # noqa: E402
+from core.learning.learner import Learner  # noqa: E402
 from models.ppo import PPOBatch, PPOModel  # noqa: E402
 from options.options import parse_args  # noqa: E402
 from sb3_ppo import PRESETS, atari_env  # noqa: E402
@@ -147,8 +147,8 @@ def compare_update(seed):
 
 
 def compare_evaluation(checkpoint, episodes):
-    from core.checkpoint import load_checkpoint
-    from core.evaluator import Evaluator
+    from core.run.checkpoint import load_checkpoint
+    from core.sampling.evaluator import Evaluator
     from core.plugins import PluginSpec
     args = parse_args(["--config", os.path.join(REPO, "configs", "ppo-atari.yaml"),
                        "--eval_episodes", str(episodes)])

@@ -47,8 +47,8 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 #: (category, substrings of a frame "function (file:line)"); the first that matches a sample wins
 CATEGORIES = [
     ("update: losses, forward and backward", ["losses_and_gradients", "step (models/"]),
-    ("update: optimizer step and target averaging", ["apply (core/learner.py"]),
-    ("weights out (get_weights, state)", ["get_weights", "state (core/parameter_server.py"]),
+    ("update: optimizer step and target averaging", ["apply (core/learning/learner.py"]),
+    ("weights out (get_weights, state)", ["get_weights", "state (core/learning/parameter_server.py"]),
     ("priorities to the buffer", ["_send_priorities", "update_priorities"]),
     ("Ray: (de)serializing arguments and results", ["serializ", "pickle"]),
     ("driver: loop bookkeeping and metrics", ["book_", "metrics_row", "write_row", "log_row"]),

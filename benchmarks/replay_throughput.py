@@ -1,4 +1,4 @@
-"""Replay buffer throughput: ddrl's core/replay_buffer.py against cpprb, side by side.
+"""Replay buffer throughput: ddrl's core/learning/replay_buffer.py against cpprb, side by side.
 
     .venv/bin/python benchmarks/replay_throughput.py --out benchmarks/results/replay_throughput.json
 
@@ -29,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from core.replay_buffer import PrioritizedReplayBuffer, ReplayBuffer, Transitions  # noqa: E402
+from core.learning.replay_buffer import PrioritizedReplayBuffer, ReplayBuffer, Transitions  # noqa: E402
 
 OBS, ACT = 8, 2
 CPPRB_ENV = {"obs": {"shape": OBS}, "act": {"shape": ACT}, "rew": {},

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/sampling.py --gym_id CartPole-v1
 
-Every measurement calls ``core.rollout.RolloutWorker.collect``, the call the PPO trainer makes: one
+Every measurement calls ``core.sampling.rollout.RolloutWorker.collect``, the call the PPO trainer makes: one
 batched PPOModel forward pass per step over all the worker's envs (actions, log-probs, values), the
 envs stepped with auto-reset, then the agent's GAE over the fragment. Every round passes a new weights
 version, so each collect also loads the weights, as in training. Configurations:
@@ -52,9 +52,9 @@ import torch  # noqa: E402
 
 import raw_gym_sampling  # noqa: E402
 from compare import machine_info  # noqa: E402
-from core.placement import Placement, start_ray  # noqa: E402
+from core.distributed.placement import Placement, start_ray  # noqa: E402
 from core.plugins import PluginSpec, load_plugins, make_env  # noqa: E402
-from core.rollout import RolloutWorker  # noqa: E402
+from core.sampling.rollout import RolloutWorker  # noqa: E402
 from options.options import parse_args  # noqa: E402
 
 LABELS = {

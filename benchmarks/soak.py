@@ -140,7 +140,7 @@ class ObjectStore:
     --stats-only`` does (no driver joins for it)."""
 
     def __init__(self, address):
-        from core import loopback
+        from core.distributed import loopback
         loopback.prepare()  # token auth on, 127.0.0.1
         from ray._private.internal_api import get_state_from_address
         self.state = get_state_from_address(address)

@@ -22,8 +22,8 @@ def measure(threads, sizes, batch_size, n, precision):
     torch.set_num_threads(threads)
     sys.path.insert(0, REPO)
     import gymnasium as gym
-    from core.learner import Learner
-    from core.replay_buffer import Transitions
+    from core.learning.learner import Learner
+    from core.learning.replay_buffer import Transitions
     from models.sac import SACModel
     env = gym.make("LunarLanderContinuous-v3")
     args = argparse.Namespace(sac_hidden_sizes=sizes, actor_lr=7.3e-4, critic_lr=7.3e-4,

@@ -63,8 +63,8 @@ def timed_with_matmul_share(update, updates):
 def measure_ddrl(algo, flags, updates):
     import numpy as np
     import gymnasium as gym
-    from core.learner import Learner
-    from core.replay_buffer import Transitions
+    from core.learning.learner import Learner
+    from core.learning.replay_buffer import Transitions
     from models import MODEL_REGISTRY
     from options.options import parse_args
     args = parse_args(["--env_name", "gym_env", "--model_name", algo, "--gym_id", ENV_ID,

@@ -7,7 +7,7 @@
 ``start`` is Ray's own ``ray start`` (every option of it is accepted) with the node address
 pinned to ``--node-ip-address`` (default 127.0.0.1) and token authentication on: plain ``ray
 start`` would register the node under the machine's outward address and listen on every
-interface (core/loopback.py says why). ``stop`` ends the processes of the one cluster whose
+interface (core/distributed/loopback.py says why). ``stop`` ends the processes of the one cluster whose
 GCS listens on the given port, and their children, and nothing else; ``ray stop`` would end
 every Ray process of this user on the machine, other runs' included.
 """
@@ -24,7 +24,7 @@ import re  # noqa: E402
 import signal  # noqa: E402
 import time  # noqa: E402
 
-from core import loopback  # noqa: E402
+from core.distributed import loopback  # noqa: E402
 
 _USAGE = __doc__.split("\n\n")[0]
 

@@ -38,7 +38,7 @@ class Faults:
                              f"env or node) or raise the limit.")
 
     def env_errors(self, records, env_steps):
-        """Errors a rollout worker survived (core/envs.py): the episode cut, the env rebuilt."""
+        """Errors a rollout worker survived (core/sampling/envs.py): the episode cut, the env rebuilt."""
         for record in records:
             self.counts["env_errors"] += 1
             worker = record.get("worker")

@@ -2,7 +2,7 @@
 
 Workers receive names and the parsed flags, never classes: each worker imports the built-in
 plugin folders and the --user_dir itself, so a user's plugin works in an actor exactly as in the
-driver. (Env host actors, core/env_host.py, get the env class itself: a --user_dir module
+driver. (Env host actors, core/sampling/env_host.py, get the env class itself: a --user_dir module
 travels by value, core/registry.py.)
 """
 import argparse
@@ -45,7 +45,7 @@ def load_plugins(spec: PluginSpec) -> Plugins:
 
 def make_env(plugins: Plugins, args, seed=None, evaluation=False):
     """Build one env in this process. ``seed`` goes to __init__ when it takes one; the first
-    reset is always seeded as well (core.envs.EnvGroup). ``evaluation``: the env sees
+    reset is always seeded as well (core.sampling.envs.EnvGroup). ``evaluation``: the env sees
     ``args.evaluation`` True (the test worker's and --evaluate's envs), so a wrapper can score
     whole episodes in the env's own reward (envs/gym_env.py: no Atari reward clipping)."""
     if evaluation:

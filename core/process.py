@@ -17,7 +17,7 @@ def setup_process(args, threads=None):
     (benchmarks/update_cost.py). Components sharing a process get the largest of their
     requests."""
     global _process_threads
-    from core.placement import record_task_events
+    from core.distributed.placement import record_task_events
     record_task_events(getattr(args, "ray_task_events", False))
     wanted = int(threads or getattr(args, "torch_threads", 1) or 1)
     _process_threads = max(_process_threads, wanted)

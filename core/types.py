@@ -5,7 +5,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 #: The key under which weights handed out by a learner carry their version (the learner's
-#: update count when they were taken; core/learner.py weights_for_workers). A model that loads
+#: update count when they were taken; core/learning/learner.py weights_for_workers). A model that loads
 #: them remembers it as ``weights_version`` (models/base.py), so what it computes next (a
 #: fragment, a gradient) reports the version it really used, not the one the caller meant to
 #: send: the lags in metrics.csv are measured, not echoed.
@@ -23,7 +23,7 @@ class Trajectory:
     arXiv:1712.00378). ``last_observations`` is the observation after the fragment's last step,
     for bootstrapping the steps still running.
 
-    ``valid`` marks the steps that happened: False where the env raised (core/envs.py) and the
+    ``valid`` marks the steps that happened: False where the env raised (core/sampling/envs.py) and the
     step was recorded as a cut (reward 0, truncated, its final observation the one the policy
     saw) only to keep the arrays rectangular. Agents should drop those steps from their losses;
     one that ignores ``valid`` still runs, on a few fake cut transitions. None: all valid.
@@ -74,8 +74,8 @@ class RolloutStats:
     weights_version: int
     sample_time_s: float = 0.0
     agent_stats: Dict[str, float] = field(default_factory=dict)  # what send_trajectory returned
-    obs_moments: Any = None  # core.normalizer.Moments of the raw observations (--normalize_obs)
-    # Env errors survived while collecting (core/envs.py): {"worker", "env", "method" ("step" or
+    obs_moments: Any = None  # core.learning.normalizer.Moments of the raw observations (--normalize_obs)
+    # Env errors survived while collecting (core/sampling/envs.py): {"worker", "env", "method" ("step" or
     # "reset"), "error" ("TypeName: text"), "step" (t in the fragment; None for a reset outside
     # one)}.
     env_errors: List[dict] = field(default_factory=list)

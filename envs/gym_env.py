@@ -21,7 +21,7 @@ import ray
 from core.argtypes import (non_negative_int, positive_int, positive_int_or_none,
                            unit_interval_or_none)
 from core.registry import ConfigError
-from core.state import (generator_state, plain_attributes, set_attributes,
+from core.run.state import (generator_state, plain_attributes, set_attributes,
                         set_generator_state)
 from envs import register_env, OBSERVATION
 

@@ -96,7 +96,7 @@ class BaseModel(nn.Module):
         """Inside the block ``collect_gradients`` returns None and the gradients stay in the
         parameters' ``.grad``: a learner that computes its own updates (SAC's parameter server
         with one learner) then applies them without two copies through numpy
-        (core/learner.py ``apply_in_place``)."""
+        (core/learning/learner.py ``apply_in_place``)."""
         self._gradients_in_place = True
         try:
             yield

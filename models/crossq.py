@@ -14,7 +14,7 @@ What differs from models/sac.py:
   distribution); the next values are cut from the same pass and detached.
 - **Delayed actor and temperature updates**: every ``--policy_delay`` critic updates. The
   gradients ``step`` returns then leave the actor and log(alpha) out, and the learner does not
-  step them (core/learner.py: a parameter missing from the gradients is not updated).
+  step them (core/learning/learner.py: a parameter missing from the gradients is not updated).
 - Adam with beta1 = ``--adam_beta1`` (0.5, as the paper and sb3-contrib) for the actor and
   critics, one learning rate of 1e-3 by default, critics of 1024 x 1024 (sb3-contrib's default).
 

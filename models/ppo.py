@@ -175,7 +175,7 @@ class PPOModel(BaseModel):
                             else NumpyMLP.of(self.actor))
         # With a shared encoder (a CNN) the values come from the features the action was drawn
         # from, nearly free; without one a second network per step costs more than a pass over
-        # the fragment afterwards (core/rollout.py, values_later).
+        # the fragment afterwards (core/sampling/rollout.py, values_later).
         self.values_with_actions = self.encoder is not None
         self.acting_rng = np.random.default_rng(int(torch.randint(0, 2**62, (1,)).item()))
         # gSDE: one exploration matrix per env [num_envs, latent, action], and the steps taken
@@ -250,7 +250,7 @@ class PPOModel(BaseModel):
 
     @property
     def device(self):
-        """Where this model computes: the CPU, or a rollout worker's GPU (core/devices.py)."""
+        """Where this model computes: the CPU, or a rollout worker's GPU (core/distributed/devices.py)."""
         return next(self.parameters()).device
 
     def flat_obs(self, obs):

@@ -22,7 +22,7 @@ from gymnasium import spaces
 from torch import nn
 
 from core.argtypes import non_negative_float, positive_float, unit_interval
-from core.devices import resolve_precision
+from core.distributed.devices import resolve_precision
 from core.registry import ConfigError
 from models import register_model
 from models.base import BaseModel, require_box_observations
@@ -246,7 +246,7 @@ class SACModel(BaseModel):
     @property
     def device(self):
         """Where this model computes: the CPU, or the GPU of a learning process
-        (core/devices.py). Batches move here; results leave as CPU numpy arrays."""
+        (core/distributed/devices.py). Batches move here; results leave as CPU numpy arrays."""
         return self.action_scale.device
 
     # -- policy -------------------------------------------------------------------------------
@@ -293,7 +293,7 @@ class SACModel(BaseModel):
 
     def unpack(self, batch):
         """(obs, actions in [-1, 1], rewards, next_obs, terminated, weights) as float tensors.
-        ``batch`` is a core.replay_buffer.ReplayBatch or, with unit weights, a Transitions."""
+        ``batch`` is a core.learning.replay_buffer.ReplayBatch or, with unit weights, a Transitions."""
         t = getattr(batch, "transitions", batch)
         weights = getattr(batch, "weights", None)
         device = self.device
@@ -334,7 +334,7 @@ class SACModel(BaseModel):
                                              weights)
 
     def update_precision(self, device_type):
-        """--sac_precision resolved for the device that computes the update (core/devices.py:
+        """--sac_precision resolved for the device that computes the update (core/distributed/devices.py:
         'auto' is bf16 where the hardware multiplies bf16 natively)."""
         cached = getattr(self, "_update_precision", None)
         if cached is None or cached[0] != device_type:

@@ -306,7 +306,7 @@ def restored_config(path, flag="--restore"):
     its own directory. The file is memory-mapped, so a large one (a replay buffer) is not read
     whole; it loads with weights_only=True, as every checkpoint does."""
     import torch
-    from core.checkpoint import checkpoint_path, embedded_meta, payload_format
+    from core.run.checkpoint import checkpoint_path, embedded_meta, payload_format
     file = checkpoint_path(path, flag)
     try:
         payload = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
@@ -332,7 +332,7 @@ def restored_config(path, flag="--restore"):
     if not isinstance(config, dict):
         raise ConfigError(f"{flag} {file}: the configuration saved in it is not a "
                           f"mapping. Give --config explicitly to restore without it.")
-    from core.run import RUN_ONLY_KEYS  # here: core.run imports Ray, which -h does not need
+    from core.run.context import RUN_ONLY_KEYS  # here: core.run.context imports Ray, which -h does not need
     return {k: v for k, v in config.items() if k not in RUN_ONLY_KEYS}
 
 
@@ -368,7 +368,7 @@ def build_parser(argv):
     pre.add_argument("--evaluate", default=None)
     early, _ = pre.parse_known_args(argv)
     if early.evaluate and not early.restore:
-        from core.playback import saved_model_path
+        from core.sampling.playback import saved_model_path
         early.restore = saved_model_path(early.evaluate)  # the same configuration rules
     no_preset = early.config is not None and early.config.lower() == "none"
     config = load_config(early.config) if early.config and not no_preset else {}
@@ -412,7 +412,7 @@ def build_parser(argv):
         if add_args is not None:
             add_args(parser.add_argument_group(f"{kind} {name!r}"))
     # The training loop the model names may bring flags of its own (SAC: replay, learners).
-    from core.trainers import trainer_class
+    from core.algos.trainers import trainer_class
     trainer_class(chosen[1][1].trainer, chosen[1][1]).add_args(parser)
     _apply_config(parser, config, strict=True)
     preset = None

@@ -37,7 +37,7 @@ def ray_session():
     if not ray.is_initialized():
         # address="local": start our own instance even when another one runs on this machine
         # (ray.init without an address joins any local cluster it finds).
-        from core import loopback
+        from core.distributed import loopback
         loopback.prepare()  # Ray would otherwise swap 127.0.0.1 for the outward address
         ray.init(address="local", num_cpus=2, include_dashboard=False,
                  _node_ip_address=loopback.LOOPBACK, logging_level="WARNING")

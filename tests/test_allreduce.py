@@ -1,5 +1,5 @@
 """--learner_sync allreduce: the parameter server and its replicas compute their rows of each
-batch and average the gradients among themselves (core/allreduce.py)."""
+batch and average the gradients among themselves (core/learning/allreduce.py)."""
 import multiprocessing
 import os
 import signal
@@ -8,8 +8,8 @@ import time
 import numpy as np
 import pytest
 
-from core.allreduce import rank_rows
-from core.parameter_server import ParameterServer
+from core.learning.allreduce import rank_rows
+from core.learning.parameter_server import ParameterServer
 from test_e2e import read_run, run_main
 from test_faults import actor_pids, finish, metrics_rows, start_main
 from test_sac_loop import SAC, filled_buffer, pendulum_spec

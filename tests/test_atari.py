@@ -155,7 +155,7 @@ def test_ppo_on_pixels_shares_one_cnn_and_keeps_uint8_to_the_model():
 
 
 def test_sac_on_pixels_gives_the_actor_and_the_critics_their_own_cnn():
-    from core.replay_buffer import Transitions
+    from core.learning.replay_buffer import Transitions
     from models.sac import SACModel
     space = spaces.Box(0, 255, (64, 64, 3), np.uint8)
     model = SACModel(args_for("--model_name", "sac", "--sac_hidden_sizes", "32"), space,
@@ -186,8 +186,8 @@ def test_crossq_on_pixels_is_a_clear_error():
 def test_a_fragment_and_a_replay_sample_stay_uint8():
     from agents.sac_agent import SACAgent
     from core.plugins import PluginSpec
-    from core.replay_buffer import ReplayBuffer
-    from core.rollout import RolloutWorker
+    from core.learning.replay_buffer import ReplayBuffer
+    from core.sampling.rollout import RolloutWorker
     args = args_for("--gym_id", "ALE/Breakout-v5", "--num_envs_per_worker", "2")
     worker = RolloutWorker(PluginSpec("gym_env", "ppo", "default_agent", args))
     trajectory, _, _ = worker.sample(5)
@@ -274,7 +274,7 @@ def test_mujoco_state_restores_the_episode_exactly():
 def test_the_readme_sac_plugin_builds_and_steps():
     """tests/plugins/wide_critic_sac.py, the README's SAC-subclass example."""
     from core.registry import import_user_dir
-    from core.replay_buffer import Transitions
+    from core.learning.replay_buffer import Transitions
     from models import MODEL_REGISTRY
     import_user_dir(PLUGINS)
     model_cls = MODEL_REGISTRY.get("wide_critic_sac")

@@ -9,10 +9,10 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from core.checkpoint import (FORMAT_VERSION, CheckpointManager, check_model_fits,
+from core.run.checkpoint import (FORMAT_VERSION, CheckpointManager, check_model_fits,
                              load_checkpoint, save_checkpoint)
 from core.registry import ConfigError
-from core.learner import Learner
+from core.learning.learner import Learner
 from models.ppo import PPOModel
 from options.options import parse_args, restored_config
 
@@ -225,8 +225,8 @@ def test_check_model_fits_caps_long_lists():
 
 
 def test_evaluate_refuses_a_checkpoint_of_another_model_shape(tmp_path):
-    """core/playback.py uses check_model_fits: a one-paragraph error, not a traceback."""
-    from core.playback import evaluate_saved_model
+    """core/sampling/playback.py uses check_model_fits: a one-paragraph error, not a traceback."""
+    from core.sampling.playback import evaluate_saved_model
     args = parse_args(["--config", "none", "--num_workers", "0", "--eval_episodes", "1"])
     space = spaces.Box(-1, 1, shape=(4,)), spaces.Discrete(2)
     weights = PPOModel(args, *space).get_weights()

@@ -114,7 +114,7 @@ def decode_address(hex_ip, width):
 
 def test_every_node_reports_127_0_0_1_and_listens_on_loopback_only(cluster):
     address, port, home = cluster
-    script = ("import json, ray; from core import loopback; loopback.prepare(); "
+    script = ("import json, ray; from core.distributed import loopback; loopback.prepare(); "
               f"ray.init(address={address!r}, logging_level='ERROR'); "
               "print(json.dumps(loopback.node_addresses()))")
     proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
@@ -166,7 +166,7 @@ def test_a_run_spreads_over_the_nodes_and_survives_losing_one(cluster, tmp_path)
     run_dir = str(tmp_path / "run")
     proc = start_main("--address", address, "--user_dir", os.path.join(REPO, "examples",
                       "user_plugins"), "--env_name", "noisy_cartpole", "--num_workers", "3",
-                      "--seed", "1", "--total_steps", "32768", "--target_return", "none",
+                      "--seed", "1", "--total_steps", "49152", "--target_return", "none",
                       "--run_dir", run_dir, "--quiet", "--no-tensorboard",
                       "--no-elastic_start",  # learning starts on the nodes
                       env=driver_env(home))
@@ -204,7 +204,7 @@ def test_a_run_spreads_over_the_nodes_and_survives_losing_one(cluster, tmp_path)
 
 
 def test_the_test_sessions_own_ray_instance_is_on_loopback(ray_session):
-    from core import loopback
+    from core.distributed import loopback
     assert loopback.node_addresses() == ["127.0.0.1"]
 
 

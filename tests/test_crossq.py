@@ -6,9 +6,9 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from core.learner import Learner
+from core.learning.learner import Learner
 from core.registry import ConfigError
-from core.replay_buffer import ReplayBatch, Transitions
+from core.learning.replay_buffer import ReplayBatch, Transitions
 from models.crossq import BatchRenorm, CrossQModel
 from options.options import parse_args
 from test_e2e import read_run, run_main

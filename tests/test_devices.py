@@ -1,4 +1,4 @@
-"""core/devices.py: the GPU plan of both loops, the device a process resolves, the GPU checks,
+"""core/distributed/devices.py: the GPU plan of both loops, the device a process resolves, the GPU checks,
 and (in a Ray instance of its own with two fake GPUs) that SAC's actors reserve what the plan
 says. The machines here have no GPU and a CPU-only torch: "cuda" is only ever faked."""
 import json
@@ -10,8 +10,8 @@ import pytest
 import ray
 import torch
 
-from core import devices
-from core.devices import (check_cluster_gpus, check_local_gpus, gpu_plan, gpu_share, plan_gpus,
+from core.distributed import devices
+from core.distributed.devices import (check_cluster_gpus, check_local_gpus, gpu_plan, gpu_share, plan_gpus,
                           resolve_device, to_cpu)
 from core.registry import ConfigError
 from options.options import parse_args
@@ -63,7 +63,7 @@ def test_the_plan_reads_the_flags_and_a_plugin_loop_gets_the_rollout_workers_pla
                        "--num_gpus", "1", "--num_learners", "4", "--num_workers", "3"])
     assert gpu_plan(args, "sac").learner_worker_gpus == 0.25
     assert gpu_plan(args, "ppo").rollout_worker_gpus == 0.3333
-    # a loop registered by a plugin (core/trainers.py): its rollout workers compute
+    # a loop registered by a plugin (core/algos/trainers.py): its rollout workers compute
     plugin = plan_gpus("reinforce", 1, 3)
     assert plugin.rollout_worker_gpus == 0.3333 and plugin.parameter_server_gpus == 0
 
@@ -184,7 +184,7 @@ def test_joining_a_cluster_with_fewer_gpus_than_asked_is_one_paragraph():
 
 
 def test_start_ray_checks_the_joined_clusters_gpus_and_disconnects(monkeypatch):
-    from core import placement
+    from core.distributed import placement
     calls = []
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", lambda *a, **kw: calls.append("init"))
@@ -197,7 +197,7 @@ def test_start_ray_checks_the_joined_clusters_gpus_and_disconnects(monkeypatch):
 
 
 def test_a_session_refuses_gpus_this_cpu_only_torch_cannot_see(monkeypatch):
-    from core.session import TrainingSession
+    from core.run.session import TrainingSession
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)  # a fake device count
     session = TrainingSession(parse_args(["--config", "none", "--num_gpus", "1"]), 0.0)
     session.check_gpus()  # one GPU seen, one asked: fine
@@ -211,16 +211,16 @@ def test_a_session_refuses_gpus_this_cpu_only_torch_cannot_see(monkeypatch):
 # -- (c) placement with two fake GPUs in a Ray instance of its own -----------------------------
 PLACEMENT_SCRIPT = r"""
 import json, sys, time
-from core import loopback
+from core.distributed import loopback
 loopback.prepare()  # Ray on 127.0.0.1 with token auth
 import ray
 ray.init(address="local", num_cpus=2, num_gpus=2, include_dashboard=False,
          _node_ip_address="127.0.0.1", logging_level="ERROR")
-from core.eval_runner import EvalRunner
-from core.placement import Placement
+from core.sampling.eval_runner import EvalRunner
+from core.distributed.placement import Placement
 from core.plugins import PluginSpec, load_plugins, make_env
-from core.rollout import make_rollout_worker
-from core.sac_trainer import spawn_buffer, spawn_learner, spawn_server
+from core.sampling.rollout import make_rollout_worker
+from core.algos.sac_trainer import spawn_buffer, spawn_learner, spawn_server
 from options.options import parse_args
 
 placement = Placement(local=False)
@@ -271,7 +271,7 @@ def ppo_workers(num_gpus, num_workers, expected_free):
     workers = [make_rollout_worker(spec, i, 0, False, 0.5) for i in range(num_workers)]
 
     def where(worker):
-        from core import devices
+        from core.distributed import devices
         return {"gpu_ids": list(ray.get_gpu_ids()), "learns_on": str(worker.agent.model.device),
                 "acts_on": str(worker.model.device), "warning": devices._warning}
     found = {"workers": ray.get([w.__ray_call__.remote(where) for w in workers], timeout=60),

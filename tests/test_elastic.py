@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from core.faults import Faults
-from core.placement import LocalHandle
+from core.distributed.placement import LocalHandle
 from core.plugins import PluginSpec, load_plugins
-from core.ppo_trainer import PPOTrainer, advantage_moments
-from core.rollout import RolloutWorker
-from core.worker_group import WorkerGroup
+from core.algos.ppo_trainer import PPOTrainer, advantage_moments
+from core.sampling.rollout import RolloutWorker
+from core.sampling.worker_group import WorkerGroup
 from models.ppo import PPOBatch
 from options.options import parse_args
 

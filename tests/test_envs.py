@@ -3,10 +3,10 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from core.envs import EnvGroup, to_env_action
+from core.sampling.envs import EnvGroup, to_env_action
 from core.plugins import PluginSpec, load_plugins
 from core.registry import unwrap_actor_class
-from core.rollout import worker_seeds
+from core.sampling.rollout import worker_seeds
 from envs import ENV_REGISTRY
 from options.options import parse_args
 

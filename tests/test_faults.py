@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from core import cluster
-from core.checkpoint import load_checkpoint
+from core.run.checkpoint import load_checkpoint
 from tests.test_e2e import REPO, read_run, run_mains
 
 PLUGINS = os.path.join(REPO, "tests", "plugins")

@@ -1,5 +1,5 @@
 """gradient_lag and policy_lag are measured from the versions that really took part
-(core/trainer.py): lock-step PPO reports 0 for both, and a lag injected by an agent that skips
+(core/algos/trainer.py): lock-step PPO reports 0 for both, and a lag injected by an agent that skips
 every other weight load (tests/plugins/stale_agents.py) shows in both loops' columns. Before,
 PPO's gradient_lag echoed the request's version back: 0 whatever the worker held."""
 import csv

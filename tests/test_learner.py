@@ -8,8 +8,8 @@ import torch
 from gymnasium import spaces
 
 from agents.default_agent import DefaultAgent
-from core.learner import average_gradients
-from core.ppo_trainer import advantage_moments
+from core.learning.learner import average_gradients
+from core.algos.ppo_trainer import advantage_moments
 from core.types import GradientRequest, RolloutStats, Trajectory
 from models.ppo import PPOBatch, PPOModel
 from options.options import parse_args

@@ -1,9 +1,9 @@
-"""A local handle (core/placement.py) resolves ray refs among its arguments, as Ray does for an
+"""A local handle (core/distributed/placement.py) resolves ray refs among its arguments, as Ray does for an
 actor call: an elastic start's stand-in worker is handed ray.put weights once the remote
 workers exist (a CNN's weights are too large to inline)."""
 import numpy as np
 
-from core.placement import LocalHandle, LocalRef, resolve
+from core.distributed.placement import LocalHandle, LocalRef, resolve
 
 
 class Echo:

@@ -6,8 +6,8 @@ import os
 import numpy as np
 import pytest
 
-from core.normalizer import Moments, ObsNormalizer, normalize
-from core.rollout import RolloutWorker
+from core.learning.normalizer import Moments, ObsNormalizer, normalize
+from core.sampling.rollout import RolloutWorker
 from test_e2e import run_main
 from test_sac_loop import pendulum_spec
 

@@ -1,9 +1,9 @@
-"""core.placement: the in-process handles that stand in for Ray actors, and how Ray is started."""
+"""core.distributed.placement: the in-process handles that stand in for Ray actors, and how Ray is started."""
 import numpy as np
 import pytest
 import ray
 
-from core.placement import INLINE_WEIGHTS_MAX_BYTES, LocalRef, Placement, start_ray
+from core.distributed.placement import INLINE_WEIGHTS_MAX_BYTES, LocalRef, Placement, start_ray
 from core.plugins import REPO_ROOT
 from options.options import parse_args
 
@@ -24,7 +24,7 @@ def test_local_placement_runs_methods_in_process_behind_a_ray_like_handle():
     assert isinstance(ref, LocalRef) and placement.ready(ref)
     assert placement.get(ref) == 15
     # a LocalRef passed as an argument arrives as its value, as a Ray ObjectRef would
-    assert placement.get([handle.add.remote(placement.put(2)), handle.add.remote(1)]) == [17, 18]
+    assert placement.get([handle.add.remote(LocalRef(2)), handle.add.remote(1)]) == [17, 18]
 
 
 def test_small_weights_travel_inline_and_need_no_object_store():
@@ -74,7 +74,7 @@ def test_start_ray_is_a_no_op_when_ray_is_already_up(monkeypatch):
     ([6, 6, 6], 16, 1.0),
 ])
 def test_rollout_workers_reserve_a_share_that_fits_on_the_nodes(nodes, actors, share):
-    from core.run import fitting_share
+    from core.run.context import fitting_share
     found = fitting_share(nodes, actors)
     assert found == pytest.approx(share)
     assert sum(int(c / found + 1e-9) for c in nodes) >= actors
@@ -87,11 +87,11 @@ def test_rollout_workers_reserve_a_share_that_fits_on_the_nodes(nodes, actors, s
 def test_actors_record_task_events_only_with_the_flag(ray_session, flags, recorded):
     """Off by default: Ray would keep every call's events in the GCS (it grew ~5 MB a minute in
     the soak). A method's setting follows its actor's (ray/actor.py)."""
-    from core.placement import record_task_events
+    from core.distributed.placement import record_task_events
     from core.process import setup_process
     setup_process(parse_args(["--config", "none", *flags]))
     try:
-        from core.replay_buffer import ReplayBuffer  # importable where Ray's workers run
+        from core.learning.replay_buffer import ReplayBuffer  # importable where Ray's workers run
         handle = Placement(local=False).spawn(ReplayBuffer, 4, (1,), (1,), num_cpus=0)
         assert handle._ray_enable_task_events is recorded
         assert ray.get(handle.generations.remote(np.array([0]))).tolist() == [0]

@@ -9,10 +9,10 @@ import torch
 from gymnasium import spaces
 from torch.distributions import Categorical, Normal
 
-from core.learner import Learner, average_gradients
+from core.learning.learner import Learner, average_gradients
 from core.plugins import PluginSpec
-from core.ppo_trainer import advantage_moments
-from core.rollout import RolloutWorker
+from core.algos.ppo_trainer import advantage_moments
+from core.sampling.rollout import RolloutWorker
 from core.types import GradientRequest
 from models.ppo import PPOBatch, PPOModel
 from options.options import parse_args

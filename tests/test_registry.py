@@ -159,8 +159,8 @@ def test_user_dir_that_is_not_a_folder_raises(tmp_path):
 
 # -- trainers and agent contracts ----------------------------------------------------------------
 def test_built_in_trainers_are_registered_and_subclass_trainer():
-    from core.trainer import Trainer
-    from core.trainers import TRAINER_REGISTRY, trainer_class
+    from core.algos.trainer import Trainer
+    from core.algos.trainers import TRAINER_REGISTRY, trainer_class
     assert trainer_class("ppo").__name__ == "PPOTrainer"
     assert trainer_class("sac").__name__ == "SACTrainer"
     assert {"ppo", "sac"} <= set(TRAINER_REGISTRY.names())
@@ -170,13 +170,13 @@ def test_built_in_trainers_are_registered_and_subclass_trainer():
 
 
 def test_a_trainer_must_subclass_trainer():
-    from core.trainers import register_trainer
+    from core.algos.trainers import register_trainer
     with pytest.raises(ConfigError, match="Trainer"):
         register_trainer("not_a_trainer_xyz")(Plain)
 
 
 def test_a_model_naming_an_unknown_trainer_gets_the_registered_ones():
-    from core.trainers import trainer_class
+    from core.algos.trainers import trainer_class
 
     class LostModel:
         pass
@@ -223,7 +223,7 @@ def test_an_agent_method_that_cannot_take_the_loops_arguments_is_refused():
 
 
 def test_the_built_in_agents_are_of_their_loops_kind():
-    from core.trainers import trainer_class
+    from core.algos.trainers import trainer_class
     for model in ("ppo", "sac", "crossq"):
         model_cls = MODEL_REGISTRY.get(model)
         agent_cls = AGENT_REGISTRY.get(model_cls.default_agent if hasattr(model_cls, "default_agent")

@@ -1,4 +1,4 @@
-"""core/replay_buffer.py: ring storage, uniform and prioritized sampling, checked by hand.
+"""core/learning/replay_buffer.py: ring storage, uniform and prioritized sampling, checked by hand.
 
 Blocks are built so that a transition's content says which one it is: transition number k
 (counting from 0 in the order added) has observation [k, -k], reward k, and so on, so a slot's
@@ -7,7 +7,7 @@ content tells which transition is there.
 import numpy as np
 import pytest
 
-from core.replay_buffer import (MinTree, PrioritizedReplayBuffer, ReplayBuffer, SumTree,
+from core.learning.replay_buffer import (MinTree, PrioritizedReplayBuffer, ReplayBuffer, SumTree,
                                 Transitions)
 
 

@@ -6,7 +6,7 @@ import shutil
 import pytest
 import torch
 
-from core.checkpoint import load_checkpoint
+from core.run.checkpoint import load_checkpoint
 from tests.test_e2e import read_run, run_main, run_mains
 
 # One learner thread: 32-unit layers gain nothing from a second one, which only spins against

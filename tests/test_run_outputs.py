@@ -76,7 +76,7 @@ def log_rows(logger):
 
 
 def test_progress_bar_on_a_terminal_plain_lines_otherwise_nothing_when_quiet(tmp_path, capsys):
-    from core.metrics import MetricsLogger
+    from core.run.metrics import MetricsLogger
     columns = ["env_steps", "steps_per_s", "wall_time_s", "train_return", "eval_return"]
 
     log_rows(MetricsLogger(str(tmp_path / "a.csv"), columns, total_steps=100,
@@ -116,7 +116,7 @@ def test_a_sampled_evaluation_is_seeded_and_leaves_the_training_generators_alone
     env-step count (a restored run evaluates alike), torch's global generator untouched (the
     test worker shares the learner's process with --num_workers 0)."""
     import torch
-    from core.evaluator import Evaluator
+    from core.sampling.evaluator import Evaluator
     from core.plugins import PluginSpec
     from options.options import parse_args
 

@@ -19,7 +19,7 @@ from core.types import Trajectory
 from options.options import parse_args
 
 try:
-    from core.replay_buffer import ReplayBatch, Transitions
+    from core.learning.replay_buffer import ReplayBatch, Transitions
 except ImportError:  # the replay buffer is written elsewhere; the same contract, for these tests
     class Transitions(NamedTuple):
         observations: np.ndarray
@@ -34,9 +34,9 @@ except ImportError:  # the replay buffer is written elsewhere; the same contract
         generations: np.ndarray
         weights: np.ndarray
 
-    _module = types.ModuleType("core.replay_buffer")
+    _module = types.ModuleType("core.learning.replay_buffer")
     _module.Transitions, _module.ReplayBatch = Transitions, ReplayBatch
-    sys.modules["core.replay_buffer"] = _module
+    sys.modules["core.learning.replay_buffer"] = _module
 
 from agents.sac_agent import SACAgent  # noqa: E402
 from models.sac import SACModel, tanh_log_prob_correction  # noqa: E402
@@ -496,7 +496,7 @@ def test_bf16_precision_changes_only_the_arithmetic_of_the_update():
 
 
 def test_linear_lr_schedule_scales_every_group_and_constant_keeps_them():
-    from core.learner import Learner
+    from core.learning.learner import Learner
     model = make_model("--sac_lr_schedule", "linear", "--actor_lr", "1e-3", "--critic_lr", "2e-3",
                        "--alpha_lr", "4e-3")
     learner = Learner(model)

@@ -2,10 +2,10 @@
 import numpy as np
 import pytest
 
-from core.learner import Learner, average_gradients
-from core.parameter_server import LearnerWorker, ParameterServer
+from core.learning.learner import Learner, average_gradients
+from core.learning.parameter_server import LearnerWorker, ParameterServer
 from core.plugins import PluginSpec
-from core.replay_buffer import ReplayBuffer, Transitions
+from core.learning.replay_buffer import ReplayBuffer, Transitions
 from options.options import parse_args
 from test_e2e import read_run, run_main
 
@@ -57,11 +57,11 @@ def test_two_learners_give_one_averaged_update_not_the_last_push():
     last_only.apply(results[1].gradients)
     assert any(not np.allclose(averaged[k], v, atol=1e-6)
                for k, v in last_only.get_weights().items())
-    assert server.get_version() == 1
+    assert server.version == 1
 
 
 def test_utd_budget_holds_both_ways():
-    from core.sac_trainer import SACTrainer
+    from core.algos.sac_trainer import SACTrainer
     trainer = SACTrainer.__new__(SACTrainer)
     trainer.args = parse_args(SAC + ["--learning_starts", "100", "--start_steps", "100",
                                      "--utd_ratio", "0.5", "--batch_size", "32"])
@@ -131,7 +131,7 @@ def test_split_batch_learners_make_the_whole_batch_update(monkeypatch):
     one learner on the whole batch. Sampling noise is switched off (a' and the actor's actions
     are then functions of the batch alone) so the two computations can be compared exactly."""
     import torch
-    from core.sac_trainer import split_batch
+    from core.algos.sac_trainer import split_batch
     assert split_batch(256, 2) == [128, 128] and split_batch(10, 3) == [4, 3, 3]
     monkeypatch.setattr(torch, "randn_like", torch.zeros_like)
     spec, spaces = pendulum_spec()
@@ -166,13 +166,13 @@ def test_the_servers_in_place_update_equals_the_numpy_path_and_skips_nan():
     by_numpy.apply(result)
     for name, value in by_numpy.get_weights().items():
         np.testing.assert_allclose(in_place.get_weights()[name], value, rtol=1e-6, atol=1e-7)
-    assert stats["grad_norm"] > 0 and in_place.get_version() == 1
+    assert stats["grad_norm"] > 0 and in_place.version == 1
 
     t = batch.transitions
     bad = batch._replace(transitions=t._replace(rewards=np.full_like(t.rewards, np.nan)))
     before = in_place.get_weights()
     assert in_place.update([bad])[0]["skipped"] == 1.0
-    assert in_place.get_version() == 1
+    assert in_place.version == 1
     for name, value in in_place.get_weights().items():
         np.testing.assert_array_equal(value, before[name])
 
@@ -185,7 +185,7 @@ def test_the_servers_in_place_update_equals_the_numpy_path_and_skips_nan():
     (["--num_workers", "2", "--learner_threads", "4"], 4),
 ])
 def test_learner_threads_auto_gives_a_process_alone_two_threads(monkeypatch, flags, expected):
-    from core.parameter_server import learner_threads
+    from core.learning.parameter_server import learner_threads
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     assert learner_threads(parse_args(SAC + flags)) == expected
     monkeypatch.setattr("os.cpu_count", lambda: 1)   # one CPU: nothing to spread over
@@ -198,8 +198,8 @@ def test_a_rollout_worker_in_the_learners_process_leaves_it_the_learners_threads
     set it back to one thread, so '--learner_threads 2' ran on one."""
     import torch
     from core import process
-    from core.evaluator import Evaluator
-    from core.rollout import RolloutWorker
+    from core.sampling.evaluator import Evaluator
+    from core.sampling.rollout import RolloutWorker
     # As in a fresh process; conftest's one_torch_thread puts the test process back afterwards.
     monkeypatch.setattr(process, "_process_threads", 0)
     spec, spaces = pendulum_spec("--learner_threads", "2")

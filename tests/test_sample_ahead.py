@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from core.envs import EnvFailure
+from core.sampling.envs import EnvFailure
 from core.plugins import PluginSpec
-from core.rollout import RolloutWorker
-from core.sample_ahead import SampleAhead
+from core.sampling.rollout import RolloutWorker
+from core.sampling.sample_ahead import SampleAhead
 from core.types import GradientRequest
 from options.options import parse_args
 from tests.test_e2e import read_run, run_main
@@ -41,9 +41,15 @@ def log_probs_under(worker, weights, observations, actions):
 
 
 def test_a_fragment_sampled_ahead_carries_the_weights_that_acted():
+    from core.types import WEIGHTS_VERSION_KEY
     worker = make_worker()
-    w0 = worker.model.get_weights()
-    w1, w2 = shifted(w0, 0.01), shifted(w0, 0.02)
+    plain = worker.model.get_weights()
+
+    def handed_out(weights, version):  # as a learner hands them out: with their version
+        return {**weights, WEIGHTS_VERSION_KEY: np.asarray(version)}
+
+    w0 = handed_out(plain, 0)
+    w1, w2 = handed_out(shifted(plain, 0.01), 1), handed_out(shifted(plain, 0.02), 2)
     first = worker.collect(w0, 0, 16, None, True)    # sampled now with w0; w0 goes on ahead
     assert first.weights_version == 0
     # the learner asks for gradients meanwhile, on newer weights

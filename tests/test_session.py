@@ -1,4 +1,4 @@
-"""core/session.py and core/eval_runner.py, below main.py: a restore whose trainer fails keeps
+"""core/run/session.py and core/sampling/eval_runner.py, below main.py: a restore whose trainer fails keeps
 its own error; an evaluation whose test worker died is run again on a replacement."""
 import os
 import signal
@@ -8,12 +8,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from core.checkpoint import save_checkpoint
-from core.eval_runner import EvalRunner
+from core.run.checkpoint import save_checkpoint
+from core.sampling.eval_runner import EvalRunner
 from core.faults import Faults
 from core.plugins import PluginSpec, load_plugins
 from core.registry import ConfigError
-from core.session import TrainingSession
+from core.run.session import TrainingSession
 from models.ppo import PPOModel
 from options.options import parse_args
 

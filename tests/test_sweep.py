@@ -1,4 +1,4 @@
-"""Sweeps (core/sweep.py, core/sweep_spec.py): the SPEC's format and its check against the
+"""Sweeps (options/sweep.py, options/sweep_spec.py): the SPEC's format and its check against the
 run's flags (contract), then main.py --tune end to end in subprocesses on tiny CartPole budgets:
 a 2-trial ASHA sweep with a hopeless trial (lr 0) and its outputs, and a sweep interrupted with
 Ctrl-C and continued with --restore."""
@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from core.registry import ConfigError
-from core.sweep import trial_base_argv
-from core.sweep_spec import Dist, check_spec, config_to_argv, flags_given, load_spec
+from options.sweep import trial_base_argv
+from options.sweep_spec import Dist, check_spec, config_to_argv, flags_given, load_spec
 from options.options import flag_actions, parse_args
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -109,7 +109,7 @@ def test_trial_flags_from_sampled_values():
 
 def test_search_space_randint_includes_its_upper_bound():
     pytest.importorskip("ray.tune")
-    from core.sweep_spec import search_space
+    from options.sweep_spec import search_space
     space = search_space({"num_epochs": Dist("randint", [3, 4]), "ent_coef": 0.01})
     assert space["ent_coef"] == 0.01
     draws = {space["num_epochs"].sample() for _ in range(200)}

@@ -1,4 +1,4 @@
-"""core/worker_group.py: results of the healthy, replacement of the dead and the hung, limits;
+"""core/sampling/worker_group.py: results of the healthy, replacement of the dead and the hung, limits;
 and core/faults.py's classification of Ray's errors."""
 import os
 import sys
@@ -9,8 +9,8 @@ import pytest
 import ray.cloudpickle
 
 from core.faults import Faults, RunFailure, actor_died, all_finite, death_inside
-from core.placement import LocalHandle, remote_class
-from core.worker_group import MISSING, WorkerGroup, alive
+from core.distributed.placement import LocalHandle, remote_class
+from core.sampling.worker_group import MISSING, WorkerGroup, alive
 
 # Workers import this module by value (it is not importable from their sys.path).
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -150,10 +150,10 @@ def test_a_ready_member_knows_its_node(ray_session):
 def test_a_replacement_prefers_the_other_node_with_the_most_room(monkeypatch):
     """A worker lost with its node: the replacement is asked onto another live node, the one
     with the most free CPUs, then the fewest members; with no other node, no preference."""
-    import core.worker_group
+    import core.sampling.worker_group
     group, _ = make_group()
     free = {"lost": 2.0, "busy": 0.0, "roomy": 1.0, "also-roomy": 1.0}
-    monkeypatch.setattr(core.worker_group, "free_cpus_per_node", lambda: dict(free))
+    monkeypatch.setattr(core.sampling.worker_group, "free_cpus_per_node", lambda: dict(free))
     for slot, node in enumerate(["busy", "roomy", "roomy"]):
         group.members.append(SimpleNamespace(slot=slot, node_id=node))
     assert group.node_for_replacement("lost") == "also-roomy"
@@ -165,7 +165,7 @@ def test_a_replacement_prefers_the_other_node_with_the_most_room(monkeypatch):
 
 
 def test_free_cpus_per_node_on_this_machine(ray_session):
-    from core.placement import free_cpus_per_node
+    from core.distributed.placement import free_cpus_per_node
     free = free_cpus_per_node()
     assert list(free) == [ray.get_runtime_context().get_node_id()]
     assert 0 <= free[ray.get_runtime_context().get_node_id()] <= 2
@@ -173,7 +173,7 @@ def test_free_cpus_per_node_on_this_machine(ray_session):
 
 def test_the_node_of_an_actor_that_died_while_starting_is_known(ray_session):
     """A member lost before it was ready: its node comes from Ray's actor table."""
-    from core.placement import actor_node
+    from core.distributed.placement import actor_node
     group, _ = make_group(fail_on_start=True)
     member = group.add(0)
     end = time.time() + 60

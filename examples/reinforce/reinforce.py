@@ -4,8 +4,8 @@
 
 Three registrations: a model that names its loop (``trainer = "reinforce"``), the agent that
 turns a fragment into the policy-gradient estimate, and the loop itself, a subclass of
-core.trainer.Trainer. The loop uses ddrl's own pieces, so it gets what the built-in loops get:
-a rollout worker (core/rollout.py) in a worker group that replaces it if it dies, the test
+core.algos.trainer.Trainer. The loop uses ddrl's own pieces, so it gets what the built-in loops get:
+a rollout worker (core/sampling/rollout.py) in a worker group that replaces it if it dies, the test
 worker's evaluation schedule, metrics.csv / TensorBoard / the learning-curve plot, checkpoints
 and --restore. It runs its one worker in this process (``--num_workers`` is ignored).
 """
@@ -15,13 +15,13 @@ import torch
 from agents import register_agent
 from agents.base import OnPolicyAgent
 from agents.default_agent import as_model_input, compute_gae
-from core.eval_runner import EvalRunner
-from core.learner import Learner
-from core.rollout import make_rollout_worker
-from core.trainer import Trainer
-from core.trainers import register_trainer
+from core.sampling.eval_runner import EvalRunner
+from core.learning.learner import Learner
+from core.sampling.rollout import make_rollout_worker
+from core.algos.trainer import Trainer
+from core.algos.trainers import register_trainer
 from core.types import GradientRequest, GradientResult
-from core.worker_group import MISSING, WorkerGroup
+from core.sampling.worker_group import MISSING, WorkerGroup
 from models import register_model
 from models.ppo import PPOModel
 from core.argtypes import unit_interval
@@ -114,7 +114,7 @@ class ReinforceTrainer(Trainer):
         while True:
             iteration += 1
             worker = self.group.members[0]
-            weights, version = self.learner.get_weights(), self.learner.version
+            weights, version = self.learner.weights_for_workers(), self.learner.version
             stats = self.group.take(self.group.submit(
                 worker, "collect", weights, version, self.args.rollout_steps,
                 self.obs_statistics()))
@@ -127,7 +127,7 @@ class ReinforceTrainer(Trainer):
             if result is MISSING or self.learner.apply(result.gradients) is None:
                 self.faults.update_skipped("lost or not finite", self.run.env_steps)
             eval_result = self.evaluations.poll(
-                lambda: (self.learner.get_weights(), self.learner.version),
+                lambda: (self.learner.weights_for_workers(), self.learner.version),
                 self.obs_statistics())
             returns = stats.episode_returns
             row = {"iteration": iteration, "updates": self.learner.version,
@@ -141,11 +141,7 @@ class ReinforceTrainer(Trainer):
             self.run.record_eval(last)
 
     def checkpoint_state(self):
-        return (self.learner.get_weights(), self.learner.optimizer.state_dict(),
-                self.learner.version)
+        return self.learner.state()
 
     def restore(self, weights, optimizer_state, updates):
-        self.model.set_weights(weights)
-        if optimizer_state is not None:
-            self.learner.optimizer.load_state_dict(optimizer_state)
-        self.learner.version = int(updates)
+        self.learner.load_state(weights, optimizer_state, updates)

@@ -1,5 +1,5 @@
 """An env that raises now and then, as a simulator binding that loses its connection: a run
-must survive it (core/envs.py rebuilds the env and cuts its episode).
+must survive it (core/sampling/envs.py rebuilds the env and cuts its episode).
 
     python main.py --user_dir tests/plugins --env_name flaky_cartpole --fail_prob 0.001
 """

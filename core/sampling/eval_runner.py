@@ -1,13 +1,13 @@
 """The test worker's schedule, shared by both training loops: one evaluation at a time at
-multiples of --eval_interval env steps, on the test worker (core/evaluator.py) as a Ray actor, or
+multiples of --eval_interval env steps, on the test worker (core/sampling/evaluator.py) as a Ray actor, or
 in this process while Ray is not (yet) up. A test worker that dies is replaced and its
 evaluation run again with the same weights; env errors it survived are counted.
 """
 import ray
 
-from core.evaluator import Evaluator
-from core.placement import LocalRef, Placement
-from core.worker_group import MISSING, WorkerGroup
+from core.sampling.evaluator import Evaluator
+from core.distributed.placement import LocalRef, Placement
+from core.sampling.worker_group import MISSING, WorkerGroup
 
 
 class EvalRunner:

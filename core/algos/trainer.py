@@ -1,12 +1,12 @@
-"""The Trainer base class: what every training loop shares, and the contract core/session.py
+"""The Trainer base class: what every training loop shares, and the contract core/run/session.py
 calls.
 
-A trainer drives one run: it owns the worker groups (core/worker_group.py), the evaluation
-schedule (core/eval_runner.py), the observation normalizer, and its part of checkpoints; the
-session (core/session.py) builds it, restores it, asks it for checkpoint state and calls
-``train()``. The built-in loops are PPO's (core/ppo_trainer.py, gradient-collecting) and SAC's
-(core/sac_trainer.py, Ape-X shape). A plugin brings its own loop by subclassing Trainer and
-registering it (core/trainers.py ``register_trainer``); its model names it (``trainer = "..."``).
+A trainer drives one run: it owns the worker groups (core/sampling/worker_group.py), the evaluation
+schedule (core/sampling/eval_runner.py), the observation normalizer, and its part of checkpoints; the
+session (core/run/session.py) builds it, restores it, asks it for checkpoint state and calls
+``train()``. The built-in loops are PPO's (core/algos/ppo_trainer.py, gradient-collecting) and SAC's
+(core/algos/sac_trainer.py, Ape-X shape). A plugin brings its own loop by subclassing Trainer and
+registering it (core/algos/trainers.py ``register_trainer``); its model names it (``trainer = "..."``).
 
 The contract, in the order the session uses it:
 
@@ -31,13 +31,13 @@ WEIGHTS_VERSION_KEY), a model that loads them keeps it, and what the model compu
   sample entered learning (PPO: the round's first update; SAC: the update count booked when its
   fragment reached the replay buffer); the mean over the row's samples.
 """
-from core.normalizer import ObsNormalizer
+from core.learning.normalizer import ObsNormalizer
 
 
 class Trainer:
     #: metrics.csv's columns, in order
     metric_columns = ()
-    #: learning can start in this process before Ray is up (core/session.py starts it in the
+    #: learning can start in this process before Ray is up (core/run/session.py starts it in the
     #: background)
     starts_without_ray = False
     #: the agent contract this loop calls (agents/base.py); the session refuses another kind
@@ -50,12 +50,12 @@ class Trainer:
     def __init__(self, args, spec, plugins, spaces, run, faults, ray_starter=None):
         """``spec``: the plugin names and flags workers rebuild the plugins from
         (core/plugins.py); ``plugins``: the classes; ``spaces``: (observation space, action
-        space); ``run``: the run's counters, metrics and stop flag (core/run.py); ``faults``:
+        space); ``run``: the run's counters, metrics and stop flag (core/run/context.py); ``faults``:
         the fault counters (core/faults.py); ``ray_starter``: Ray starting in the background,
-        None when the run has no Ray workers (core/placement.py)."""
+        None when the run has no Ray workers (core/distributed/placement.py)."""
         self.args, self.spec, self.plugins, self.spaces = args, spec, plugins, spaces
         self.run, self.faults, self.ray_starter = run, faults, ray_starter
-        #: set by core/session.py: () -> the newest checkpoint as (weights, optimizer state,
+        #: set by core/run/session.py: () -> the newest checkpoint as (weights, optimizer state,
         #: updates, meta, state), or None (for a loop that restores itself in place)
         self.recovery_source = None
         self.obs_normalizer = (ObsNormalizer(spaces[0].shape, clip=args.obs_clip)
@@ -103,7 +103,7 @@ class Trainer:
         raise NotImplementedError
 
     def get_state(self):
-        """The run state besides the learner's, as plain data (core/state.py checks it): by
+        """The run state besides the learner's, as plain data (core/run/state.py checks it): by
         default what evaluating needs (the normalizer)."""
         return self.evaluation_state()
 

@@ -3,7 +3,7 @@ weights_only=True. Written atomically (core/atomic.py: a temporary name, fsync'e
 so a crash leaves the previous one whole.
 
 A file holds "model" (state dict), "optimizer" (state dict), "state" (the run's state as plain
-data, core/state.py: workers' observations, unfinished episodes and RNGs, envs' states, the
+data, core/run/state.py: workers' observations, unfinished episodes and RNGs, envs' states, the
 replay buffer with --checkpoint_buffer), "format_version" and "meta": a JSON string with the
 counters, names, resolved configuration and evaluation results. The metadata is inside the file,
 so a checkpoint and its metadata cannot be paired wrongly. The <file>.json beside it (and
@@ -23,7 +23,7 @@ import torch
 
 from core.atomic import atomic_open, atomic_path
 from core.registry import ConfigError
-from core.state import to_payload
+from core.run.state import to_payload
 
 FORMAT_VERSION = 3  # 3: metadata embedded as payload["meta"]; 2: metadata only in <file>.json
 

@@ -5,7 +5,7 @@ its agent computes advantages; then for K epochs x M minibatches, every worker t
 fragment returns the gradient of the loss on its share of the minibatch, the learner averages
 them (weighted by sample count) and applies one optimizer step, and the new weights go back to
 the workers. With equal seeds and data it takes the same steps as one process on the union of
-the data delivered: a worker that dies mid-round just leaves the union (core/worker_group.py
+the data delivered: a worker that dies mid-round just leaves the union (core/sampling/worker_group.py
 replaces it; the replacement joins at a later round).
 
 Start without waiting: with Ray workers, learning begins at once in this process with an
@@ -20,17 +20,17 @@ import ray
 import torch
 
 from agents.base import OnPolicyAgent
-from core.eval_runner import EvalRunner
+from core.sampling.eval_runner import EvalRunner
 from core.faults import all_finite
-from core.learner import Learner, average_gradients
-from core.placement import Placement
+from core.learning.learner import Learner, average_gradients
+from core.distributed.placement import Placement
 from core.registry import ConfigError
-from core.rollout import make_rollout_worker
-from core.sample_ahead import SampleAhead
-from core.trainer import Trainer
-from core.trainers import register_trainer
+from core.sampling.rollout import make_rollout_worker
+from core.sampling.sample_ahead import SampleAhead
+from core.algos.trainer import Trainer
+from core.algos.trainers import register_trainer
 from core.types import GradientRequest
-from core.worker_group import WorkerGroup
+from core.sampling.worker_group import WorkerGroup
 
 METRIC_COLUMNS = [
     "iteration", "env_steps", "wall_time_s", "steps_per_s", "updates", "train_return",
@@ -85,7 +85,7 @@ class PPOTrainer(Trainer):
     """Gradient-collecting PPO: workers collect fragments and compute minibatch gradients, the
     learner averages and applies them, lock-step rounds (the module's docstring)."""
     metric_columns = METRIC_COLUMNS
-    #: learning can start before Ray is up (core/session.py starts it in the background)
+    #: learning can start before Ray is up (core/run/session.py starts it in the background)
     starts_without_ray = True
     agent_kind = OnPolicyAgent
 
@@ -100,7 +100,7 @@ class PPOTrainer(Trainer):
         torch.manual_seed(args.seed)
         self.model = plugins.model_cls(args, *spaces)
         # The learner stays on the CPU: its optimizer step takes ~0.1 ms; the workers compute
-        # the gradients, on their GPU shares if any (core/devices.py).
+        # the gradients, on their GPU shares if any (core/distributed/devices.py).
         self.learner = Learner(self.model)
         self.learner_gradients = None
         if args.grad_workers == 0:
@@ -355,7 +355,7 @@ class PPOTrainer(Trainer):
         groups = self.pool(delivered)
         members = list(groups)
         stats, grad_norms, gradient_lags = [], [], []
-        # Policy lag (one meaning in both loops, core/trainer.py): updates between the weights
+        # Policy lag (one meaning in both loops, core/algos/trainer.py): updates between the weights
         # that acted each fragment (the version its model really held) and the learner's when
         # the fragment enters learning, here this round's first update; sample-weighted.
         policy_lags = [float(np.average([self.learner.version - r.weights_version
@@ -429,7 +429,7 @@ class PPOTrainer(Trainer):
         """Nothing runs between rounds: the loop is lock-step."""
 
     def get_state(self):
-        """The states of the workers that are up (core/rollout.py:RolloutWorker.get_state),
+        """The states of the workers that are up (core/sampling/rollout.py:RolloutWorker.get_state),
         by slot, and the observation normalizer."""
         own = ({"learner_agent": self.learner_gradients.agent.get_state()}
                if self.learner_gradients is not None else {})
@@ -457,14 +457,10 @@ class PPOTrainer(Trainer):
 
     def restore(self, weights, optimizer_state, updates):
         """Continue from a checkpoint: the learner's weights, optimizer state and version."""
-        self.model.set_weights(weights)
-        if optimizer_state is not None:
-            self.learner.optimizer.load_state_dict(optimizer_state)
-        self.learner.version = int(updates)
+        self.learner.load_state(weights, optimizer_state, updates)
 
     def checkpoint_state(self):
-        return (self.learner.get_weights(), self.learner.optimizer.state_dict(),
-                self.learner.version)
+        return self.learner.state()
 
     def worker_groups(self):
         return [self.group]

@@ -5,7 +5,7 @@ in-flight work is dropped). Members may join and leave while a run goes on.
 
 After RLlib's env runner group and actor manager (restart failed runners, go on with the healthy
 ones) and Sample Factory's runners. A member can also live in this process (``local=True``, a
-``core.placement.LocalHandle``): its calls run at submission and cannot die without the driver.
+``core.distributed.placement.LocalHandle``): its calls run at submission and cannot die without the driver.
 """
 import time
 from dataclasses import dataclass, field
@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Optional
 import ray
 
 from core.faults import RunFailure, actor_died, short_error
-from core.placement import LocalHandle, LocalRef, actor_node, free_cpus_per_node
+from core.distributed.placement import LocalHandle, LocalRef, actor_node, free_cpus_per_node
 
 MISSING = object()          # what ``take`` returns for work lost with its worker
 START_FAILURES_IN_A_ROW = 3  # a slot whose replacements keep dying while starting is a bug

@@ -8,7 +8,7 @@ bug), applies them, and hands out the weights with their version number. With a 
 learner (--num_learners 1) the server computes the gradients itself (``update``): the weights
 then never travel per update, only when a rollout or test worker asks for them.
 
-GPUs (core/devices.py): whichever of the two computes the gradients (the server with one
+GPUs (core/distributed/devices.py): whichever of the two computes the gradients (the server with one
 learner, the learner workers with several) holds its model on the GPU it was given; gradients,
 weights, TD errors and optimizer state leave it as CPU numpy arrays or tensors.
 """
@@ -17,9 +17,9 @@ import os
 import numpy as np
 import torch
 
-from core.devices import device_info, gpu_plan, resolve_device, to_cpu
+from core.distributed.devices import device_info, gpu_plan, resolve_device, to_cpu
 from core.faults import all_finite
-from core.learner import Learner, average_gradients
+from core.learning.learner import Learner, average_gradients
 from core.plugins import load_plugins
 from core.process import setup_process
 
@@ -51,10 +51,10 @@ class ParameterServer:
         self.group = None  # with --learner_sync allreduce: this process's AllreduceGroup
 
     def join_group(self, path, rank, shares):
-        """Join the allreduce learner group (core/allreduce.py) as ``rank`` (0: this is the
+        """Join the allreduce learner group (core/learning/allreduce.py) as ``rank`` (0: this is the
         parameter server, else a replica of it); every rank then holds rank 0's weights and
         draws its own sampling noise."""
-        from core.allreduce import AllreduceGroup
+        from core.learning.allreduce import AllreduceGroup
         self.group = AllreduceGroup(path, rank, shares)
         self.group.broadcast_model(self.model)
         torch.manual_seed(self.seed + 1000 * int(rank))
@@ -67,9 +67,6 @@ class ParameterServer:
     def get_weights(self):
         """The weights for rollout, learner and test workers, carrying their version."""
         return self.learner.weights_for_workers()
-
-    def get_version(self):
-        return self.learner.version
 
     def device_info(self):
         return device_info(self.device)
@@ -141,14 +138,12 @@ class ParameterServer:
         return to_cpu(self.learner.optimizer.state_dict())
 
     def state(self):
-        return self.learner.get_weights(), self.optimizer_state(), self.learner.version
+        weights, _, version = self.learner.state()
+        return weights, self.optimizer_state(), version
 
     def load_state(self, weights, optimizer_state=None, version=0):
         """Continue from saved state (a checkpoint's model and optimizer state dicts)."""
-        self.model.set_weights(weights)
-        if optimizer_state is not None:
-            self.learner.optimizer.load_state_dict(optimizer_state)
-        self.learner.version = int(version)
+        self.learner.load_state(weights, optimizer_state, version)
         return self.learner.version
 
 

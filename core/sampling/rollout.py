@@ -12,13 +12,13 @@ from concurrent.futures import wait as futures_wait
 import numpy as np
 import torch
 
-from core.devices import gpu_plan, gpu_plan_for, learning_model, resolve_device
-from core.envs import EnvGroup
-from core.normalizer import Moments, normalize
-from core.placement import resolve
+from core.distributed.devices import gpu_plan, gpu_plan_for, learning_model, resolve_device
+from core.sampling.envs import EnvGroup
+from core.learning.normalizer import Moments, normalize
+from core.distributed.placement import resolve
 from core.plugins import load_plugins
 from core.process import setup_process
-from core.state import generator_state, set_generator_state
+from core.run.state import generator_state, set_generator_state
 from core.types import RolloutStats, Trajectory
 
 
@@ -30,7 +30,7 @@ def worker_seeds(seed, worker_index, num_envs):
 
 class RolloutWorker:
     def __init__(self, spec, worker_index=0, generation=0):
-        """``generation`` counts replacements of this worker slot (core/worker_group.py): a
+        """``generation`` counts replacements of this worker slot (core/sampling/worker_group.py): a
         replacement draws other seeds than the worker it replaces (never the same episodes
         again) and takes no share of the random warm-up (that is done)."""
         args = spec.args
@@ -44,12 +44,12 @@ class RolloutWorker:
                              placement=args.env_placement, worker_index=worker_index)
         self.model = plugins.model_cls(args, self.envs.observation_space, self.envs.action_space)
         # Acting stays on the CPU; the agent learns on this worker's GPU share, if it has one
-        # (core/devices.py: PPO's workers compute the gradients).
+        # (core/distributed/devices.py: PPO's workers compute the gradients).
         device = resolve_device(gpu_plan(args, plugins.model_cls.trainer).rollout_worker_gpus,
                                 f"rollout worker {worker_index}")
         self.agent = plugins.agent_cls(args, learning_model(self.model, device),
                                        seed=seed + worker_index)
-        # Guarded like every reset (core/envs.py): an env that raises here is rebuilt; the
+        # Guarded like every reset (core/sampling/envs.py): an env that raises here is rebuilt; the
         # errors are reported with the first fragment's stats.
         self.observations = self.envs.reset()
         num_envs = len(self.envs)
@@ -95,7 +95,7 @@ class RolloutWorker:
         raw ones. With ``export``, the stats carry the agent's data of the fragment
         (``RolloutStats.data``) for a gradient worker to compute on (``absorb``).
 
-        A step whose env raised (core/envs.py rebuilt it) is kept as an invalid cut
+        A step whose env raised (core/sampling/envs.py rebuilt it) is kept as an invalid cut
         (``Trajectory.valid``): reward 0, truncated, its final observation the one the policy
         saw, so nothing bootstraps across the cut. The step before it, if it did not end its
         episode, becomes truncated at that same observation: the last real transition then
@@ -286,7 +286,7 @@ class RolloutWorker:
 
     # -- checkpoints ---------------------------------------------------------------------------
     def get_state(self):
-        """Where this worker stands between fragments, as plain data (core/state.py): the
+        """Where this worker stands between fragments, as plain data (core/run/state.py): the
         current observations and unfinished episodes, the warm-up left, the RNGs (torch's of
         this process, the action space's, the agent's, the acting model's) and the envs' own states (None when an
         env cannot give one; a restore then starts fresh episodes). A fragment being sampled
@@ -348,10 +348,10 @@ class RolloutWorker:
 
 
 def make_rollout_worker(spec, slot, generation, local, num_cpus=1.0, node=None):
-    """A rollout worker for a core.worker_group.WorkerGroup slot: in this process (a
+    """A rollout worker for a core.sampling.worker_group.WorkerGroup slot: in this process (a
     LocalHandle) or as a Ray actor reserving ``num_cpus`` (on Ray node ``node`` if it has room:
     a replacement's)."""
-    from core.placement import LocalHandle, actor_options, remote_class, spread
+    from core.distributed.placement import LocalHandle, actor_options, remote_class, spread
     if local:
         return LocalHandle(RolloutWorker(spec, slot))
     # SPREAD: on a cluster, workers go to different nodes (one node lost costs the fewest);

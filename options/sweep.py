@@ -4,9 +4,9 @@
         --max_concurrent 2 --scheduler asha --run_dir runs/sweep-cartpole
     python main.py --restore runs/sweep-cartpole          # continue an interrupted sweep
 
-Each trial is a whole ddrl run (core/session.py) in a Tune trial actor, in
+Each trial is a whole ddrl run (core/run/session.py) in a Tune trial actor, in
 RUN_DIR/trials/<trial id>, with the sweep's fixed flags plus the values Tune sampled from the
-SPEC (core/sweep_spec.py). At every evaluation the trial writes a checkpoint and reports
+SPEC (options/sweep_spec.py). At every evaluation the trial writes a checkpoint and reports
 ``eval_return`` against ``env_steps`` to Tune: ASHA stops trials that trail at a rung, PBT copies
 a better trial's checkpoint and perturbs the SPEC's flags. A trial that Tune restarts (resume,
 PBT) continues from its checkpoint with ddrl's exact resume.
@@ -24,7 +24,7 @@ import sys
 import time
 
 from core.registry import ConfigError
-from core.sweep_spec import (SWEEP_SWITCHES, SWEEP_VALUE_FLAGS, Dist, check_spec, config_to_argv,
+from options.sweep_spec import (SWEEP_SWITCHES, SWEEP_VALUE_FLAGS, Dist, check_spec, config_to_argv,
                              flags_given, load_spec, mutations, search_space)
 
 METRIC = "eval_return"
@@ -80,7 +80,7 @@ def run_trial(config, base_argv, sweep_dir, pbt):
     train, report at every evaluation."""
     from ray import tune
 
-    from core.session import TrainingSession
+    from core.run.session import TrainingSession
     from options.options import flag_actions, parse_args
     start_time = time.time()
     trial_id = tune.get_context().get_trial_id()
@@ -172,7 +172,7 @@ class Sweep:
             self.start_directory(argv, spec_path)
         # A trial's own process (learner, evaluator, in-process worker) reserves
         # --cpus_per_trial, each of its rollout workers one more, as bundles of one placement
-        # group: ddrl's actors are placed inside it (core/placement.py near_driver).
+        # group: ddrl's actors are placed inside it (core/distributed/placement.py near_driver).
         self.bundles = [{"CPU": float(args.cpus_per_trial or 1.0)}] + \
             [{"CPU": 1.0}] * self.max_workers()
         self.cpus_per_trial = sum(b["CPU"] for b in self.bundles)
@@ -189,7 +189,7 @@ class Sweep:
                               f"{self.sweep_dir}.")
         os.makedirs(self.sweep_dir, exist_ok=True)
         shutil.copyfile(spec_path, os.path.join(self.sweep_dir, "spec.yaml"))
-        from core.metrics import write_json
+        from core.run.metrics import write_json
         saved = [t for t in argv]
         if self.args.run_dir is None:  # --restore must find the same directory again
             saved += ["--run_dir", self.sweep_dir]
@@ -206,7 +206,7 @@ class Sweep:
             raise ConfigError(f"--tune needs Ray Tune and Optuna: `pip install -r "
                               f"requirements.txt` (or `make setup`) installs them ({exc}).") \
                 from None
-        from core.placement import start_ray
+        from core.distributed.placement import start_ray
         import ray
         start_ray(self.args)
         try:
@@ -310,7 +310,7 @@ class Sweep:
         best = self.best(rows)
         if best is not None:
             self.write_best(best)
-        from core.plots import plot_sweep
+        from core.run.plots import plot_sweep
         plot_sweep(os.path.join(self.sweep_dir, "sweep.png"), rows, best)
         print(self.final_table(rows, best), flush=True)
         if interrupted:

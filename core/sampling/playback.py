@@ -1,7 +1,7 @@
 """--evaluate PATH: the returns of a saved model; --record_video DIR: episodes as GIFs.
 
 Runs in this process, without Ray: the checkpoint's weights go into the model its run trained
-(the plugins and flags come from the checkpoint's configuration, core/checkpoint.py), then
+(the plugins and flags come from the checkpoint's configuration, core/run/checkpoint.py), then
 --eval_episodes deterministic episodes run on fresh envs, as the test worker runs them.
 Videos come from the env's rgb_array rendering (gymnasium's render_mode="rgb_array"), written
 as animated GIFs with Pillow at the env's own frame rate.
@@ -11,13 +11,13 @@ import os
 import numpy as np
 
 from core.atomic import atomic_path
-from core.checkpoint import check_model_fits, checkpoint_path, load_for_restore
-from core.envs import to_env_action
-from core.evaluator import EVAL_SEED_OFFSET, Evaluator
-from core.normalizer import ObsNormalizer, normalize
+from core.run.checkpoint import check_model_fits, checkpoint_path, load_for_restore
+from core.sampling.envs import to_env_action
+from core.sampling.evaluator import EVAL_SEED_OFFSET, Evaluator
+from core.learning.normalizer import ObsNormalizer, normalize
 from core.plugins import PluginSpec, load_plugins, make_env
 from core.registry import ConfigError
-from core.state import from_payload
+from core.run.state import from_payload
 
 
 def saved_model_path(path):

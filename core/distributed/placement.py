@@ -12,8 +12,8 @@ import threading
 import numpy as np
 import ray
 
-from core import loopback
-from core.devices import check_cluster_gpus
+from core.distributed import loopback
+from core.distributed.devices import check_cluster_gpus
 from core.plugins import REPO_ROOT
 from core.registry import ConfigError
 
@@ -104,9 +104,6 @@ class Placement:
             num_cpus=num_cpus, num_gpus=num_gpus, scheduling_strategy=near_driver())
         ).remote(*args, **kwargs)
 
-    def put(self, value):
-        return LocalRef(value) if self.local else ray.put(value)
-
     def share(self, weights):
         """Weights for many actors. Large ones go into the object store once and travel by
         reference. Small ones travel inline in each call: Ray inlines arguments under 100 KB,
@@ -145,7 +142,7 @@ class Placement:
 
 def spread(node=None):
     """Ray scheduling strategy for rollout workers: SPREAD over the nodes (losing one node then
-    costs the fewest), or ``node`` if it has room (a replacement's: core/worker_group.py picks
+    costs the fewest), or ``node`` if it has room (a replacement's: core/sampling/worker_group.py picks
     it), or the current placement group when there is one (a sweep's trial)."""
     from ray.util.placement_group import get_current_placement_group
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy

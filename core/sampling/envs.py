@@ -3,7 +3,7 @@
 ``--env_placement worker`` (default) runs the wrapper classes inside the rollout worker: a
 CartPole step costs ~7 us and a Ray call ~1.1 ms, so cheap envs must not pay a call per step
 (benchmarks/sampling.py measures both placements). ``--env_placement actor`` puts the envs in
-Ray actors of their own, ``--envs_per_actor`` of them per actor (core/env_host.py): one actor
+Ray actors of their own, ``--envs_per_actor`` of them per actor (core/sampling/env_host.py): one actor
 per env for heavy simulators that compute, several for envs that wait (stepped concurrently in
 their host, one call per host and step). The group steps every host at once and waits for all.
 
@@ -17,7 +17,7 @@ import numpy as np
 import ray
 from gymnasium import spaces
 
-from core.env_host import EnvHost
+from core.sampling.env_host import EnvHost
 from core.plugins import make_env
 
 
@@ -113,7 +113,7 @@ class EnvGroup:
 
     # -- guarded calls -------------------------------------------------------------------------
     def _new_host(self, seeds):
-        from core.placement import actor_options, remote_class
+        from core.distributed.placement import actor_options, remote_class
         return remote_class(EnvHost).options(**actor_options(num_cpus=0)).remote(
             self.plugins.env_cls, self.args, seeds)
 

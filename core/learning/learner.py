@@ -103,6 +103,17 @@ class Learner:
         self.version += 1
         return float(norm)
 
+    def state(self):
+        """(weights, optimizer state, version): the learner's part of a checkpoint."""
+        return self.model.get_weights(), self.optimizer.state_dict(), self.version
+
+    def load_state(self, weights, optimizer_state=None, version=0):
+        """Continue from ``state()``'s parts (a checkpoint's model and optimizer state dicts)."""
+        self.model.set_weights(weights)
+        if optimizer_state is not None:
+            self.optimizer.load_state_dict(optimizer_state)
+        self.version = int(version)
+
     def get_weights(self):
         """The model's weights as numpy arrays (checkpoints)."""
         return self.model.get_weights()

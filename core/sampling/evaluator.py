@@ -4,8 +4,8 @@ from the training's)."""
 import numpy as np
 import torch
 
-from core.envs import describe_error, env_failure, fresh_seed, to_env_action
-from core.normalizer import normalize
+from core.sampling.envs import describe_error, env_failure, fresh_seed, to_env_action
+from core.learning.normalizer import normalize
 from core.plugins import load_plugins, make_env
 from core.process import setup_process
 

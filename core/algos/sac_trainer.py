@@ -9,7 +9,7 @@ env steps stay within updates / utd_ratio plus one fragment per worker), so a fa
 slow one use the same number of samples per update.
 
 Faults: a rollout worker, learner worker or the test worker that dies is replaced (its work in
-flight dropped, core/worker_group.py); an update with a NaN or inf loss or gradient is skipped
+flight dropped, core/sampling/worker_group.py); an update with a NaN or inf loss or gradient is skipped
 by the parameter server; when the replay buffer, the parameter server or one of its replicas
 (--learner_sync allreduce) dies, the run restores itself in place from its newest checkpoint
 (the buffer's contents too with --checkpoint_buffer), at most --max_failures times.
@@ -20,18 +20,18 @@ import numpy as np
 import ray
 
 from agents.base import OffPolicyAgent
-from core.allreduce import rendezvous_file
-from core.devices import gpu_plan
-from core.eval_runner import EvalRunner
+from core.learning.allreduce import rendezvous_file
+from core.distributed.devices import gpu_plan
+from core.sampling.eval_runner import EvalRunner
 from core.faults import death_inside, short_error
-from core.parameter_server import LearnerWorker, ParameterServer
-from core.placement import Placement
+from core.learning.parameter_server import LearnerWorker, ParameterServer
+from core.distributed.placement import Placement
 from core.registry import ConfigError
-from core.replay_buffer import PrioritizedReplayBuffer, ReplayBuffer
-from core.rollout import make_rollout_worker
-from core.trainer import Trainer
-from core.trainers import register_trainer
-from core.worker_group import MISSING, WorkerGroup, alive
+from core.learning.replay_buffer import PrioritizedReplayBuffer, ReplayBuffer
+from core.sampling.rollout import make_rollout_worker
+from core.algos.trainer import Trainer
+from core.algos.trainers import register_trainer
+from core.sampling.worker_group import MISSING, WorkerGroup, alive
 from core.argtypes import (auto_or_positive_int, non_negative_float, non_negative_int,
                              positive_float, positive_int)
 
@@ -69,7 +69,7 @@ def add_args(parser):
                             "the parameter server and N - 1 replicas of it each compute their "
                             "rows of every batch and average the gradients among themselves "
                             "(torch.distributed gloo on loopback), each applying the same step "
-                            "(core/allreduce.py). Needs Ray actors (--num_workers 1 or more) "
+                            "(core/learning/allreduce.py). Needs Ray actors (--num_workers 1 or more) "
                             "(default: %(default)s)")
     group.add_argument("--weight_sync_interval", type=positive_int, default=64,
                        help="env steps a rollout worker takes between weight pulls "
@@ -113,12 +113,12 @@ def spawn_core(placement, spec, spaces):
 
 
 def spawn_buffer(placement, spec, spaces):
-    """The replay buffer: numpy arrays only, no GPU (core/devices.py)."""
+    """The replay buffer: numpy arrays only, no GPU (core/distributed/devices.py)."""
     args = spec.args
     observation_space, action_space = spaces
     buffer_cls = PrioritizedReplayBuffer if args.prioritized_replay else ReplayBuffer
     # uint8 pixels are stored as uint8 (a quarter of float32's memory); normalized
-    # observations and everything else as float32 (core/rollout.py makes the same choice).
+    # observations and everything else as float32 (core/sampling/rollout.py makes the same choice).
     pixels = observation_space.dtype == np.uint8 and not getattr(args, "normalize_obs", False)
     buffer_kwargs = dict(observation_dtype=np.uint8 if pixels else np.float32,
                          action_dtype=np.float32, seed=args.seed)
@@ -132,13 +132,13 @@ def spawn_buffer(placement, spec, spaces):
 
 def spawn_server(placement, spec, spaces):
     """The parameter server, with the GPU when it computes the updates itself (one learner;
-    core/devices.py)."""
+    core/distributed/devices.py)."""
     return placement.spawn(ParameterServer, spec, *spaces, num_cpus=0,
                            num_gpus=gpu_plan(spec.args, "sac").parameter_server_gpus)
 
 
 def spawn_learner(placement, spec, spaces, slot):
-    """A learner worker, with its share of the GPUs when there are several (core/devices.py)."""
+    """A learner worker, with its share of the GPUs when there are several (core/distributed/devices.py)."""
     return placement.spawn(LearnerWorker, spec, *spaces, slot, num_cpus=0,
                            num_gpus=gpu_plan(spec.args, "sac").learner_worker_gpus)
 
@@ -198,7 +198,7 @@ class SACTrainer(Trainer):
         self.steps_per_env = max(1, args.weight_sync_interval // args.num_envs_per_worker)
         self.fragment = self.steps_per_env * args.num_envs_per_worker
         self.updates_done = 0
-        # (self.recovery_source, set by core/session.py, is read when the buffer or the
+        # (self.recovery_source, set by core/run/session.py, is read when the buffer or the
         # server must be rebuilt.) Replay holds observations as the policy saw them (normalized
         # with the statistics of their fragment), as RLlib's MeanStdFilter does.
         self.restored_replay_size = 0

@@ -2,20 +2,20 @@
 
 A model names the loop that drives it (``BaseModel.trainer``). The built-in loops (``ppo``,
 ``sac``) are registered when this registry is first asked for one; a plugin registers its own
-with ``@register_trainer("name")`` on a subclass of core.trainer.Trainer, in a ``--user_dir``
+with ``@register_trainer("name")`` on a subclass of core.algos.trainer.Trainer, in a ``--user_dir``
 file (or its trainers/ subfolder), and its model sets ``trainer = "name"``.
 """
 import importlib
 
 from core.registry import ConfigError, Registry, unknown_name_message
-from core.trainer import Trainer
+from core.algos.trainer import Trainer
 
 TRAINER_REGISTRY = Registry("trainer", base_class=Trainer)
 register_trainer = TRAINER_REGISTRY.register
 
 # Imported on first use, not here: they import Ray and torch, which `-h` and option errors
 # do not need until a model names its loop.
-BUILTIN_TRAINER_MODULES = ("core.ppo_trainer", "core.sac_trainer")
+BUILTIN_TRAINER_MODULES = ("core.algos.ppo_trainer", "core.algos.sac_trainer")
 
 
 def trainer_class(name, model_cls=None):
@@ -28,7 +28,7 @@ def trainer_class(name, model_cls=None):
             f"{who} asks for training loop {name!r} (its class attribute `trainer`), which is "
             f"not registered. " + unknown_name_message("trainer", name, TRAINER_REGISTRY.names())
             .replace(" (--trainer_name)", "")
-            + " Register one with @register_trainer(name) from core.trainers.")
+            + " Register one with @register_trainer(name) from core.algos.trainers.")
     return TRAINER_REGISTRY.get(name)
 
 

@@ -6,7 +6,7 @@ A host takes the actions of all its envs in one call, steps them concurrently in
 env that waits on its simulator, a socket or a sleep releases the GIL, so K such envs overlap
 their waits), resets the ones whose episode ended in the same call, and answers with every
 env's outcome. An env's exception is one of those outcomes, never the host's: the other envs'
-results stand (core/envs.py rebuilds the env that raised, here in its host).
+results stand (core/sampling/envs.py rebuilds the env that raised, here in its host).
 """
 from concurrent.futures import ThreadPoolExecutor
 

@@ -4,8 +4,8 @@ import time
 
 import ray
 
-from core.metrics import MetricsLogger, TensorBoardLogger, write_json
-from core.plots import LearningCurves
+from core.run.metrics import MetricsLogger, TensorBoardLogger, write_json
+from core.run.plots import LearningCurves
 
 #: Flags that concern one process, not the run: left out of the configuration a run saves
 #: (config.yaml, checkpoints), so that re-running or restoring it does not repeat them.

@@ -15,7 +15,7 @@ The decision, and why:
   fragments, so they share the GPUs for that; acting stays on the CPU (a batched forward pass
   of a few envs per step is cheaper there than a copy to the device and back). The driver's
   learner only averages gradients and takes an optimizer step (~0.1 ms): it stays on the CPU.
-  A plugin's own loop (core/trainers.py) gets this plan too: its rollout workers hold the GPU
+  A plugin's own loop (core/algos/trainers.py) gets this plan too: its rollout workers hold the GPU
   shares.
 
 Sharing: one process computes on one device (nothing here splits a model over GPUs), so an

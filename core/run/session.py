@@ -12,17 +12,17 @@ import time
 
 import torch
 
-from core.checkpoint import CheckpointManager, check_model_fits, load_checkpoint
-from core.devices import check_local_gpus
+from core.run.checkpoint import CheckpointManager, check_model_fits, load_checkpoint
+from core.distributed.devices import check_local_gpus
 from core.faults import Faults, short_error
-from core.metrics import atomic_write_text
-from core.placement import RayStarter
+from core.run.metrics import atomic_write_text
+from core.distributed.placement import RayStarter
 from core.plugins import PluginSpec, load_plugins, make_env
 from core.process import setup_process
 from core.registry import ConfigError
-from core.run import RUN_ONLY_KEYS, RunContext
-from core.state import from_payload
-from core.trainers import check_agent_kind, trainer_class
+from core.run.context import RUN_ONLY_KEYS, RunContext
+from core.run.state import from_payload
+from core.algos.trainers import check_agent_kind, trainer_class
 
 # While PPO learns in this process, Ray's processes start at this niceness: on 2 cores the
 # first round came 1.4 s sooner (5.6-6.1 s against 6.8-8.0 s after process start) and the
@@ -132,17 +132,17 @@ class TrainingSession:
         requested = getattr(self.args, "sac_precision", None)
         if requested is None:
             return ""
-        from core.devices import resolve_precision
+        from core.distributed.devices import resolve_precision
         device = "cuda" if self.args.num_gpus else "cpu"
         chosen = resolve_precision(requested, device)
-        from core.parameter_server import learner_threads
+        from core.learning.parameter_server import learner_threads
         threads = learner_threads(self.args)
         return (f", update in {chosen}" + (" (auto)" if requested == "auto" else "")
                 + f" on {threads} thread{'s' if threads != 1 else ''}")
 
     def check_gpus(self):
         """A local run may ask only for GPUs torch sees here. With --address the cluster's GPUs
-        count instead: core/placement.py checks them once joined."""
+        count instead: core/distributed/placement.py checks them once joined."""
         args = self.args
         if args.num_gpus and args.gpu:
             os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, args.gpu))
@@ -211,9 +211,9 @@ class TrainingSession:
 
     def restore(self):
         """Continue from --restore: weights, optimizer state, counters, the workers' episodes
-        and RNGs, evaluation records (core/checkpoint.py). A checkpoint whose tensors do not
+        and RNGs, evaluation records (core/run/checkpoint.py). A checkpoint whose tensors do not
         fit this model is a one-paragraph error; any other error keeps its own message."""
-        from core.checkpoint import load_for_restore
+        from core.run.checkpoint import load_for_restore
         args = self.args
         path, payload, meta = load_for_restore(args.restore, args)
         with torch.random.fork_rng(devices=[]):  # the check must not move the training RNG
