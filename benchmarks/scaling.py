@@ -58,8 +58,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-if HERE not in sys.path:
-    sys.path.insert(0, HERE)
+for path in (HERE, REPO):  # compare.py beside it; core.atomic from the repository
+    if path not in sys.path:
+        sys.path.insert(0, path)
 
 from compare import end_process_group, machine_info  # noqa: E402
 
@@ -393,10 +394,9 @@ def write_results(args, points, where):
     data = dict(harness_cmd=shlex.join([sys.executable] + sys.argv), where=where, step_ms=args.step_ms,
                 seconds=args.seconds, warmup_frac=args.warmup_frac, goals=GOALS, systems=args.system_flags,
                 machine=machine_info(), points=points, markdown=table)
-    tmp = args.out + ".tmp"
-    with open(tmp, "w") as f:
+    from core.atomic import atomic_open  # the repository's one atomic writer
+    with atomic_open(args.out, "w") as f:
         json.dump(data, f, indent=1)
-    os.replace(tmp, args.out)
     return table
 
 
