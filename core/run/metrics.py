@@ -5,7 +5,7 @@ import math
 import os
 import sys
 
-from core.atomic import atomic_write_text  # also imported from here by core/run/session.py
+from core.atomic import atomic_write_text
 
 
 class TensorBoardLogger:

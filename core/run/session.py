@@ -15,7 +15,7 @@ import torch
 from core.run.checkpoint import CheckpointManager, check_model_fits, load_checkpoint
 from core.distributed.devices import check_local_gpus
 from core.faults import Faults, short_error
-from core.run.metrics import atomic_write_text
+from core.atomic import atomic_write_text
 from core.distributed.placement import RayStarter
 from core.plugins import PluginSpec, load_plugins, make_env
 from core.process import setup_process
