@@ -53,6 +53,10 @@ def ddrl(model, agent=None):
 
 DDRL = ddrl("ppo")
 DDRL_SAC = ddrl("sac", "sac_agent")
+# SB3 SAC given exactly the LunarLander preset's hyperparameters (learning rates decaying linearly)
+SB3_SAC_LUNAR_EQUAL = ("{python} benchmarks/sb3_sac.py --env LunarLanderContinuous-v3 --hyperparams ddrl"
+                       " --ddrl_flags '--sac_lr_schedule linear' --target_return {target} --seed {seed}"
+                       " --out_dir {run_dir} --max_steps {max_steps} --eval_freq 10000")
 SUITES = {
     "cartpole": dict(
         target=475, max_steps=None, peer="sb3",
@@ -150,17 +154,13 @@ SUITES = {
             "ddrl-0workers-fp32": DDRL_SAC + " --gym_id LunarLanderContinuous-v3 --num_workers 0"
                                   " --sac_precision fp32 --learner_threads 2 --sac_lr_schedule linear"
                                   " --total_steps {max_steps} --eval_interval 10000",
-            "sb3": "{python} benchmarks/sb3_sac.py --env LunarLanderContinuous-v3 --hyperparams ddrl"
-                   " --ddrl_flags '--sac_lr_schedule linear' --target_return {target} --seed {seed}"
-                   " --out_dir {run_dir} --max_steps {max_steps} --eval_freq 10000 --torch_threads 2",
+            "sb3": SB3_SAC_LUNAR_EQUAL + " --torch_threads 2",
             # one core each, for two runs side by side on a 2-core machine (two invocations at
             # once: --systems ddrl-fp32-1thread in one, sb3-1thread in the other)
             "ddrl-fp32-1thread": DDRL_SAC + " --gym_id LunarLanderContinuous-v3 --num_workers 0"
                                  " --sac_precision fp32 --learner_threads 1 --sac_lr_schedule linear"
                                  " --total_steps {max_steps} --eval_interval 10000",
-            "sb3-1thread": "{python} benchmarks/sb3_sac.py --env LunarLanderContinuous-v3 --hyperparams ddrl"
-                           " --ddrl_flags '--sac_lr_schedule linear' --target_return {target} --seed {seed}"
-                           " --out_dir {run_dir} --max_steps {max_steps} --eval_freq 10000 --torch_threads 1",
+            "sb3-1thread": SB3_SAC_LUNAR_EQUAL + " --torch_threads 1",
             "sb3-zoo": "{python} benchmarks/sb3_sac.py --env LunarLanderContinuous-v3 --target_return {target} --seed {seed}"
                        " --out_dir {run_dir} --max_steps {max_steps} --eval_freq 10000 --torch_threads 2",
         }),
