@@ -1,12 +1,13 @@
-# make run  : create .venv, install pinned requirements, train the default (PPO on CartPole-v1)
-# make test : same set-up, then the test suite
+# make run       : create .venv, install pinned requirements, train the default (PPO on CartPole-v1)
+# make test      : same set-up, then the whole test suite, every tier (what CI runs)
+# make test-fast : same set-up, then the unit and contract tiers only (the edit loop, < 2 min)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.requirements-installed
 ARGS ?=
 
-.PHONY: setup run test clean
+.PHONY: setup run test test-fast clean
 
 setup: $(STAMP)
 
@@ -22,6 +23,9 @@ run: setup
 
 test: setup
 	$(PY) -m pytest -q tests
+
+test-fast: setup
+	$(PY) -m pytest -q -m "unit or contract" tests
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -14,7 +14,10 @@ from test_e2e import read_run, run_main
 from test_faults import actor_pids, finish, metrics_rows, start_main
 from test_sac_loop import SAC, filled_buffer, pendulum_spec
 
+pytestmark = pytest.mark.contract
 
+
+@pytest.mark.unit
 def test_rank_rows_cover_the_batch_once_in_order():
     assert [rank_rows([128, 128], r, 256) for r in range(2)] == [(0, 128), (128, 256)]
     assert [rank_rows([4, 3, 3], r, 10) for r in range(3)] == [(0, 4), (4, 7), (7, 10)]
@@ -70,6 +73,7 @@ def test_allreduce_learners_make_the_whole_batch_update_and_stay_identical(tmp_p
     assert any(not np.allclose(initial[k], v) for k, v in after0.items())
 
 
+@pytest.mark.e2e
 def test_allreduce_needs_learner_processes(tmp_path):
     proc = run_main(*SAC, "--num_workers", "0", "--num_learners", "2", "--learner_sync",
                     "allreduce", "--total_steps", "500", "--run_dir", str(tmp_path / "run"),
@@ -78,6 +82,7 @@ def test_allreduce_needs_learner_processes(tmp_path):
     assert "--learner_sync allreduce" in proc.stderr and "--num_workers 0" in proc.stderr
 
 
+@pytest.mark.chaos
 def test_allreduce_run_survives_a_killed_group_member(tmp_path):
     """Pendulum, 2 Ray workers, a group of 2 allreduce learners: one of the group's two
     ray::ParameterServer processes (the server or its replica: from outside they look alike) is

@@ -14,6 +14,8 @@ from models.encoders import NatureCNN, make_encoder, resolve_encoder
 from options.options import parse_args
 from test_e2e import REPO, read_run, run_main
 
+pytestmark = pytest.mark.unit
+
 PLUGINS = os.path.join(REPO, "tests", "plugins")
 Env = unwrap_actor_class(GymEnv)
 
@@ -183,6 +185,7 @@ def test_crossq_on_pixels_is_a_clear_error():
 
 
 # -- uint8 end to end ----------------------------------------------------------------------------
+@pytest.mark.contract
 def test_a_fragment_and_a_replay_sample_stay_uint8():
     from agents.sac_agent import SACAgent
     from core.plugins import PluginSpec
@@ -206,6 +209,7 @@ def test_a_fragment_and_a_replay_sample_stay_uint8():
     assert sample.transitions.observations.dtype == np.uint8
 
 
+@pytest.mark.e2e
 def test_minus_h_shows_the_atari_and_encoder_flags():
     proc = run_main("--gym_id", "ALE/Breakout-v5", "-h")
     assert proc.returncode == 0, proc.stderr
@@ -214,6 +218,7 @@ def test_minus_h_shows_the_atari_and_encoder_flags():
         assert flag in proc.stdout, flag
 
 
+@pytest.mark.e2e
 def test_ppo_trains_on_breakout_end_to_end_with_a_plugin_cnn_model(tmp_path):
     """The Atari preset with a plugin model on the CNN encoder, through main.py."""
     run_dir = str(tmp_path / "run")
@@ -231,6 +236,7 @@ def test_ppo_trains_on_breakout_end_to_end_with_a_plugin_cnn_model(tmp_path):
     assert "head_width: 128" in config and "clip_range: 0.1" in config
 
 
+@pytest.mark.contract
 def test_an_atari_id_finds_the_atari_preset():
     from options.options import find_preset
     for gym_id in ("ALE/Pong-v5", "ALE/Breakout-v5"):
@@ -241,6 +247,7 @@ def test_an_atari_id_finds_the_atari_preset():
     assert args.clip_range == 0.1 and args.gym_id == "ALE/Pong-v5"
 
 
+@pytest.mark.contract
 def test_a_mujoco_id_finds_the_mujoco_presets():
     for model in ("sac", "ppo"):
         args = parse_args(["--model_name", model, "--gym_id", "Walker2d-v5"])
@@ -271,6 +278,7 @@ def test_mujoco_state_restores_the_episode_exactly():
     assert other.env._elapsed_steps == env.env._elapsed_steps  # the time limit's count too
 
 
+@pytest.mark.contract
 def test_the_readme_sac_plugin_builds_and_steps():
     """tests/plugins/wide_critic_sac.py, the README's SAC-subclass example."""
     from core.registry import import_user_dir

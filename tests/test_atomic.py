@@ -8,6 +8,8 @@ import pytest
 from core import atomic
 from core.atomic import atomic_open, atomic_path, atomic_write_text
 
+pytestmark = pytest.mark.unit
+
 
 def leftovers(directory):
     return [name for name in os.listdir(directory) if ".tmp" in name]

@@ -16,6 +16,8 @@ from core.learning.learner import Learner
 from models.ppo import PPOModel
 from options.options import parse_args, restored_config
 
+pytestmark = pytest.mark.unit
+
 
 def test_save_and_load_round_trip_model_optimizer_and_meta(tmp_path):
     torch.manual_seed(0)
@@ -81,6 +83,7 @@ def test_a_checkpoint_that_runs_code_on_load_is_refused(tmp_path):
     assert marker.exists()
 
 
+@pytest.mark.e2e
 def test_restore_refuses_a_crafted_checkpoint_and_runs_nothing(tmp_path):
     """The same crafted file given to main.py --restore (and --evaluate): a one-paragraph error
     naming it, exit 2, and the payload never ran."""
@@ -135,6 +138,7 @@ def test_manager_last_pt_carries_its_own_meta(tmp_path):
     assert meta["env_steps"] == 20 and payload["model"]["w"].tolist() == [20.0, 20.0]
 
 
+@pytest.mark.contract
 def test_restored_config_reads_the_config_from_the_checkpoint(tmp_path):
     path = tmp_path / "a.pt"
     save_small(path, {"config": {"lr": 0.25, "gym_id": "Pendulum-v1", "restore": "x"}},
@@ -151,6 +155,7 @@ def test_restored_config_reads_the_config_from_the_checkpoint(tmp_path):
     assert restored_config(str(run))["lr"] == 0.75
 
 
+@pytest.mark.contract
 def test_restored_config_errors_name_the_file(tmp_path):
     broken = tmp_path / "broken.pt"
     broken.write_bytes(b"not a torch file")
@@ -169,6 +174,7 @@ def write_format_2(path, meta):
         json.dump({"format_version": 2, **meta}, f)
 
 
+@pytest.mark.contract
 def test_a_format_2_checkpoint_still_loads_with_its_sidecar(tmp_path):
     path = tmp_path / "old.pt"
     write_format_2(path, {"env_steps": 42, "config": {"lr": 0.125, "run_dir": "r"}})
@@ -182,6 +188,7 @@ def test_a_format_2_checkpoint_still_loads_with_its_sidecar(tmp_path):
         restored_config(str(path))
 
 
+@pytest.mark.contract
 def test_a_format_3_file_without_meta_ignores_a_stale_sidecar(tmp_path):
     path = tmp_path / "w.pt"
     save_small(path, {"env_steps": 1})
@@ -224,6 +231,7 @@ def test_check_model_fits_caps_long_lists():
     assert "layer9" not in message
 
 
+@pytest.mark.contract
 def test_evaluate_refuses_a_checkpoint_of_another_model_shape(tmp_path):
     """core/sampling/playback.py uses check_model_fits: a one-paragraph error, not a traceback."""
     from core.sampling.playback import evaluate_saved_model

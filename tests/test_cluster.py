@@ -20,6 +20,8 @@ from tests.test_e2e import REPO, read_run
 from tests.test_faults import (actor_pids, descendants, finish, metrics_rows, process_title,
                                start_main)
 
+pytestmark = pytest.mark.cluster
+
 CLUSTER_PY = os.path.join(REPO, "core", "cluster.py")
 
 
@@ -205,11 +207,13 @@ def test_a_run_spreads_over_the_nodes_and_survives_losing_one(cluster, tmp_path)
     assert summary["best_eval_return"] >= 100, summary
 
 
+@pytest.mark.contract
 def test_the_test_sessions_own_ray_instance_is_on_loopback(ray_session):
     from core.distributed import loopback
     assert loopback.node_addresses() == ["127.0.0.1"]
 
 
+@pytest.mark.e2e
 def test_a_local_run_listens_on_loopback_only(tmp_path):
     """main.py's own Ray instance: every port of its GCS, raylet and workers on 127.0.0.1.
     (--no-elastic_start: Ray starts at once at full priority, not niced beside the driver's

@@ -13,6 +13,8 @@ from models.crossq import BatchRenorm, CrossQModel
 from options.options import parse_args
 from test_e2e import read_run, run_main
 
+pytestmark = pytest.mark.unit
+
 OBS = spaces.Box(-5.0, 5.0, shape=(3,), dtype=np.float32)
 ACT = spaces.Box(-2.0, 2.0, shape=(1,), dtype=np.float32)
 
@@ -185,6 +187,7 @@ def test_td_errors_use_running_statistics_and_leave_them():
     assert torch.equal(model.critic.q1[0].running_mean, before)
 
 
+@pytest.mark.contract
 def test_flags_errors_and_optimizer():
     args = make_args()
     assert (args.actor_lr, args.critic_lr, args.alpha_lr) == (1e-3, 1e-3, 1e-3)
@@ -196,6 +199,7 @@ def test_flags_errors_and_optimizer():
         CrossQModel(make_args("--num_learners", "3"), OBS, ACT)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("placement", [["--num_workers", "0", "--learner_threads", "1"],
                                        ["--num_workers", "1", "--num_cpus", "2"]])
 def test_crossq_runs_end_to_end(tmp_path, placement):

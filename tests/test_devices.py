@@ -16,6 +16,8 @@ from core.distributed.devices import (check_cluster_gpus, check_local_gpus, gpu_
 from core.registry import ConfigError
 from options.options import parse_args
 
+pytestmark = pytest.mark.unit
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -162,6 +164,7 @@ def test_the_model_computes_its_update_in_the_precision_auto_resolves_to(monkeyp
 
 
 # -- the checks of --num_gpus ------------------------------------------------------------------
+@pytest.mark.contract
 def test_a_local_run_asking_for_gpus_torch_cannot_see_is_one_paragraph():
     check_local_gpus(0, 0)
     check_local_gpus(2, 2)
@@ -174,6 +177,7 @@ def test_a_local_run_asking_for_gpus_torch_cannot_see_is_one_paragraph():
         check_local_gpus(1, 0)
 
 
+@pytest.mark.contract
 def test_joining_a_cluster_with_fewer_gpus_than_asked_is_one_paragraph():
     check_cluster_gpus(2, 2.0, "127.0.0.1:6399")
     with pytest.raises(ConfigError) as error:
@@ -183,6 +187,7 @@ def test_joining_a_cluster_with_fewer_gpus_than_asked_is_one_paragraph():
     assert "--num_gpus 0 to 1" in text
 
 
+@pytest.mark.contract
 def test_start_ray_checks_the_joined_clusters_gpus_and_disconnects(monkeypatch):
     from core.distributed import placement
     calls = []
@@ -196,6 +201,7 @@ def test_start_ray_checks_the_joined_clusters_gpus_and_disconnects(monkeypatch):
     assert calls == ["init", "shutdown"]
 
 
+@pytest.mark.contract
 def test_a_session_refuses_gpus_this_cpu_only_torch_cannot_see(monkeypatch):
     from core.run.session import TrainingSession
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)  # a fake device count
@@ -308,6 +314,7 @@ def assert_on_cpu_with_warning(info, role):
     assert "cannot use CUDA" in info["warning"]
 
 
+@pytest.mark.e2e
 def test_one_learner_the_parameter_server_reserves_a_gpu_and_nothing_else_does(placed):
     found = placed["one_learner"]
     assert len(found["server"]["gpu_ids"]) == 1
@@ -317,6 +324,7 @@ def test_one_learner_the_parameter_server_reserves_a_gpu_and_nothing_else_does(p
     assert found["free_gpus"] == 1.0
 
 
+@pytest.mark.e2e
 def test_several_learners_share_the_gpus_and_the_server_stays_on_the_cpu(placed):
     assert placed["two_learners"]["server"] == {"device": "cpu", "gpu_ids": [], "warning": None}
     for case, shared in (("two_learners", False), ("two_learners_one_gpu", True)):
@@ -331,6 +339,7 @@ def test_several_learners_share_the_gpus_and_the_server_stays_on_the_cpu(placed)
     assert placed["two_learners_one_gpu"]["free_gpus"] == 1.0
 
 
+@pytest.mark.e2e
 def test_ppo_rollout_workers_share_the_gpus_for_their_gradients_and_act_on_the_cpu(placed):
     two = placed["ppo_two_workers"]["workers"]
     assert sorted(len(w["gpu_ids"]) for w in two) == [1, 1]

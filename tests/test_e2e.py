@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+pytestmark = pytest.mark.e2e
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUMMARY_KEYS = {"env_steps", "wall_time_s", "best_eval_return", "last_eval_return",
                 "stopped_because"}

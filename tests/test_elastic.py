@@ -17,6 +17,8 @@ from core.sampling.worker_group import WorkerGroup
 from models.ppo import PPOBatch
 from options.options import parse_args
 
+pytestmark = pytest.mark.contract
+
 
 def make_trainer(*flags):
     args = parse_args(["--config", "none", "--num_workers", "0", "--num_epochs", "1",

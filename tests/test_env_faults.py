@@ -20,6 +20,8 @@ from envs import register_env, OBSERVATION
 from models.ppo import PPOModel
 from options.options import parse_args
 
+pytestmark = pytest.mark.unit
+
 PLUGINS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plugins")
 
 
@@ -183,6 +185,7 @@ def truncations(trajectory):
             zip(trajectory.truncated_index, trajectory.truncated_observations)}
 
 
+@pytest.mark.contract
 def test_collect_marks_the_failed_step_invalid_and_cuts_the_episode_before_it(monkeypatch):
     s0, s1 = worker_seeds(0, 0, 2)  # 10000, 10001: starts 0 and 1
     # episodes of 4 steps: env 1 raises at t=4 (right after its episode ended at t=3),
@@ -223,6 +226,7 @@ def test_collect_marks_the_failed_step_invalid_and_cuts_the_episode_before_it(mo
     assert sorted(stats.episode_lengths) == [4, 4] and stats.env_errors == []
 
 
+@pytest.mark.contract
 def test_collect_failure_at_the_first_step_of_a_fragment(monkeypatch):
     (s0,) = worker_seeds(0, 0, 1)
     w, sent = worker({(s0, 4)}, monkeypatch, num_envs=1)
@@ -322,6 +326,7 @@ def evaluator(*flags):
     return Evaluator(PluginSpec("flaky_cartpole", "ppo", "default_agent", args, PLUGINS), 3)
 
 
+@pytest.mark.contract
 def test_evaluator_reruns_an_episode_whose_env_raised():
     clean = evaluator("--fail_prob", "0")
     weights = clean.model.get_weights()
@@ -336,6 +341,7 @@ def test_evaluator_reruns_an_episode_whose_env_raised():
     assert result["eval_length"] == expected["eval_length"]
 
 
+@pytest.mark.contract
 def test_evaluator_stops_after_max_env_errors_for_one_episode():
     broken = evaluator("--fail_always", "--max_env_errors", "3")
     with pytest.raises(EnvFailure, match=r"test worker's env 0 raised 3 times.*--max_env_errors"):
@@ -357,6 +363,7 @@ def wait_for_death(ray, actor, timeout=60):
     raise AssertionError(f"{actor} still answers {timeout} s after ray.kill")
 
 
+@pytest.mark.chaos
 @pytest.mark.parametrize("per_actor", ["1", "2"])
 def test_actor_placement_rebuilds_an_env_actor_that_raised_or_died(ray_session, per_actor):
     """One env actor per env, or one hosting both (--envs_per_actor 2): an env that raises is

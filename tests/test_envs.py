@@ -10,6 +10,8 @@ from core.sampling.rollout import worker_seeds
 from envs import ENV_REGISTRY
 from options.options import parse_args
 
+pytestmark = pytest.mark.unit
+
 GymEnv = unwrap_actor_class(ENV_REGISTRY.get("gym_env"))
 PointMassEnv = ENV_REGISTRY.get("custom_env")
 
@@ -138,6 +140,7 @@ def constant_actions(action_space, num_envs):
     return np.zeros((num_envs, *action_space.shape), dtype=np.float32)
 
 
+@pytest.mark.contract
 @pytest.mark.parametrize("placement", ["worker", "actor", "actor-hosting-2"])
 @pytest.mark.parametrize("env_name, flags", [
     ("custom_env", ["--custom_env_episode_steps", "3"]),      # a plain class

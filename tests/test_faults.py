@@ -15,6 +15,8 @@ from core import cluster
 from core.run.checkpoint import load_checkpoint
 from tests.test_e2e import REPO, read_run, run_mains
 
+pytestmark = pytest.mark.e2e
+
 PLUGINS = os.path.join(REPO, "tests", "plugins")
 
 
@@ -67,6 +69,7 @@ def finish(proc, timeout=300):
 
 
 # -- chaos ---------------------------------------------------------------------------------------
+@pytest.mark.chaos
 def test_ppo_survives_a_sigkilled_rollout_worker(tmp_path):
     """CartPole, 2 Ray workers: one is SIGKILLed at the first round; the round goes on with the
     other, a replacement joins, the run reaches 475 and exits 0. (Killed early: a replacement
@@ -86,6 +89,7 @@ def test_ppo_survives_a_sigkilled_rollout_worker(tmp_path):
     assert int(rows[-1]["workers"]) == 2
 
 
+@pytest.mark.chaos
 def test_sac_survives_killed_workers_and_a_dead_buffer_and_reaches_its_target(tmp_path):
     """Pendulum, 2 Ray workers, 2 learner workers: a rollout worker and a learner worker are
     SIGKILLed (both replaced), then, once metrics.csv counts both replacements and a checkpoint

@@ -13,6 +13,8 @@ from core.types import Trajectory
 from models.ppo import PPOModel
 from options.options import parse_args
 
+pytestmark = pytest.mark.unit
+
 GAMMA, LAM = 0.5, 0.5
 
 

@@ -13,6 +13,8 @@ from models.ppo import PPOModel
 from options.options import parse_args
 from test_e2e import read_run, run_main
 
+pytestmark = pytest.mark.unit
+
 OBS = spaces.Box(-1.0, 1.0, shape=(3,), dtype=np.float32)
 ACT = spaces.Box(-2.0, 2.0, shape=(2,), dtype=np.float32)
 
@@ -110,6 +112,7 @@ def test_loss_log_prob_equals_acting_log_prob_and_features_get_no_noise_gradient
     assert all(p.grad is None for p in model.actor.parameters())
 
 
+@pytest.mark.contract
 def test_errors():
     with pytest.raises(ConfigError, match="Box actions"):
         make_model(action_space=spaces.Discrete(3))
@@ -119,6 +122,7 @@ def test_errors():
         SharedTrunkPPO(args, OBS, ACT)
 
 
+@pytest.mark.e2e
 def test_gsde_runs_end_to_end(tmp_path):
     run_dir = str(tmp_path / "run")
     proc = run_main("--env_name", "gym_env", "--gym_id", "Pendulum-v1", "--model_name", "ppo",

@@ -7,11 +7,14 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import torch
 from gymnasium import spaces
 
 from models.ppo import PPOModel
 from options.options import parse_args
+
+pytestmark = pytest.mark.contract
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -6,8 +6,11 @@ import csv
 import os
 
 import numpy as np
+import pytest
 
 from test_e2e import REPO, run_mains
+
+pytestmark = pytest.mark.e2e
 
 PLUGINS = os.path.join(REPO, "tests", "plugins")
 

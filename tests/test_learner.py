@@ -14,6 +14,8 @@ from core.types import GradientRequest, RolloutStats, Trajectory
 from models.ppo import PPOBatch, PPOModel
 from options.options import parse_args
 
+pytestmark = pytest.mark.unit
+
 OBS = spaces.Box(-1.0, 1.0, shape=(4,), dtype=np.float32)
 ACTION_SPACES = {"discrete": spaces.Discrete(3),
                  "box": spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)}

@@ -2,8 +2,11 @@
 actor call: an elastic start's stand-in worker is handed ray.put weights once the remote
 workers exist (a CNN's weights are too large to inline)."""
 import numpy as np
+import pytest
 
 from core.distributed.placement import LocalHandle, LocalRef, resolve
+
+pytestmark = pytest.mark.contract
 
 
 class Echo:

@@ -11,6 +11,8 @@ from core.sampling.rollout import RolloutWorker
 from test_e2e import run_main
 from test_sac_loop import pendulum_spec
 
+pytestmark = pytest.mark.unit
+
 
 def test_merged_moments_equal_the_moments_of_the_union():
     rng = np.random.default_rng(0)
@@ -37,6 +39,7 @@ def test_merged_moments_equal_the_moments_of_the_union():
     assert np.abs(normalize(x, (mean, var))).max() <= 10.0
 
 
+@pytest.mark.contract
 def test_the_fragment_holds_what_the_policy_saw():
     """Same seed, random warm-up actions (so the trajectories are the same): the normalizing
     worker stores exactly normalize(raw observations) and reports their raw moments."""
@@ -56,6 +59,7 @@ def test_the_fragment_holds_what_the_policy_saw():
     np.testing.assert_allclose(stats.obs_moments.mean, raw.observations.mean(axis=0), rtol=1e-5)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("workers", ["0", "2"])
 def test_normalizer_counts_every_step_and_goes_into_checkpoints(tmp_path, workers):
     import torch

@@ -9,6 +9,8 @@ from core.registry import ConfigError, unwrap_actor_class
 from envs import ENV_REGISTRY
 from options.options import parse_args
 
+pytestmark = pytest.mark.contract
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VENV_PYTHON = os.path.join(REPO_ROOT, ".venv", "bin", "python")
 
@@ -217,6 +219,7 @@ def test_an_agent_without_the_presets_flags_parses_with_config_none(bare_agent_d
 
 
 # -- -h -------------------------------------------------------------------------------------------
+@pytest.mark.e2e
 def test_help_lists_the_chosen_plugins_flags():
     python = VENV_PYTHON if os.path.exists(VENV_PYTHON) else sys.executable
     proc = subprocess.run(

@@ -7,6 +7,8 @@ from core.distributed.placement import INLINE_WEIGHTS_MAX_BYTES, LocalRef, Place
 from core.plugins import REPO_ROOT
 from options.options import parse_args
 
+pytestmark = pytest.mark.unit
+
 
 class Counter:
     def __init__(self, start):
@@ -41,6 +43,7 @@ def captured_init(monkeypatch):
     return calls
 
 
+@pytest.mark.contract
 def test_start_ray_with_address_joins_that_cluster_and_ships_the_code(monkeypatch):
     calls = captured_init(monkeypatch)
     start_ray(parse_args(["--config", "none", "--address", "10.0.0.5:6379"]))
@@ -50,6 +53,7 @@ def test_start_ray_with_address_joins_that_cluster_and_ships_the_code(monkeypatc
     assert "num_cpus" not in kwargs
 
 
+@pytest.mark.contract
 def test_start_ray_without_address_starts_its_own_local_instance(monkeypatch):
     calls = captured_init(monkeypatch)
     start_ray(parse_args(["--config", "none", "--num_cpus", "2"]))
@@ -58,6 +62,7 @@ def test_start_ray_without_address_starts_its_own_local_instance(monkeypatch):
     assert kwargs["num_cpus"] == 2 and kwargs["_node_ip_address"] == "127.0.0.1"
 
 
+@pytest.mark.contract
 def test_start_ray_is_a_no_op_when_ray_is_already_up(monkeypatch):
     calls = []
     monkeypatch.setattr(ray, "is_initialized", lambda: True)
@@ -83,6 +88,7 @@ def test_rollout_workers_reserve_a_share_that_fits_on_the_nodes(nodes, actors, s
         assert sum(int(c / (found + 1e-3)) for c in nodes) < actors
 
 
+@pytest.mark.contract
 @pytest.mark.parametrize("flags, recorded", [([], False), (["--ray_task_events"], True)])
 def test_actors_record_task_events_only_with_the_flag(ray_session, flags, recorded):
     """Off by default: Ray would keep every call's events in the GCS (it grew ~5 MB a minute in

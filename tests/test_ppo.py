@@ -17,6 +17,8 @@ from core.types import GradientRequest
 from models.ppo import PPOBatch, PPOModel
 from options.options import parse_args
 
+pytestmark = pytest.mark.unit
+
 OBS = spaces.Box(-1.0, 1.0, shape=(4,), dtype=np.float32)
 
 
@@ -167,6 +169,7 @@ def test_clip_range_follows_the_linear_schedule():
 
 
 # -- the ratio after one update ----------------------------------------------------------------
+@pytest.mark.contract
 def test_ratio_is_one_on_the_first_minibatch_and_differs_after_an_update():
     args = parse_args(["--config", "none", "--num_workers", "0", "--num_envs_per_worker",
                        "2", "--rollout_steps", "16", "--batch_size", "16", "--seed", "3"])

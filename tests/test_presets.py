@@ -7,6 +7,8 @@ import pytest
 
 from test_e2e import REPO, read_run, run_main
 
+pytestmark = pytest.mark.e2e
+
 PRESETS = sorted(glob.glob(os.path.join(REPO, "configs", "*.yaml")))
 
 
@@ -21,6 +23,7 @@ def test_preset_runs(tmp_path, preset):
     assert summary["env_steps"] >= 600 and rows
 
 
+@pytest.mark.contract
 def test_benchmarks_md_names_every_preset():
     with open(os.path.join(REPO, "BENCHMARKS.md")) as f:
         text = f.read()

@@ -11,6 +11,8 @@ from envs import ENV_REGISTRY
 from models import MODEL_REGISTRY
 from models.base import BaseModel
 
+pytestmark = pytest.mark.contract
+
 
 class Plain:
     pass

@@ -10,6 +10,8 @@ import pytest
 from core.learning.replay_buffer import (MinTree, PrioritizedReplayBuffer, ReplayBuffer, SumTree,
                                 Transitions)
 
+pytestmark = pytest.mark.unit
+
 
 def block(first, n, obs_dim=2, act_dim=1):
     """Transitions number first .. first + n - 1."""

@@ -9,6 +9,8 @@ import torch
 from core.run.checkpoint import load_checkpoint
 from tests.test_e2e import read_run, run_main, run_mains
 
+pytestmark = pytest.mark.e2e
+
 # One learner thread: 32-unit layers gain nothing from a second one, which only spins against
 # whatever else runs on the machine's two cores (--learner_threads auto gives a run without Ray
 # workers two).

@@ -7,6 +7,8 @@ import pytest
 
 from test_e2e import run_mains
 
+pytestmark = pytest.mark.e2e
+
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
@@ -75,6 +77,7 @@ def log_rows(logger):
     logger.close()
 
 
+@pytest.mark.contract
 def test_progress_bar_on_a_terminal_plain_lines_otherwise_nothing_when_quiet(tmp_path, capsys):
     from core.run.metrics import MetricsLogger
     columns = ["env_steps", "steps_per_s", "wall_time_s", "train_return", "eval_return"]
@@ -111,6 +114,7 @@ def test_evaluate_prints_returns_and_record_video_writes_a_gif(cartpole_run, tmp
     assert misplaced.returncode == 2 and "--evaluate" in misplaced.stderr
 
 
+@pytest.mark.contract
 def test_a_sampled_evaluation_is_seeded_and_leaves_the_training_generators_alone():
     """--no-eval_deterministic: actions drawn as in training, the same draws for the same
     env-step count (a restored run evaluates alike), torch's global generator untouched (the

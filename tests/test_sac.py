@@ -41,6 +41,8 @@ except ImportError:  # the replay buffer is written elsewhere; the same contract
 from agents.sac_agent import SACAgent  # noqa: E402
 from models.sac import SACModel, tanh_log_prob_correction  # noqa: E402
 
+pytestmark = pytest.mark.unit
+
 OBS = spaces.Box(-5.0, 5.0, shape=(3,), dtype=np.float32)
 # Asymmetric bounds, so that the rescaling to and from [-1, 1] is exercised.
 ACT = spaces.Box(np.array([-2.0, -0.5], np.float32), np.array([2.0, 1.5], np.float32))

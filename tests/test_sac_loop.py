@@ -9,6 +9,8 @@ from core.learning.replay_buffer import ReplayBuffer, Transitions
 from options.options import parse_args
 from test_e2e import read_run, run_main
 
+pytestmark = pytest.mark.contract
+
 SAC = ["--env_name", "gym_env", "--gym_id", "Pendulum-v1", "--model_name", "sac",
        "--agent_name", "sac_agent", "--config", "none"]
 
@@ -60,6 +62,7 @@ def test_two_learners_give_one_averaged_update_not_the_last_push():
     assert server.version == 1
 
 
+@pytest.mark.unit
 def test_utd_budget_holds_both_ways():
     from core.algos.sac_trainer import SACTrainer
     trainer = SACTrainer.__new__(SACTrainer)
@@ -74,6 +77,7 @@ def test_utd_budget_holds_both_ways():
     assert not trainer.may_collect(env_steps_submitted=248, updates_done=10)
 
 
+@pytest.mark.e2e
 def test_sac_on_discrete_actions_is_a_clear_error(tmp_path):
     proc = run_main("--model_name", "sac", "--agent_name", "sac_agent", "--num_workers", "0",
                     "--run_dir", str(tmp_path / "r"), timeout=60)
@@ -82,6 +86,7 @@ def test_sac_on_discrete_actions_is_a_clear_error(tmp_path):
     assert "SAC" in proc.stderr and "Discrete" in proc.stderr and "ppo" in proc.stderr
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("placement", [
     # One learner thread: 32-unit layers gain nothing from the second that --learner_threads
     # auto gives a run without Ray workers (test_presets runs the Pendulum preset with auto).
@@ -177,6 +182,7 @@ def test_the_servers_in_place_update_equals_the_numpy_path_and_skips_nan():
         np.testing.assert_array_equal(value, before[name])
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("flags, expected", [
     (["--num_workers", "0"], 2),                                   # alone: both cores
     (["--num_workers", "2"], 1),                                   # the workers need a core

@@ -15,6 +15,8 @@ from core.types import GradientRequest
 from options.options import parse_args
 from tests.test_e2e import read_run, run_main
 
+pytestmark = pytest.mark.contract
+
 
 def make_worker(*flags):
     args = parse_args(["--config", "none", "--num_workers", "0", "--num_envs_per_worker", "2",
@@ -109,6 +111,7 @@ def feed(decision, rounds, steps, seconds, eligible=True, start=0.0):
     return now
 
 
+@pytest.mark.unit
 def test_auto_keeps_sampling_ahead_only_when_it_measured_faster():
     faster = SampleAhead("auto", quiet=True, min_rounds=3, min_seconds=1.0)
     assert not faster.active()
@@ -126,6 +129,7 @@ def test_auto_keeps_sampling_ahead_only_when_it_measured_faster():
     assert same.decided() and not same.active()
 
 
+@pytest.mark.unit
 def test_auto_counts_only_rounds_with_every_remote_worker_up():
     decision = SampleAhead("auto", quiet=True, min_rounds=2, min_seconds=0.1)
     now = feed(decision, 10, 100, 0.5, eligible=False)
@@ -137,12 +141,14 @@ def test_auto_counts_only_rounds_with_every_remote_worker_up():
     assert not decision.active()
 
 
+@pytest.mark.unit
 def test_on_and_off_are_decided_from_the_start():
     assert SampleAhead("on").active() and SampleAhead("on").decided()
     assert not SampleAhead("off").active() and SampleAhead("off").decided()
 
 
 # -- end to end ----------------------------------------------------------------------------------
+@pytest.mark.e2e
 def test_ppo_samples_ahead_learns_and_measures_the_lag_it_adds(tmp_path):
     """CartPole, 2 Ray workers sampling ahead: the run reaches 475, and policy_lag measures the
     extra round. The first round's fragments are sampled on the spot, with the weights the

@@ -17,6 +17,8 @@ from core.run.session import TrainingSession
 from models.ppo import PPOModel
 from options.options import parse_args
 
+pytestmark = pytest.mark.contract
+
 
 def test_an_error_during_restore_keeps_its_own_message(tmp_path):
     """Only a checkpoint whose tensors do not fit is "does not fit this model"; an actor dying
@@ -46,6 +48,7 @@ def test_an_error_during_restore_keeps_its_own_message(tmp_path):
         session.restore()
 
 
+@pytest.mark.chaos
 def test_an_evaluation_whose_test_worker_died_is_run_again_on_a_replacement(ray_session):
     args = parse_args(["--config", "none", "--num_workers", "1", "--eval_episodes", "2",
                        "--eval_interval", "100"])

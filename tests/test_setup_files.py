@@ -1,8 +1,13 @@
 """The set-up files agree: requirements.txt and ray.yml pin the same packages; make targets."""
 import os
 import re
+import subprocess
+import sys
 
+import pytest
 import yaml
+
+pytestmark = pytest.mark.contract
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -43,7 +48,40 @@ def test_every_requirement_is_pinned_exactly():
 
 def test_makefile_has_setup_run_and_test_targets():
     targets = set(re.findall(r"^([A-Za-z_][\w\-]*)\s*:(?!=)", read("Makefile"), re.MULTILINE))
-    assert {"setup", "run", "test"} <= targets
+    assert {"setup", "run", "test", "test-fast"} <= targets
+
+
+def collected(*pytest_args):
+    """Node ids pytest collects from tests/test_atari.py (a module of several tiers)."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
+                           "-p", "no:cacheprovider", *pytest_args,
+                           os.path.join(REPO_ROOT, "tests", "test_atari.py")],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return {line.split("::")[1] for line in proc.stdout.splitlines() if "::" in line}
+
+
+def test_a_tier_selects_exactly_its_tests_whatever_the_module_says():
+    """test_atari's module is unit; its two main.py tests are marked e2e: -m unit must not pick
+    them up through the module's mark (tests/conftest.py keeps one tier per test)."""
+    every = collected()
+    e2e = collected("-m", "e2e")
+    fast = collected("-m", "unit or contract")
+    assert e2e == {"test_minus_h_shows_the_atari_and_encoder_flags",
+                   "test_ppo_trains_on_breakout_end_to_end_with_a_plugin_cnn_model"}
+    assert fast == every - e2e and fast
+
+
+def test_a_test_without_a_tier_is_refused(tmp_path):
+    (tmp_path / "conftest.py").write_text(read(os.path.join("tests", "conftest.py")))
+    (tmp_path / "test_untiered.py").write_text("def test_nothing():\n    pass\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
+                           "-p", "no:cacheprovider", "-c", os.path.join(REPO_ROOT, "pytest.ini"),
+                           "--rootdir", str(tmp_path), str(tmp_path)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "test_untiered.py::test_nothing" in proc.stderr + proc.stdout
+    assert "without a tier" in proc.stderr + proc.stdout
 
 
 def test_ci_runs_make_test():

@@ -18,6 +18,8 @@ from options.sweep import trial_base_argv
 from options.sweep_spec import Dist, check_spec, config_to_argv, flags_given, load_spec
 from options.options import flag_actions, parse_args
 
+pytestmark = pytest.mark.contract
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASE = ["--gym_id", "CartPole-v1", "--num_workers", "0"]
 
@@ -130,6 +132,7 @@ def run_main(*flags, timeout=300):
                           capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.e2e
 def test_bad_spec_fails_before_any_trial(tmp_path):
     spec = write_spec(tmp_path, "lr: {uniform: [0.1, 0.2]}\nclip_rnage: {uniform: [0.1, 0.2]}\n")
     out = run_main(*BASE, "--tune", spec, "--run_dir", str(tmp_path / "sweep"))
@@ -165,6 +168,7 @@ def asha_sweep(tmp_path_factory):
     return out, sweep_dir
 
 
+@pytest.mark.e2e
 def test_asha_sweep_runs_both_trials_and_writes_its_outputs(asha_sweep):
     out, sweep_dir = asha_sweep
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
@@ -182,6 +186,7 @@ def test_asha_sweep_runs_both_trials_and_writes_its_outputs(asha_sweep):
     assert args.lr == 0.001 and args.num_workers == 0 and args.gym_id == "CartPole-v1"
 
 
+@pytest.mark.e2e
 def test_asha_stops_the_hopeless_trial_early(asha_sweep):
     out, sweep_dir = asha_sweep
     rows = {float(r["lr"]): r for r in read_csv(sweep_dir / "sweep.csv")}
@@ -193,6 +198,7 @@ def test_asha_stops_the_hopeless_trial_early(asha_sweep):
     assert float(good["best_eval_return"]) > float(hopeless["best_eval_return"])
 
 
+@pytest.mark.e2e
 def test_interrupted_sweep_continues_with_restore(tmp_path):
     spec = write_spec(tmp_path, "lr: {grid: [0.001, 0.0005]}\n")
     sweep_dir = tmp_path / "sweep"

@@ -6,6 +6,8 @@ import pytest
 
 from test_e2e import REPO, read_run, run_main, run_mains
 
+pytestmark = pytest.mark.e2e
+
 PLUGINS = os.path.join(REPO, "examples", "user_plugins")
 CHOSEN = ["--env_name", "noisy_cartpole", "--model_name", "layer_norm_ppo",
           "--agent_name", "scaled_reward_agent"]

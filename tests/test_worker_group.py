@@ -12,6 +12,8 @@ from core.faults import Faults, RunFailure, actor_died, all_finite, death_inside
 from core.distributed.placement import LocalHandle, remote_class
 from core.sampling.worker_group import MISSING, WorkerGroup, alive
 
+pytestmark = pytest.mark.chaos
+
 # Workers import this module by value (it is not importable from their sys.path).
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -78,6 +80,7 @@ def test_a_worker_that_does_not_answer_in_time_is_replaced(ray_session):
     assert member not in group.members and [m.generation for m in group.members] == [1]
 
 
+@pytest.mark.contract
 def test_an_exception_of_the_workers_own_code_is_not_swallowed(ray_session):
     group, faults = ready_group(1)
     member = group.members[0]
@@ -112,6 +115,7 @@ def test_a_constructor_that_keeps_failing_is_a_clear_error_not_an_endless_restar
     assert faults.counts["worker_restarts"] == 2
 
 
+@pytest.mark.contract
 def test_local_members_answer_at_once():
     group, _ = make_group()
     member = group.add(0, local=True)
@@ -142,11 +146,13 @@ def test_fault_classification(ray_session):
     assert all_finite({"a": float("inf"), "b": 1.0}, keys=["b"])
 
 
+@pytest.mark.contract
 def test_a_ready_member_knows_its_node(ray_session):
     group, _ = ready_group(1)
     assert group.members[0].node_id == ray.get_runtime_context().get_node_id()
 
 
+@pytest.mark.unit
 def test_a_replacement_prefers_the_other_node_with_the_most_room(monkeypatch):
     """A worker lost with its node: the replacement is asked onto another live node, the one
     with the most free CPUs, then the fewest members; with no other node, no preference."""
@@ -164,6 +170,7 @@ def test_a_replacement_prefers_the_other_node_with_the_most_room(monkeypatch):
     assert group.node_for_replacement("lost") is None
 
 
+@pytest.mark.contract
 def test_free_cpus_per_node_on_this_machine(ray_session):
     from core.distributed.placement import free_cpus_per_node
     free = free_cpus_per_node()
