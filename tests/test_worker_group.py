@@ -72,6 +72,21 @@ def test_gather_returns_the_healthy_results_and_replaces_a_dead_worker(ray_sessi
     assert group.take(group.submit(replacement[0], "work", 3)) == (1, 3)
 
 
+@pytest.mark.contract
+def test_gather_gives_the_results_in_the_order_of_the_calls_not_of_their_finish(ray_session):
+    """The training loops sum what gather returns (gradients, advantage moments): in the order
+    the calls were made, the sums are the same whichever worker answers first."""
+    group, _ = ready_group(3)
+    members = sorted(group.members, key=lambda m: m.slot)
+    delays = {0: 0.6, 1: 0.0, 2: 0.3}  # slot 1 answers first, slot 0 last
+    calls = {group.submit(m, "work", m.slot, sleep=delays[m.slot]): m for m in members}
+    assert list(group.gather(calls)) == members
+    local = group.add(3, local=True)
+    calls = {group.submit(members[2], "work", 0, sleep=0.3): members[2],
+             group.submit(local, "work", 0): local, group.submit(members[0], "work", 0): members[0]}
+    assert list(group.gather(calls)) == [members[2], local, members[0]]
+
+
 def test_a_worker_that_does_not_answer_in_time_is_replaced(ray_session):
     group, faults = ready_group(1, timeout=0.5)
     member = group.members[0]

@@ -62,6 +62,12 @@ class LearnerGradients:
         return self.agent.fetch_grads(None, request)
 
 
+def slot_order(member):
+    """Remote workers first (their calls overlap with the in-process one's), each kind by slot:
+    the order calls are submitted and results reduced in, the same from round to round."""
+    return (member.local, member.slot)
+
+
 def samples(rollout):
     """Samples a fragment contributes to learning (its valid steps)."""
     return rollout.agent_stats.get("advantage_count", rollout.env_steps)
@@ -129,13 +135,14 @@ class PPOTrainer(Trainer):
             self.ray_starter.ready(timeout=None)
         self.remote_spawned = False
         self.spawn_remote()
+        if self.num_remote and (not args.elastic_start or args.compiled_graph):
+            self.wait_for_every_worker()
         # The test worker moves to Ray together with the rollout workers (the weights are
         # shared for Ray from that round on), not at the moment Ray happens to be up.
         self.evaluations = EvalRunner(spec, run, faults, lambda: self.remote_spawned)
         self.evaluations.prepare()
         # (the graph is a gradient round trip to every worker: not when the learner computes)
         if args.compiled_graph and self.num_remote and self.learner_gradients is None:
-            self.group.poll(timeout=None)
             self.graph = self.compile_graph()
 
     # -- membership --------------------------------------------------------------------------
@@ -157,6 +164,14 @@ class PPOTrainer(Trainer):
             self.group.add(slot)
         if hasattr(self, "evaluations"):
             self.evaluations.prepare()
+
+    def wait_for_every_worker(self):
+        """--no-elastic_start (and a compiled graph, built over every worker): the first round
+        waits until every remote worker is up, a replacement of one that died while starting
+        included. Before, rounds began as soon as one was up, so how many workers the first
+        rounds had, and so the run's data, depended on which process happened to start first."""
+        while not all(m.ready for m in self.group.remote_members()):
+            self.group.poll(timeout=1.0)
 
     def update_membership(self):
         """Start what Ray allows, let in the workers that finished starting (with their saved
@@ -191,7 +206,7 @@ class PPOTrainer(Trainer):
                 self.graph = None
                 self.group.poll(timeout=0)
         calls, own = {}, None
-        for member in sorted(members, key=lambda m: m.local):  # remote first: they overlap
+        for member in sorted(members, key=slot_order):  # remote first: they overlap
             if member is self.learner_gradients:
                 continue
             calls[self.group.submit(member, "fetch_grads", weights, request)] = member
@@ -239,7 +254,7 @@ class PPOTrainer(Trainer):
         ahead = self.sample_ahead.active()
         computing = set(self.planned_grad_workers(members))
         calls = {}
-        for member in sorted(members, key=lambda m: m.local):  # remote first: they overlap
+        for member in sorted(members, key=slot_order):  # remote first: they overlap
             ref = self.group.submit(member, "collect", weights, self.learner.version,
                                     self.args.rollout_steps, self.obs_statistics(),
                                     ahead and not member.local, member not in computing)
@@ -263,8 +278,7 @@ class PPOTrainer(Trainer):
     def planned_grad_workers(self, members):
         """The workers meant to compute this round's gradients: the first by slot, remote
         ones before the in-process stand-in (stable from round to round)."""
-        ordered = sorted(members, key=lambda m: (m.local, m.slot))
-        return ordered[:self.grad_worker_count(members)]
+        return sorted(members, key=slot_order)[:self.grad_worker_count(members)]
 
     def pool(self, delivered):
         """{gradient worker: [the members whose data it computes on]}. The planned gradient

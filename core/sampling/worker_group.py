@@ -137,24 +137,25 @@ class WorkerGroup:
     def gather(self, refs: Dict[Any, Member], timeout: Optional[float] = None
                ) -> Dict[Member, Any]:
         """Wait for every call in ``refs`` (ref -> member) up to the timeout; {member: value}
-        of those that delivered. Members that died or did not answer in time are replaced and
-        their work dropped."""
+        of those that delivered, in the order of ``refs`` whatever order they finished in (so
+        that sums over them, gradients and advantage moments, do not depend on timing).
+        Members that died or did not answer in time are replaced and their work dropped."""
         timeout = self.timeout if timeout is None else timeout
-        results = {}
+        values = {}
         remote = [r for r in refs if not isinstance(r, LocalRef)]
-        for ref, member in refs.items():
+        for ref in refs:
             if isinstance(ref, LocalRef):
-                results[member] = ref.value
+                values[ref] = ref.value
         if remote:
             done, pending = ray.wait(remote, num_returns=len(remote), timeout=timeout)
             for ref in done:
                 value = self.take(ref, refs[ref])
                 if value is not MISSING:
-                    results[refs[ref]] = value
+                    values[ref] = value
             for ref in pending:
                 self.drop([ref])
                 self._failed(refs[ref], f"no answer within {timeout:g} s (--worker_timeout)")
-        return results
+        return {refs[ref]: values[ref] for ref in refs if ref in values}
 
     def hung(self, now: Optional[float] = None) -> List[Any]:
         """Refs of calls older than the timeout (for loops that wait on many kinds of work);
