@@ -18,7 +18,7 @@ import pytest
 from core.cluster import cluster_processes, process_table
 from tests.test_e2e import REPO, read_run
 from tests.test_faults import (actor_pids, descendants, finish, metrics_rows, process_title,
-                               start_main)
+                               rejoined, start_main, stop, worker_counts)
 
 pytestmark = pytest.mark.cluster
 
@@ -127,12 +127,12 @@ def test_every_node_reports_127_0_0_1_and_listens_on_loopback_only(cluster):
     assert addresses and all(a in ("127.0.0.1", "::ffff:127.0.0.1") for a in addresses), addresses
 
 
-def rollout_worker_nodes(port):
-    """{worker pid: its node's raylet pid} for the cluster's rollout workers."""
+def actor_nodes(port, class_name="RolloutWorker"):
+    """{actor pid: its node's raylet pid} for the cluster's actors of ``class_name``."""
     nodes = raylets(port)
     table = process_table()
     return {pid: ppid for pid, (ppid, _) in table.items()
-            if ppid in nodes and process_title(pid).startswith("ray::RolloutWorker")}
+            if ppid in nodes and process_title(pid).startswith(f"ray::{class_name}")}
 
 
 def test_a_sweep_runs_its_trials_on_the_cluster(cluster, tmp_path):
@@ -157,39 +157,68 @@ def test_a_sweep_runs_its_trials_on_the_cluster(cluster, tmp_path):
     assert (sweep_dir / "best.yaml").is_file()
 
 
-def test_a_run_spreads_over_the_nodes_and_survives_losing_one(cluster, tmp_path):
+def first_eval_at_least(rows, target):
+    """(env steps, wall time) of the first row whose evaluation reached ``target``, or None."""
+    for row in rows:
+        if row.get("eval_return") and float(row["eval_return"]) >= target:
+            return int(row["env_steps"]), float(row["wall_time_s"])
+    return None
+
+
+def test_a_run_spreads_over_the_nodes_and_survives_losing_one(cluster, tmp_path,
+                                                               record_property):
     """PPO on a --user_dir env through --address: the 3 rollout workers run on the 3 nodes;
-    one worker node is killed (its raylet and everything under it); the replacement starts on a
-    remaining node, not on the lost one (which Ray's GCS takes seconds to declare dead), joins
-    the rounds, and the run learns on. (A budget of env steps, not CartPole's target: three
-    workers can reach 475 before a replacement has even imported torch.)"""
+    one worker node is killed (its raylet and everything under it) once the first round is
+    logged; the replacement starts on a remaining node, not on the lost one (which Ray's GCS
+    takes seconds to declare dead), joins the rounds (3 workers again after rounds of 2), and
+    the run learns on to an evaluation >= 200 after the loss (random play scores ~20). Then the
+    test stops the run with SIGTERM.
+
+    No target or step budget to race: the run used to end at a budget (49k steps), and where
+    the kill fell decided how far it had learned by then (best evaluations of 146.2 and 164.5
+    in full runs, so the bar had come down from 200 to 100). The test now waits for both
+    events, for up to 400 s. The node lost is neither the head nor the one the driver attached
+    to (where the test worker runs): in 1 of 5 runs under a busy loop the test worker died with
+    it, its raylet gone."""
     address, port, home = cluster
     head_raylet = min(raylets(port))  # the head's started first
     run_dir = str(tmp_path / "run")
     proc = start_main("--address", address, "--user_dir", os.path.join(REPO, "examples",
                       "user_plugins"), "--env_name", "noisy_cartpole", "--num_workers", "3",
-                      "--seed", "1", "--total_steps", "49152", "--target_return", "none",
+                      "--seed", "1", "--total_steps", "100000000", "--target_return", "none",
                       "--run_dir", run_dir, "--quiet", "--no-tensorboard",
                       "--no-elastic_start",  # learning starts on the nodes
                       env=driver_env(home))
     victim, survivors, replacements, killed_at_row = None, None, {}, None
     deadline = time.time() + 400
-    while proc.poll() is None and time.time() < deadline:
-        placed = rollout_worker_nodes(port)
-        rows = metrics_rows(run_dir)
-        if victim is None and len(set(placed.values())) == 3 and len(rows) >= 1:
-            victim = next(node for node in sorted(set(placed.values())) if node != head_raylet)
-            survivors = {pid: node for pid, node in placed.items() if node != victim}
-            for pid in [victim] + [p for p, node in placed.items() if node == victim]:
-                os.kill(pid, signal.SIGKILL)
-            killed_at_row = len(rows)
-        elif victim is not None:
-            replacements.update({pid: node for pid, node in placed.items()
-                                 if pid not in survivors})
-        time.sleep(0.1)
-    code, out, err = finish(proc, timeout=60)
+    try:
+        while proc.poll() is None and time.time() < deadline:
+            placed = actor_nodes(port)
+            rows = metrics_rows(run_dir)
+            driver_side = set(actor_nodes(port, "Evaluator").values())
+            if (victim is None and len(set(placed.values())) == 3 and len(rows) >= 1
+                    and driver_side):
+                # Not the head, nor the node of the test worker: that one is the driver's
+                # (the run's own actors go there, core/distributed/placement.near_driver), which
+                # on this loopback cluster can be either node (a driver attaches to one of the
+                # raylets on 127.0.0.1): losing it is losing the driver's node, not a worker's.
+                victim = next(node for node in sorted(set(placed.values()))
+                              if node != head_raylet and node not in driver_side)
+                survivors = {pid: node for pid, node in placed.items() if node != victim}
+                for pid in [victim] + [p for p, node in placed.items() if node == victim]:
+                    os.kill(pid, signal.SIGKILL)
+                killed_at_row = len(rows)
+            elif victim is not None:
+                replacements.update({pid: node for pid, node in placed.items()
+                                     if pid not in survivors})
+                after = rows[killed_at_row:]
+                if rejoined(after, 3) and first_eval_at_least(after, 200) is not None:
+                    break
+            time.sleep(0.1)
+    finally:
+        code, out, err = stop(proc, timeout=120)
     assert victim is not None, "the workers never ran on three nodes: " + err[-3000:]
-    assert code == 0, err[-3000:]
+    assert code == 143, err[-3000:]
     assert replacements, "no replacement worker started: " + err[-3000:]
     assert set(replacements.values()) <= set(survivors.values()), (replacements, survivors)
     # Ray would have put it on the lost node first (it looks the emptiest), to die there while
@@ -197,14 +226,15 @@ def test_a_run_spreads_over_the_nodes_and_survives_losing_one(cluster, tmp_path)
     deaths = [line for line in err.splitlines() if "fault" in line and "rollout worker" in line]
     assert len(deaths) == 1, err[-3000:]
     summary, rows = read_run(run_dir)
-    assert summary["stopped_because"] == "total_steps", summary
-    assert summary["worker_restarts"] >= 1, summary
+    assert summary["stopped_because"] == "terminated", summary
+    assert summary["worker_restarts"] == 1, summary  # the test worker lived on
     after = rows[killed_at_row:]
-    assert any(int(r["workers"]) == 2 for r in after), "no round went on without the lost worker"
-    assert int(after[-1]["workers"]) == 3, "the replacement never joined a round"
-    # It learns on: a random policy scores ~20. Not CartPole's 200: where the kill falls in the
-    # run varies, and full runs ended at best 146.2 (49k steps) and 164.5 (32k) besides passes.
-    assert summary["best_eval_return"] >= 100, summary
+    assert 2 in worker_counts(after), "no round went on without the lost worker"
+    assert rejoined(after, 3), "the replacement never joined a round"
+    learned = first_eval_at_least(after, 200)
+    assert learned is not None, f"no evaluation >= 200 after the loss: {summary}"
+    record_property("env_steps_to_200", learned[0])
+    record_property("seconds_to_200", learned[1])
 
 
 @pytest.mark.contract

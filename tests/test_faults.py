@@ -68,47 +68,106 @@ def finish(proc, timeout=300):
     return proc.returncode, out, err
 
 
-# -- chaos ---------------------------------------------------------------------------------------
+def wait_until(proc, condition, deadline=180):
+    """Poll ``condition()`` until it holds (True) or ``proc`` ends or the deadline passes."""
+    end = time.time() + deadline
+    while proc.poll() is None and time.time() < end:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return bool(condition())
+
+
+def worker_counts(rows):
+    """The workers column of metrics.csv rows (a row half written as it is read is left out)."""
+    return [int(r["workers"]) for r in rows if (r.get("workers") or "").isdigit()]
+
+
+def rejoined(rows, full):
+    """True once a round of ``full`` workers follows a round with fewer: a replacement joined
+    and delivered."""
+    counts = worker_counts(rows)
+    short = next((i for i, c in enumerate(counts) if c < full), None)
+    return short is not None and full in counts[short:]
+
+
+def stop(proc, timeout=300):
+    """SIGTERM (the run's own stop: finish the round, checkpoint, exit 143), then wait."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    return finish(proc, timeout)
+
+
+# -- chaos: the test waits for the events it checks, then stops the run itself; a run that ended
+# at a target instead raced the fault's recovery against the learning -----------------------
 @pytest.mark.chaos
 def test_ppo_survives_a_sigkilled_rollout_worker(tmp_path):
-    """CartPole, 2 Ray workers: one is SIGKILLed at the first round; the round goes on with the
-    other, a replacement joins, the run reaches 475 and exits 0. (Killed early: a replacement
-    takes seconds to import torch and build its envs, and one worker alone can reach 475 first.)"""
+    """CartPole, 2 Ray workers, no target: one worker is SIGKILLed once the first round is
+    logged; the rounds go on with the other; its replacement joins and delivers (a round of 2
+    after rounds of 1); then the test stops the run with SIGTERM. Exit 143, one death and one
+    restart, an update in every round, and a checkpoint holding both workers' states.
+
+    The run used to end at CartPole's 475 and the test checked that the last round had 2
+    workers: a replacement takes seconds to import torch and build its envs (4.2 s under a
+    busy loop, while the lone worker ran 53 rounds), and the lone worker reached 475 first in
+    2 of 5 runs under a busy loop (commit 6e3c962) and in CI. It now waits for the rejoin."""
     run_dir = str(tmp_path / "run")
     proc = start_main("--seed", "1", "--run_dir", run_dir, "--no-elastic_start", "--quiet",
-                      "--no-tensorboard", "--total_steps", "150000")
-    victim = kill_when(proc, "RolloutWorker", lambda: len(metrics_rows(run_dir)) >= 1)
-    code, out, err = finish(proc)
+                      "--no-tensorboard", "--total_steps", "100000000", "--target_return", "none")
+    try:
+        victim = kill_when(proc, "RolloutWorker", lambda: len(metrics_rows(run_dir)) >= 1)
+        back = victim is not None and wait_until(proc, lambda: rejoined(metrics_rows(run_dir), 2))
+    finally:
+        code, out, err = stop(proc)
     assert victim is not None, "no rollout worker to kill: " + err[-2000:]
-    assert code == 0, err[-3000:]
+    assert back, "the replacement never delivered: " + err[-3000:]
+    assert code == 143, err[-3000:]
+    assert "SIGTERM: stopping after this round" in err and "Traceback" not in err
+    deaths = [line for line in err.splitlines() if "rollout worker" in line and "died" in line]
+    assert len(deaths) == 1, err[-3000:]
     summary, rows = read_run(run_dir)
-    assert summary["stopped_because"] == "target_return", summary
-    assert summary["worker_restarts"] >= 1
-    assert "rollout worker" in err and "died" in err
-    # Both workers deliver again after the replacement joined.
-    assert int(rows[-1]["workers"]) == 2
+    assert summary["stopped_because"] == "terminated", summary
+    assert summary["worker_restarts"] == 1, summary
+    assert rejoined(rows, 2) and worker_counts(rows)[-1] == 2
+    updates = [int(r["updates"]) for r in rows]
+    assert all(b > a for a, b in zip(updates, updates[1:])), updates  # no round went without
+    payload, meta = load_checkpoint(os.path.join(run_dir, "checkpoints", "last.pt"))
+    assert meta["env_steps"] == summary["env_steps"]
+    assert list(payload["state"]["worker_slots"]) == [0, 1]  # the replacement's state too
+
+
+def learned_after_recovery(rows, target):
+    """The first env-step count at which an evaluation logged after the in-place recovery
+    reached ``target`` (the recovery drops an evaluation in flight), or None."""
+    for row in rows:
+        if ((row.get("recoveries") or "0") == "1" and row.get("eval_return")
+                and float(row["eval_return"]) >= target):
+            return int(row["env_steps"])
+    return None
 
 
 @pytest.mark.chaos
-def test_sac_survives_killed_workers_and_a_dead_buffer_and_reaches_its_target(tmp_path):
-    """Pendulum, 2 Ray workers, 2 learner workers: a rollout worker and a learner worker are
-    SIGKILLed (both replaced), then, once metrics.csv counts both replacements and a checkpoint
-    holds the buffer, the replay buffer actor: the run restores itself in place and still
-    reaches eval >= -400 (random play scores about -1,200 to -1,700; small nets, lr 3e-3 and
-    tau 0.05 get there in 1.0k-1.3k steps unharmed, seeds 0-4 with --num_workers 0), long
-    before its 12k-step budget (2 Ray workers and learners: 2k-2.5k steps). The faults all
-    come by ~800 steps, well before an evaluation could reach the target."""
+def test_sac_survives_killed_workers_and_a_dead_buffer_and_learns_on(tmp_path, record_property):
+    """Pendulum, 2 Ray workers, 2 learner workers, no target: a rollout worker and a learner
+    worker are SIGKILLed (both replaced), then, once metrics.csv counts both replacements and a
+    checkpoint holds the buffer, the replay buffer actor: the run restores itself in place and
+    learns on to an evaluation >= -400 after the recovery (random play scores about -1,200 to
+    -1,700; small nets, lr 3e-3 and tau 0.05 get there in 1.0k-1.3k steps unharmed, seeds 0-4
+    with --num_workers 0; 2k-2.5k steps with 2 Ray workers and learners). Then the test stops
+    the run with SIGTERM (exit 143).
+
+    The run used to stop itself at -400: under load the buffer's kill, which waits for both
+    replacements and a checkpoint, raced the target. Waiting for the evaluation instead, the
+    test fails only if the run does not learn within 400 s after its faults."""
     run_dir = str(tmp_path / "run")
     proc = start_main("--model_name", "sac", "--gym_id", "Pendulum-v1", "--seed", "0",
                       "--num_workers", "2", "--sac_precision", "fp32", "--learner_threads", "1",
                       "--num_learners", "2", "--sac_hidden_sizes", "64,64", "--batch_size",
                       "128", "--actor_lr", "3e-3", "--critic_lr", "3e-3", "--alpha_lr", "3e-3",
-                      "--tau", "0.05", "--total_steps", "12000", "--target_return", "-400",
+                      "--tau", "0.05", "--total_steps", "100000000", "--target_return", "none",
                       "--eval_interval", "256", "--eval_episodes", "2", "--log_steps", "256",
                       "--checkpoint_interval", "400", "--checkpoint_buffer", "--run_dir",
                       run_dir, "--quiet", "--no-tensorboard")
-    worker = kill_when(proc, "RolloutWorker", lambda: len(metrics_rows(run_dir)) >= 2)
-    learner = kill_when(proc, "LearnerWorker", lambda: True)
     checkpoints = os.path.join(run_dir, "checkpoints")
 
     def both_replaced_and_checkpointed():
@@ -118,16 +177,28 @@ def test_sac_survives_killed_workers_and_a_dead_buffer_and_reaches_its_target(tm
         restarts = (rows[-1].get("worker_restarts") or "") if rows else ""  # "": half written
         return (restarts.isdigit() and int(restarts) >= 2 and os.path.isdir(checkpoints)
                 and any(f.startswith("step-") for f in os.listdir(checkpoints)))
-    buffer = kill_when(proc, "ReplayBuffer", both_replaced_and_checkpointed)
-    code, out, err = finish(proc)
+    try:
+        worker = kill_when(proc, "RolloutWorker", lambda: len(metrics_rows(run_dir)) >= 2)
+        learner = kill_when(proc, "LearnerWorker", lambda: True)
+        buffer = kill_when(proc, "ReplayBuffer", both_replaced_and_checkpointed)
+        learned = buffer is not None and wait_until(
+            proc, lambda: learned_after_recovery(metrics_rows(run_dir), -400) is not None,
+            deadline=400)
+    finally:
+        code, out, err = stop(proc)
     assert worker is not None and learner is not None and buffer is not None, err[-2000:]
-    assert code == 0, err[-3000:]
+    assert learned, "no evaluation reached -400 after the recovery: " + err[-3000:]
+    assert code == 143, err[-3000:]
+    assert "Traceback" not in err
     summary, rows = read_run(run_dir)
-    assert summary["stopped_because"] == "target_return", summary
-    assert summary["worker_restarts"] >= 2 and summary["recoveries"] == 1, summary
+    assert summary["stopped_because"] == "terminated", summary
+    assert summary["worker_restarts"] == 2 and summary["recoveries"] == 1, summary
     assert "learner worker" in err
     assert "the replay buffer died" in err and "restores itself in place" in err
-    assert int(rows[-1]["updates"]) > 0
+    recovered_at = min(int(r["env_steps"]) for r in rows if r["recoveries"] == "1")
+    record_property("env_steps_to_learn_after_recovery",
+                    learned_after_recovery(rows, -400) - recovered_at)
+    record_property("best_eval_return", summary["best_eval_return"])
 
 
 # -- runs without Ray workers: side by side (each computes on one core), once; each test below
