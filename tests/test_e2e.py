@@ -99,11 +99,14 @@ def test_local_run_writes_summary_metrics_and_checkpoints(local_runs):
     assert "stopped (total_steps)" in proc.stdout
 
 
-def test_local_ppo_learns_cartpole_on_a_small_budget(local_runs):
-    # Seed 0 reaches 500 at ~14k steps; the threshold leaves a wide margin.
+def test_local_ppo_learns_cartpole_on_a_small_budget(local_runs, record_property):
+    """Deterministic (no Ray workers): seed 0 reaches 300 at 14,336 env steps of the 30k budget
+    in every run. The margin, for a CPU whose rounding takes another trajectory as another seed
+    does: seeds 0-9 reach 300 at 4,096-20,480 steps."""
     proc, run_dir = local_runs[LEARNS]
     assert proc.returncode == 0, proc.stderr
     summary, _ = read_run(run_dir)
+    record_property("steps_to_target", summary["steps_to_target"] or -1)
     assert summary["best_eval_return"] >= 300, summary
     assert summary["stopped_because"] == "target_return"
 

@@ -115,6 +115,15 @@ def cpu_flags():
     return f"{model}; {os.cpu_count()} CPUs; " + " ".join(f for f in wanted if f in flags)
 
 
+def git_commit():
+    """The commit the tests ran at, with "+changes" when the work tree differed from it."""
+    def git(*args):
+        proc = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True)
+        return proc.stdout.strip() if proc.returncode == 0 else ""
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    return commit + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
 def spread(values):
     if not values:
         return ""
@@ -123,7 +132,7 @@ def spread(values):
 
 
 def report(tests, runs_done, wall):
-    print(f"\n{runs_done} repetition(s), {wall:.0f} s in all; {cpu_flags()}")
+    print(f"\n{runs_done} repetition(s), {wall:.0f} s in all at {git_commit()}; {cpu_flags()}")
     width = max([len(t) for t in tests] + [10])
     for node, rows in sorted(tests.items()):
         passed = sum(r["outcome"] == "passed" for r in rows)
@@ -137,6 +146,7 @@ def report(tests, runs_done, wall):
 
 def main(argv=None):
     args = parse_args(argv)
+    commit = git_commit()
     tests = defaultdict(list)
     logs = tempfile.mkdtemp(prefix="flakes-")
     load = start_load(args.load)
@@ -174,9 +184,9 @@ def main(argv=None):
     report(tests, runs_done, wall)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"command": sys.argv, "load": args.load, "runs": runs_done,
-                       "cpu": cpu_flags(), "wall_s": round(wall, 1), "tests": tests}, f,
-                      indent=1)
+            json.dump({"command": sys.argv, "commit": commit, "load": args.load,
+                       "runs": runs_done, "cpu": cpu_flags(), "wall_s": round(wall, 1),
+                       "tests": tests}, f, indent=1)
     all_passed = tests and all(r["outcome"] in ("passed", "skipped")
                                for rows in tests.values() for r in rows)
     return 0 if all_passed and runs_done == args.runs else 1
