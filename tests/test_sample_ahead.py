@@ -182,7 +182,7 @@ def test_ppo_samples_ahead_learns_and_measures_the_lag_it_adds(tmp_path, record_
     seeds 0-9 of this command the second half averaged 97.0-214.6, median ~155; seed 1: 137.9,
     the same in every run). A fixed figure for a given CPU, not a draw: the margin is for
     other CPUs, whose float rounding takes another trajectory, as another seed does. 10 of 10
-    under a busy loop (tests/tools/flakes.py, commits ae8c616 and a0eb5f6), 137.9 every time,
+    under a busy loop (tests/tools/flakes.py, commit ae8c616), 137.9 every time,
     30-34 s a test."""
     long_dir, short_dir = str(tmp_path / "long"), str(tmp_path / "short")
     long, short = run_mains([*AHEAD, "--total_steps", "16384", "--run_dir", long_dir],
