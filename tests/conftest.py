@@ -64,39 +64,6 @@ def one_torch_thread():
     process._process_threads = 0
     torch.set_num_threads(1)
 
-TIERS = ("unit", "contract", "e2e", "chaos", "cluster")
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest's own -m selection reads the markers
-def pytest_collection_modifyitems(config, items):
-    """Give each test the tier closest to it (its own marker, else its class's, else its
-    module's) as its only tier marker, and refuse a test without one: a new test says what it
-    is, and ``make test-fast`` (-m "unit or contract") never runs an e2e test by inheritance."""
-    untiered, chosen, parents = [], {}, set()
-    for item in items:
-        found = [(node, mark) for node, mark in item.iter_markers_with_node()
-                 if mark.name in TIERS]
-        if not found:
-            untiered.append(item.nodeid)
-            continue
-        nearest = found[0][0]
-        tiers = {mark.name for node, mark in found if node is nearest}
-        if len(tiers) > 1:
-            raise pytest.UsageError(f"{item.nodeid} has several tiers ({', '.join(sorted(tiers))}):"
-                                    f" give it one of {', '.join(TIERS)}.")
-        chosen[item] = tiers.pop()
-        parents.update(node for node, _ in found if node is not item)
-    if untiered:
-        raise pytest.UsageError(
-            f"{len(untiered)} test(s) without a tier: {', '.join(untiered[:5])}"
-            f"{' ...' if len(untiered) > 5 else ''}. Mark each (or its module, with pytestmark)"
-            f" with one of {', '.join(TIERS)} (pytest.ini says what each means).")
-    for node in parents:
-        node.own_markers[:] = [m for m in node.own_markers if m.name not in TIERS]
-    for item, tier in chosen.items():
-        item.own_markers[:] = [m for m in item.own_markers if m.name not in TIERS]
-        item.add_marker(tier)
-
 
 @pytest.fixture(scope="session")
 def ray_session():

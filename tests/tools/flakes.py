@@ -131,6 +131,25 @@ def spread(values):
             f"max {max(values):.4g}")
 
 
+def summarize(tests):
+    """{node id: {"passed": n, "runs": n, "time_s": [...], figure name: [...]}} for --json."""
+    summary = {}
+    for node, rows in sorted(tests.items()):
+        entry = {"passed": sum(r["outcome"] == "passed" for r in rows), "runs": len(rows),
+                 "time_s": [round(r["time"], 2) for r in rows]}
+        for name in sorted({n for r in rows for n in r["figures"]}):
+            entry[name] = [r["figures"][name] for r in rows if name in r["figures"]]
+        summary[node] = entry
+    return summary
+
+
+def results_json(header, summary):
+    """The --json file: the header's keys, then one line per test."""
+    lines = [f"  {json.dumps(key)}: {json.dumps(value)}," for key, value in header.items()]
+    tests = [f"    {json.dumps(node)}: {json.dumps(entry)}" for node, entry in summary.items()]
+    return "{\n" + "\n".join(lines) + '\n  "tests": {\n' + ",\n".join(tests) + "\n  }\n}\n"
+
+
 def report(tests, runs_done, wall):
     print(f"\n{runs_done} repetition(s), {wall:.0f} s in all at {git_commit()}; {cpu_flags()}")
     width = max([len(t) for t in tests] + [10])
@@ -184,9 +203,9 @@ def main(argv=None):
     report(tests, runs_done, wall)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"command": sys.argv, "commit": commit, "load": args.load,
-                       "runs": runs_done, "cpu": cpu_flags(), "wall_s": round(wall, 1),
-                       "tests": tests}, f, indent=1)
+            f.write(results_json({"command": sys.argv, "commit": commit, "load": args.load,
+                                  "runs": runs_done, "cpu": cpu_flags(),
+                                  "wall_s": round(wall, 1)}, summarize(tests)))
     all_passed = tests and all(r["outcome"] in ("passed", "skipped")
                                for rows in tests.values() for r in rows)
     return 0 if all_passed and runs_done == args.runs else 1
