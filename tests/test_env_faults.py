@@ -11,10 +11,12 @@ from gymnasium import spaces
 
 from agents.default_agent import DefaultAgent, compute_gae
 from agents.sac_agent import SACAgent
-from core.sampling.envs import EnvFailure, EnvGroup, fresh_seed
+from core.sampling.envs import EnvFailure, EnvGroup
+from core.seeding import rebuilt_env as fresh_seed
 from core.sampling.evaluator import Evaluator
 from core.plugins import PluginSpec, load_plugins
-from core.sampling.rollout import RolloutWorker, worker_seeds
+from core.sampling.rollout import RolloutWorker
+from core.seeding import worker_envs as worker_seeds
 from core.types import Trajectory
 from envs import register_env, OBSERVATION
 from models.ppo import PPOModel

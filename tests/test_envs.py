@@ -6,7 +6,7 @@ from gymnasium import spaces
 from core.sampling.envs import EnvGroup, to_env_action
 from core.plugins import PluginSpec, load_plugins
 from core.registry import unwrap_actor_class
-from core.sampling.rollout import worker_seeds
+from core.seeding import worker_envs as worker_seeds
 from envs import ENV_REGISTRY
 from options.options import parse_args
 

@@ -27,6 +27,7 @@ from core.distributed.placement import Placement
 from core.registry import ConfigError
 from core.sampling.rollout import make_rollout_worker
 from core.sampling.sample_ahead import SampleAhead
+from core import seeding
 from core.algos.trainer import Trainer
 from core.algos.trainers import register_trainer
 from core.types import GradientRequest
@@ -117,8 +118,8 @@ class PPOTrainer(Trainer):
                     f"worker sends) needs an agent that can take other agents' data: "
                     f"{agent_cls.__name__} (--agent_name {args.agent_name}) does not define "
                     f"adopt_data. Use --grad_workers auto or a number >= 1.")
-            self.learner_gradients = LearnerGradients(agent_cls(args, self.model,
-                                                                seed=args.seed + 999))
+            own_agent = agent_cls(args, self.model, seed=seeding.learner_agent(args.seed))
+            self.learner_gradients = LearnerGradients(own_agent)
         self.num_epochs = int(getattr(args, "num_epochs", 1))
         self.sample_ahead = SampleAhead(getattr(args, "sample_ahead", "off"), quiet=args.quiet)
         self.graph = None
@@ -460,7 +461,7 @@ class PPOTrainer(Trainer):
         exact = bool(by_slot)
         for member in self.group.ready_members():
             if member.slot in by_slot:
-                seed = fresh_episode_seed + 100 * member.slot
+                seed = seeding.resumed_worker(fresh_episode_seed, member.slot)
                 exact &= bool(self.group.take(self.group.submit(
                     member, "set_state", by_slot.pop(member.slot), seed)))
             else:

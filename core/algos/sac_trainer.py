@@ -29,6 +29,7 @@ from core.distributed.placement import Placement
 from core.registry import ConfigError
 from core.learning.replay_buffer import PrioritizedReplayBuffer, ReplayBuffer
 from core.sampling.rollout import make_rollout_worker
+from core import seeding
 from core.algos.trainer import Trainer
 from core.algos.trainers import register_trainer
 from core.sampling.worker_group import MISSING, WorkerGroup, alive
@@ -517,7 +518,8 @@ class SACTrainer(Trainer):
         if not members or any(m.slot not in by_slot for m in members):
             return False
         calls = {self.workers.submit(m, "set_state", by_slot[m.slot],
-                                     fresh_episode_seed + 100 * m.slot): m for m in members}
+                                     seeding.resumed_worker(fresh_episode_seed, m.slot)): m
+                 for m in members}
         return all(self.workers.gather(calls, timeout=None).values())
 
     def load_buffer(self, buffer_state):

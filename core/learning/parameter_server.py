@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from core.distributed.devices import device_info, gpu_plan, resolve_device, to_cpu
+from core import seeding
 from core.faults import all_finite
 from core.learning.learner import Learner, average_gradients
 from core.plugins import load_plugins
@@ -39,7 +40,7 @@ class ParameterServer:
     def __init__(self, spec, observation_space, action_space):
         setup_process(spec.args, learner_threads(spec.args))
         plugins = load_plugins(spec)
-        torch.manual_seed(spec.args.seed)
+        torch.manual_seed(seeding.server_torch(spec.args.seed))
         self.model = plugins.model_cls(spec.args, observation_space, action_space)
         self.device = resolve_device(gpu_plan(spec.args, "sac").parameter_server_gpus,
                                      "the parameter server")
@@ -57,7 +58,7 @@ class ParameterServer:
         from core.learning.allreduce import AllreduceGroup
         self.group = AllreduceGroup(path, rank, shares)
         self.group.broadcast_model(self.model)
-        torch.manual_seed(self.seed + 1000 * int(rank))
+        torch.manual_seed(seeding.server_torch(self.seed, rank))
         return rank
 
     @property
@@ -153,12 +154,14 @@ class LearnerWorker:
     def __init__(self, spec, observation_space, action_space, learner_index=0):
         setup_process(spec.args, learner_threads(spec.args))
         plugins = load_plugins(spec)
-        torch.manual_seed(spec.args.seed + 100 + learner_index)
+        torch.manual_seed(seeding.learner_worker_torch(spec.args.seed, learner_index))
         self.model = plugins.model_cls(spec.args, observation_space, action_space)
         self.device = resolve_device(gpu_plan(spec.args, "sac").learner_worker_gpus,
                                      f"learner worker {learner_index}")
         self.model.to(self.device)
-        self.agent = plugins.agent_cls(spec.args, self.model, seed=spec.args.seed + learner_index)
+        self.agent = plugins.agent_cls(
+            spec.args, self.model, seed=seeding.learner_worker_agent(spec.args.seed,
+                                                                     learner_index))
 
     def compute(self, weights, weights_version, batch, buffer=None):
         result = self.agent.fetch_grads(weights, batch, weights_version)

@@ -12,6 +12,7 @@ import time
 
 import torch
 
+from core import seeding
 from core.run.checkpoint import CheckpointManager, check_model_fits, load_checkpoint
 from core.distributed.devices import check_local_gpus
 from core.faults import Faults, short_error
@@ -223,7 +224,7 @@ class TrainingSession:
         state = from_payload(payload.get("state") or {})
         env_steps = int(meta.get("env_steps", 0))
         self.trainer.restore(weights, payload.get("optimizer"), int(meta.get("updates", 0)))
-        exact = self.trainer.set_state(state, fresh_episode_seed=args.seed + 7_919 * env_steps)
+        exact = self.trainer.set_state(state, seeding.resume_base(args.seed, env_steps))
         if state.get("driver_torch_rng") is not None:
             torch.set_rng_state(torch.as_tensor(state["driver_torch_rng"], dtype=torch.uint8))
             if args.num_workers == 0 and state.get("workers"):

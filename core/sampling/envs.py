@@ -17,6 +17,7 @@ import numpy as np
 import ray
 from gymnasium import spaces
 
+from core import seeding
 from core.sampling.env_host import EnvHost
 from core.plugins import make_env
 
@@ -42,15 +43,6 @@ def env_failure(where, count, last_error):
         f"with a fresh seed); the last error: {last_error}. An env that keeps failing is taken "
         f"for broken rather than flaky, so the run stops. Fix the env or its simulator, or "
         f"raise the limit with --max_env_errors (now {count}).")
-
-
-def fresh_seed(seed, errors):
-    """A new seed for an env rebuilt after its ``errors``-th error: derived from its original
-    seed and the count, so the rebuilt env neither replays the start that failed nor takes a
-    seed of its neighbours (seed + small offsets)."""
-    if seed is None:
-        return None
-    return int(np.random.SeedSequence([int(seed) & (2**64 - 1), int(errors)]).generate_state(1)[0])
 
 
 class StepResult:
@@ -176,7 +168,7 @@ class EnvGroup:
         rebuilt in its host, and a host that died is replaced first (its other envs failed in
         the same call and are rebuilt in turn)."""
         while True:
-            seed = fresh_seed(self.seeds[e], self.error_counts[e])
+            seed = seeding.rebuilt_env(self.seeds[e], self.error_counts[e])
             try:
                 if self.placement == "actor":
                     h, index = self.where[e]

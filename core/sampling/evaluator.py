@@ -4,24 +4,23 @@ from the training's)."""
 import numpy as np
 import torch
 
-from core.sampling.envs import describe_error, env_failure, fresh_seed, to_env_action
+from core import seeding
+from core.sampling.envs import describe_error, env_failure, to_env_action
 from core.learning.normalizer import normalize
 from core.plugins import load_plugins, make_env
 from core.process import setup_process
-
-EVAL_SEED_OFFSET = 1_000_000  # evaluation envs never share a seed with training envs
-
 
 class Evaluator:
     def __init__(self, spec, num_episodes):
         args = spec.args
         setup_process(args)
         plugins = load_plugins(spec)
-        self.seed = args.seed + EVAL_SEED_OFFSET
+        self.seed = args.seed
         self.plugins, self.args = plugins, args
         self.max_errors = int(getattr(args, "max_env_errors", 5))
         self.error_count = 0  # every error survived, for the rebuilt envs' fresh seeds
-        self.envs = [make_env(plugins, args, self.seed + k, evaluation=True)
+        self.envs = [make_env(plugins, args, seeding.evaluation_env(self.seed, k),
+                              evaluation=True)
                      for k in range(num_episodes)]
         self.action_space = self.envs[0].action_space
         # Its initial weights are overwritten before use; drawing them must not advance the
@@ -50,7 +49,8 @@ class Evaluator:
                 pass
             try:
                 self.envs[k] = make_env(self.plugins, self.args,
-                                        fresh_seed(self.seed + k, self.error_count),
+                                        seeding.rebuilt_env(seeding.evaluation_env(self.seed, k),
+                                                            self.error_count),
                                         evaluation=True)
                 return self.envs[k].reset(seed=seed)[0]
             except Exception as again:  # noqa: BLE001 - another failure of this episode
@@ -64,7 +64,7 @@ class Evaluator:
         left where they were."""
         if self.deterministic:
             return self._evaluate(weights, weights_version, env_steps, obs_statistics)
-        seed = self.seed + 1_000 * int(env_steps)
+        seed = seeding.evaluation_sampling(self.seed, env_steps)
         if hasattr(self.model, "acting_rng"):  # this model is the test worker's own
             self.model.acting_rng = np.random.default_rng(seed)
         with torch.random.fork_rng(devices=[]):
@@ -78,9 +78,10 @@ class Evaluator:
         seed; "env_errors" counts the errors survived."""
         if weights is not None:
             self.model.set_weights(weights)
-        # Each evaluation draws fresh starts, a function of the env-step count only (env k:
-        # seed + k + 1000 * env_steps), so a restored run evaluates as the uninterrupted one.
-        seeds = [self.seed + k + 1_000 * int(env_steps) for k in range(len(self.envs))]
+        # Each evaluation draws fresh starts, a function of the env-step count only, so a
+        # restored run evaluates as the uninterrupted one.
+        seeds = [seeding.evaluation_episode(self.seed, k, env_steps)
+                 for k in range(len(self.envs))]
         errors_before = self.error_count
         failures = [0] * len(self.envs)  # of the episode now running in env k
         observations = []

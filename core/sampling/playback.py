@@ -13,7 +13,8 @@ import numpy as np
 from core.atomic import atomic_path
 from core.run.checkpoint import check_model_fits, checkpoint_path, load_for_restore
 from core.sampling.envs import to_env_action
-from core.sampling.evaluator import EVAL_SEED_OFFSET, Evaluator
+from core import seeding
+from core.sampling.evaluator import Evaluator
 from core.learning.normalizer import ObsNormalizer, normalize
 from core.plugins import PluginSpec, load_plugins, make_env
 from core.registry import ConfigError
@@ -65,13 +66,13 @@ def record_episode(spec, model, args, k, directory, obs_statistics=None):
     DIRECTORY/episode-<k>.gif; returns the path."""
     from PIL import Image
     args.render_mode = "rgb_array"
-    env = make_env(load_plugins(spec), args, seed=args.seed + EVAL_SEED_OFFSET + k,
+    env = make_env(load_plugins(spec), args, seed=seeding.evaluation_env(args.seed, k),
                    evaluation=True)
     render = getattr(env, "render", None)
     if render is None:
         raise ConfigError(f"--record_video: env {args.env_name!r} has no render() method; its "
                           f"wrapper must render rgb_array frames (see envs/gym_env.py).")
-    obs, _ = env.reset(seed=args.seed + EVAL_SEED_OFFSET + k)
+    obs, _ = env.reset(seed=seeding.evaluation_env(args.seed, k))
     frames = [render()]
     if frames[0] is None:
         raise ConfigError(f"--record_video: env {args.env_name!r} rendered nothing; it must "

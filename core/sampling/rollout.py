@@ -17,15 +17,10 @@ from core.sampling.envs import EnvGroup
 from core.learning.normalizer import Moments, normalize
 from core.distributed.placement import resolve
 from core.plugins import load_plugins
+from core import seeding
 from core.process import setup_process
 from core.run.state import generator_state, set_generator_state
 from core.types import RolloutStats, Trajectory
-
-
-def worker_seeds(seed, worker_index, num_envs):
-    """Distinct seeds for every env of every worker (the seed design seeded all workers alike)."""
-    base = seed + 10_000 * (worker_index + 1)
-    return [base + j for j in range(num_envs)]
 
 
 class RolloutWorker:
@@ -37,10 +32,10 @@ class RolloutWorker:
         setup_process(args)
         plugins = load_plugins(spec)
         self.worker_index = worker_index
-        seed = args.seed + 7_919_000 * generation
-        torch.manual_seed(seed + 1_000 * (worker_index + 1))
-        self.envs = EnvGroup(plugins, args, worker_seeds(seed, worker_index,
-                                                         args.num_envs_per_worker),
+        torch.manual_seed(seeding.worker_torch(args.seed, worker_index, generation))
+        self.envs = EnvGroup(plugins, args, seeding.worker_envs(args.seed, worker_index,
+                                                                args.num_envs_per_worker,
+                                                                generation),
                              placement=args.env_placement, worker_index=worker_index)
         self.model = plugins.model_cls(args, self.envs.observation_space, self.envs.action_space)
         # Acting stays on the CPU; the agent learns on this worker's GPU share, if it has one
@@ -48,7 +43,8 @@ class RolloutWorker:
         device = resolve_device(gpu_plan(args, plugins.model_cls.trainer).rollout_worker_gpus,
                                 f"rollout worker {worker_index}")
         self.agent = plugins.agent_cls(args, learning_model(self.model, device),
-                                       seed=seed + worker_index)
+                                       seed=seeding.worker_agent(args.seed, worker_index,
+                                                                 generation))
         # Guarded like every reset (core/sampling/envs.py): an env that raises here is rebuilt; the
         # errors are reported with the first fragment's stats.
         self.observations = self.envs.reset()
@@ -58,7 +54,7 @@ class RolloutWorker:
         # Uniform random actions for this worker's share of --start_steps (SAC's warm-up).
         self.random_steps_left = (getattr(args, "start_steps", 0) // max(1, args.num_workers)
                                   if generation == 0 else 0)
-        self.envs.action_space.seed(seed + 1_000 * (worker_index + 1))
+        self.envs.action_space.seed(seeding.worker_torch(args.seed, worker_index, generation))
         self.normalize_obs = bool(getattr(args, "normalize_obs", False))
         space_dtype = np.dtype(getattr(self.envs.observation_space, "dtype", None) or np.float32)
         self.obs_dtype = np.uint8 if space_dtype == np.uint8 else np.float32
@@ -341,11 +337,6 @@ class RolloutWorker:
             self.executor.shutdown(wait=True)
         self.envs.close()
 
-    def ready(self):
-        """True once constructed: the driver calls it to learn that a new actor built its
-        envs (a failure there surfaces as this call's error)."""
-        return True
-
 
 def make_rollout_worker(spec, slot, generation, local, num_cpus=1.0, node=None):
     """A rollout worker for a core.sampling.worker_group.WorkerGroup slot: in this process (a
@@ -360,12 +351,3 @@ def make_rollout_worker(spec, slot, generation, local, num_cpus=1.0, node=None):
         num_cpus=num_cpus, num_gpus=gpu_plan_for(spec).rollout_worker_gpus,
         scheduling_strategy=spread(node))).remote(spec, slot, generation)
 
-
-def restore_workers(placement, workers, state, fresh_episode_seed):
-    """Hand each worker its saved state. Returns True if all episodes continue exactly; with
-    another number of workers than saved the workers keep their new episodes (False)."""
-    saved = state.get("workers") or []
-    if len(saved) != len(workers):
-        return False
-    return all(placement.get([w.set_state.remote(s, fresh_episode_seed + 100 * i)
-                              for i, (w, s) in enumerate(zip(workers, saved))]))

@@ -115,10 +115,6 @@ class WorkerGroup:
             self.calls[ref] = Call(member)
         return ref
 
-    def owner(self, ref) -> Optional[Member]:
-        call = self.calls.get(ref)
-        return call.member if call is not None else None
-
     def take(self, ref, member: Optional[Member] = None):
         """The value of a finished call, or MISSING when its worker died (then replaced). An
         exception the method itself raised propagates: a bug or a fault past its limit."""
