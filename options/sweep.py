@@ -376,9 +376,8 @@ class Sweep:
 
 
 def default_sweep_dir(args):
-    env = args.env_name + (f"-{args.gym_id}" if getattr(args, "gym_id", None) else "")
-    return os.path.join("runs", f"sweep-{env.replace('/', '-')}-{args.model_name}-"
-                                f"{time.strftime('%Y%m%d-%H%M%S')}")
+    from core.run.session import run_label
+    return os.path.join("runs", f"sweep-{run_label(args)}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
 class TrialRow:

@@ -72,3 +72,13 @@ def test_an_evaluation_whose_test_worker_died_is_run_again_on_a_replacement(ray_
     assert result["env_steps"] == 100 and len(result["returns"]) == 2
     assert np.isfinite(result["eval_return"])
     assert runner.group.members[0].generation == 1
+
+
+@pytest.mark.unit
+def test_a_run_directory_named_after_an_atari_id_is_one_folder(tmp_path, monkeypatch):
+    from core.run.session import default_run_dir
+    monkeypatch.chdir(tmp_path)
+    args = SimpleNamespace(env_name="gym_env", gym_id="ALE/Breakout-v5", model_name="ppo")
+    path = default_run_dir(args)
+    assert os.path.dirname(path) == "runs"
+    assert os.path.basename(path).startswith("gym_env-ALE-Breakout-v5-ppo-")

@@ -34,11 +34,16 @@ RAY_NICENESS = 10
 EXIT_CODES = {"interrupted": 130, "terminated": 143, "error": 1}  # 128 + SIGINT / SIGTERM
 
 
+def run_label(args):
+    """<env>[-<gym id>]-<model>, one path component: an id's '/' (ALE/Breakout-v5) becomes '-'."""
+    env = args.env_name + (f"-{args.gym_id}" if getattr(args, "gym_id", None) else "")
+    return f"{env}-{args.model_name}".replace("/", "-").replace(os.sep, "-")
+
+
 def default_run_dir(args):
     """runs/<env>-<model>-<time>, with a suffix when that name is taken (two runs started in
     the same second must not share a directory)."""
-    env = args.env_name + (f"-{args.gym_id}" if getattr(args, "gym_id", None) else "")
-    base = os.path.join("runs", f"{env}-{args.model_name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    base = os.path.join("runs", f"{run_label(args)}-{time.strftime('%Y%m%d-%H%M%S')}")
     path, k = base, 1
     while os.path.exists(path):
         k += 1
