@@ -1,13 +1,14 @@
 # make run       : create .venv, install pinned requirements, train the default (PPO on CartPole-v1)
 # make test      : same set-up, then the whole test suite, every tier (what CI runs)
 # make test-fast : same set-up, then the unit and contract tiers only (the edit loop, < 2 min)
+# make lint      : same set-up, then ruff (rules in pyproject.toml; every `# noqa` must suppress a finding)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.requirements-installed
 ARGS ?=
 
-.PHONY: setup run test test-fast clean
+.PHONY: setup run test test-fast lint clean
 
 setup: $(STAMP)
 
@@ -26,6 +27,9 @@ test: setup
 
 test-fast: setup
 	$(PY) -m pytest -q -m "unit or contract" tests
+
+lint: setup
+	$(PY) -m ruff check .
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -13,7 +13,7 @@ import time
 
 START_TIME = time.time()  # time-to-target is measured from process start
 
-import sys  # noqa: E402
+import sys  # noqa: E402 - after START_TIME, the first thing the process does
 
 
 def unwrap_config_error(exc):
@@ -48,7 +48,7 @@ def main(argv=None):
     except KeyboardInterrupt:  # before training started: nothing learned to save
         print("ddrl: interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # noqa: BLE001 - user errors are one paragraph, the rest re-raise
+    except Exception as exc:  # user errors are one paragraph, the rest re-raise
         error = unwrap_config_error(exc)
         if error is not None:
             print(f"ddrl: error: {error}", file=sys.stderr)

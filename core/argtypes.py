@@ -20,7 +20,7 @@ def _number(kind, low, text, allow_none=False):
             value = int(value)
     except (TypeError, ValueError, OverflowError):
         what = "an integer" if kind is int else "a number"
-        raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
     if kind is float and math.isnan(value):
         raise argparse.ArgumentTypeError("nan is not allowed")
     if low is not None and value < low:
@@ -80,7 +80,8 @@ def auto_or_positive_int(text):
     try:
         return positive_int(text)
     except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"{text!r} is neither 'auto' nor an integer >= 1")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither 'auto' nor an integer >= 1") from None
 
 
 def auto_or_nonnegative_int(text):
@@ -89,7 +90,8 @@ def auto_or_nonnegative_int(text):
     try:
         return non_negative_int(text)
     except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"{text!r} is neither 'auto' nor an integer >= 0")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither 'auto' nor an integer >= 0") from None
 
 
 def gpu_list(text):

@@ -19,12 +19,12 @@ if __package__ in (None, ""):  # run as a file (python /path/to/core/cluster.py)
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
     sys.path.insert(0, os.path.dirname(_HERE))
 
-import argparse  # noqa: E402
-import re  # noqa: E402
-import signal  # noqa: E402
-import time  # noqa: E402
+import argparse
+import re
+import signal
+import time
 
-from core.distributed import loopback  # noqa: E402
+from core.distributed import loopback
 
 _USAGE = __doc__.split("\n\n")[0]
 

@@ -42,7 +42,7 @@ def target_entropy_type(text):
         return float(text)
     except ValueError:
         import argparse
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number or 'auto'")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number or 'auto'") from None
 
 
 def relu_mlp(in_dim, sizes, out_dim=None):

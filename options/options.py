@@ -14,7 +14,7 @@ import yaml
 
 # The flag types live in core/argtypes.py; importing them here keeps
 # ``from options.options import positive_int`` (and the like) working for existing plugins.
-from core.argtypes import (  # noqa: F401
+from core.argtypes import (  # noqa: F401 - re-exported for plugins, see above
     auto_or_nonnegative_int, auto_or_positive_int, gpu_list, non_negative_float,
     non_negative_int, positive_float, positive_float_or_none, positive_int, positive_int_or_none,
     target_return, unit_interval, unit_interval_or_none)
@@ -311,7 +311,7 @@ def restored_config(path, flag="--restore"):
     try:
         payload = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
         meta = embedded_meta(payload)
-    except Exception as exc:  # truncated, corrupted or crafted: never half-loaded
+    except Exception as exc:  # noqa: BLE001 - truncated, corrupted or crafted: never half-loaded
         raise ConfigError(f"{flag} {file}: not a readable ddrl checkpoint "
                           f"({type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}). "
                           f"The file may be truncated or corrupted; an older checkpoint "

@@ -33,7 +33,7 @@ def run_mains(*commands, timeout=240, cwd=REPO):
             started.append((args, subprocess.Popen(args, cwd=cwd, stdout=out, stderr=err,
                                                    text=True), out, err))
         deadline = time.time() + timeout
-        for args, proc, _, _ in started:
+        for _, proc, _, _ in started:
             proc.wait(timeout=max(0.0, deadline - time.time()))
         results = []
         for args, proc, out, err in started:

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "tools"))
-import flakes  # noqa: E402
+import flakes
 
 pytestmark = pytest.mark.unit
 

@@ -26,7 +26,10 @@ for setting in (True, False):
     Distribution.set_default_validate_args(setting)
     if setting:
         import models  # every module in models/ (models/__init__.py imports them all)
-        import models.ppo, models.sac, models.crossq, models.custom_model  # noqa: E401
+        import models.ppo
+        import models.sac
+        import models.crossq
+        import models.custom_model
     assert Distribution._validate_args is setting, (setting, Distribution._validate_args)
     try:
         torch.distributions.Normal(torch.zeros(1), -torch.ones(1))

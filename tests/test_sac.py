@@ -38,8 +38,8 @@ except ImportError:  # the replay buffer is written elsewhere; the same contract
     _module.Transitions, _module.ReplayBatch = Transitions, ReplayBatch
     sys.modules["core.learning.replay_buffer"] = _module
 
-from agents.sac_agent import SACAgent  # noqa: E402
-from models.sac import SACModel, tanh_log_prob_correction  # noqa: E402
+from agents.sac_agent import SACAgent
+from models.sac import SACModel, tanh_log_prob_correction
 
 pytestmark = pytest.mark.unit
 
