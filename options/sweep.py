@@ -24,6 +24,7 @@ import sys
 import time
 
 from core.registry import ConfigError
+from core.run.observer import RunObserver
 from options.sweep_spec import (SWEEP_SWITCHES, SWEEP_VALUE_FLAGS, Dist, check_spec, config_to_argv,
                              flags_given, load_spec, mutations, search_space)
 
@@ -102,7 +103,7 @@ def run_trial(config, base_argv, sweep_dir, pbt):
         argv += ["--restore", restore]
     args = parse_args(argv)
     reporter = TuneReporter(pbt)
-    session = TrainingSession(args, start_time, on_row=reporter)
+    session = TrainingSession(args, start_time, observers=[reporter])
     session.run()  # an error raises: Tune records it as the trial's
     # The last evaluation is reported only now, with summary.json written: Tune ends a trial
     # (its actor) as soon as the scheduler has its last result.
@@ -114,7 +115,7 @@ def run_trial(config, base_argv, sweep_dir, pbt):
                      "wall_time_s": float(summary["wall_time_s"])})
 
 
-class TuneReporter:
+class TuneReporter(RunObserver):
     """After each metrics row with an evaluation: a checkpoint, then ``tune.report`` (Tune's
     scheduler may end the trial there; the checkpoint is what it leaves). Not for the row
     after which the run stops by itself: run_trial reports that one once the run is done.
@@ -124,7 +125,7 @@ class TuneReporter:
     def __init__(self, pbt):
         self.pbt = pbt
 
-    def __call__(self, session, row):
+    def on_row(self, session, row):
         if row.get("eval_return") is None:
             return
         context, args = session.context, session.args

@@ -64,7 +64,7 @@ def test_a_missing_worker_leaves_the_union_of_the_delivered_data(missing, grad_w
     trainer = make_trainer("--grad_workers", grad_workers)
     members = sorted(trainer.group.members, key=lambda m: m.slot)
     weights = trainer.learner.get_weights()
-    delivered = trainer.collect(members, weights)
+    delivered = trainer.collect_fragments(members, weights)
     assert len(delivered) == 3
     data = own_data(members)
     lost = members[missing]
@@ -117,7 +117,7 @@ def test_a_worker_that_dies_mid_round_leaves_the_later_steps():
     trainer = make_trainer("--num_epochs", "2", "--grad_workers", "3")
     members = sorted(trainer.group.members, key=lambda m: m.slot)
     weights = trainer.learner.get_weights()
-    delivered = trainer.collect(members, weights)
+    delivered = trainer.collect_fragments(members, weights)
     gradients = trainer.gradients
     seen = []
 
@@ -138,7 +138,7 @@ def test_a_gradient_worker_that_dies_mid_round_takes_its_groups_data_along():
     with the other one's data alone; the steps are not lost."""
     trainer = make_trainer("--num_epochs", "2", "--grad_workers", "2")
     members = sorted(trainer.group.members, key=lambda m: m.slot)
-    delivered = trainer.collect(members, trainer.learner.get_weights())
+    delivered = trainer.collect_fragments(members, trainer.learner.get_weights())
     groups = trainer.pool(delivered)
     assert sorted(len(g) for g in groups.values()) == [1, 2]
     victim = next(leader for leader, group in groups.items() if len(group) == 2)
@@ -164,7 +164,7 @@ def test_the_learner_computing_makes_no_gradient_calls_and_takes_every_step():
     one per step and no step lags."""
     trainer = make_trainer("--num_epochs", "2", "--grad_workers", "0")
     members = sorted(trainer.group.members, key=lambda m: m.slot)
-    delivered = trainer.collect(members, trainer.learner.get_weights())
+    delivered = trainer.collect_fragments(members, trainer.learner.get_weights())
     asked = []
     submit = trainer.group.submit
     trainer.group.submit = lambda member, method, *a: asked.append(method) or submit(

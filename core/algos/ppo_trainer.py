@@ -14,13 +14,13 @@ the background; each remote worker joins at the first round after its envs are b
 in-process worker steps out once all of them are up (--no-elastic_start waits instead).
 """
 import time
+from dataclasses import dataclass, field
 
 import numpy as np
 import ray
 import torch
 
 from agents.base import OnPolicyAgent
-from core.sampling.eval_runner import EvalRunner
 from core.faults import all_finite
 from core.learning.learner import Learner, average_gradients
 from core.distributed.placement import Placement
@@ -61,6 +61,27 @@ class LearnerGradients:
 
     def fetch_grads(self, request):
         return self.agent.fetch_grads(None, request)
+
+
+@dataclass
+class Round:
+    """What one round collected: the fragments by worker, the weights they were sampled with
+    and the times."""
+    delivered: dict
+    weights: object
+    progress: float
+    started: float
+    sample_time: float
+    ahead: bool          # remote workers sampled ahead this round
+
+
+@dataclass
+class Learned:
+    """What one round's updates report."""
+    stats: list = field(default_factory=list)
+    grad_norms: list = field(default_factory=list)
+    gradient_lags: list = field(default_factory=list)
+    policy_lags: list = field(default_factory=list)
 
 
 def slot_order(member):
@@ -120,8 +141,8 @@ class PPOTrainer(Trainer):
                     f"adopt_data. Use --grad_workers auto or a number >= 1.")
             own_agent = agent_cls(args, self.model, seed=seeding.learner_agent(args.seed))
             self.learner_gradients = LearnerGradients(own_agent)
-        self.num_epochs = int(getattr(args, "num_epochs", 1))
-        self.sample_ahead = SampleAhead(getattr(args, "sample_ahead", "off"), quiet=args.quiet)
+        self.num_epochs = args.num_epochs
+        self.sample_ahead = SampleAhead(args.sample_ahead, quiet=args.quiet)
         self.graph = None
         if self.num_remote == 0:
             self.group.add(0, local=True)  # --num_workers 0: the deterministic mode
@@ -138,15 +159,17 @@ class PPOTrainer(Trainer):
         self.spawn_remote()
         if self.num_remote and (not args.elastic_start or args.compiled_graph):
             self.wait_for_every_worker()
-        # The test worker moves to Ray together with the rollout workers (the weights are
-        # shared for Ray from that round on), not at the moment Ray happens to be up.
-        self.evaluations = EvalRunner(spec, run, faults, lambda: self.remote_spawned)
         self.evaluations.prepare()
         # (the graph is a gradient round trip to every worker: not when the learner computes)
         if args.compiled_graph and self.num_remote and self.learner_gradients is None:
             self.graph = self.compile_graph()
 
     # -- membership --------------------------------------------------------------------------
+    def remote_evaluation(self):
+        """The test worker moves to Ray together with the rollout workers (the weights are
+        shared for Ray from that round on), not at the moment Ray happens to be up."""
+        return self.remote_spawned
+
     def ray_up(self):
         return self.ray_starter is not None and self.ray_starter.ready()
 
@@ -163,8 +186,7 @@ class PPOTrainer(Trainer):
         self.placement = Placement(local=False)
         for slot in range(self.num_remote):
             self.group.add(slot)
-        if hasattr(self, "evaluations"):
-            self.evaluations.prepare()
+        self.evaluations.prepare()
 
     def wait_for_every_worker(self):
         """--no-elastic_start (and a compiled graph, built over every worker): the first round
@@ -229,14 +251,6 @@ class PPOTrainer(Trainer):
                                    for m in self.group.ready_members()])
         return dag.experimental_compile()
 
-    def train(self):
-        try:
-            return self._train()
-        finally:
-            if self.graph is not None:
-                self.graph.teardown()
-                self.graph = None
-
     def wait_for_members(self):
         """The workers that are up; if none is (all died, or still starting), wait for one."""
         self.update_membership()
@@ -246,7 +260,7 @@ class PPOTrainer(Trainer):
             members = self.group.ready_members()
         return members
 
-    def collect(self, members, weights):
+    def collect_fragments(self, members, weights):
         """One fragment from every worker in ``members``: {member: RolloutStats}. Remote
         workers sample ahead when --sample_ahead says so (the in-process one never: it would
         compete with the learner in this very process, and --num_workers 0 is the
@@ -322,41 +336,38 @@ class PPOTrainer(Trainer):
         return (self.num_remote > 0 and len(delivered) == self.num_remote
                 and not any(m.local for m in delivered))
 
-    def _train(self):
-        args, run = self.args, self.run
-        self.evaluations.begin()
-        iteration = 0
-        while True:
-            iteration += 1
-            members = self.wait_for_members()
-            t0 = time.perf_counter()
-            progress = min(1.0, run.env_steps / args.total_steps)
-            weights = self.placement.share(self.learner.weights_for_workers())
-            delivered = self.collect(members, weights)
-            rollouts = list(delivered.values())
-            run.env_steps += sum(r.env_steps for r in rollouts)
-            for r in rollouts:
-                self.faults.env_errors(r.env_errors, run.env_steps)
-            self.merge_obs_moments(rollouts)
-            sample_time = time.perf_counter() - t0
-            # (the in-process worker never samples ahead)
-            ahead = self.sample_ahead.active() and any(not m.local for m in delivered)
-            stats, grad_norms, gradient_lags, policy_lags = self.update(delivered, weights,
-                                                                        progress)
-            self.sample_ahead.record(sum(r.env_steps for r in rollouts),
-                                     self.all_remote_up(delivered))
-            eval_result = self.evaluations.poll(self.weights_and_version,
-                                                self.obs_statistics())
-            row = self.metrics_row(iteration, rollouts, stats, grad_norms, gradient_lags,
-                                   sample_time, t0)
-            row.update(policy_lag=float(np.mean(policy_lags)) if policy_lags else None,
-                       sample_ahead=int(ahead))
-            if run.record(row, eval_result):
-                break
-        last = self.evaluations.finish()  # the last evaluation counts
-        if last is not None:
-            run.record_eval(last)
-        return self.learner
+    # -- the loop's steps (core/algos/trainer.py: iterate) ------------------------------------
+    def collect(self):
+        """One fragment from every worker that is up (waiting for one if none is)."""
+        members = self.wait_for_members()
+        started = time.perf_counter()
+        progress = min(1.0, self.run.env_steps / self.args.total_steps)
+        weights = self.placement.share(self.learner.weights_for_workers())
+        delivered = self.collect_fragments(members, weights)
+        rollouts = list(delivered.values())
+        self.run.env_steps += sum(r.env_steps for r in rollouts)
+        for r in rollouts:
+            self.faults.env_errors(r.env_errors, self.run.env_steps)
+        self.merge_obs_moments(rollouts)
+        # (the in-process worker never samples ahead)
+        ahead = self.sample_ahead.active() and any(not m.local for m in delivered)
+        return Round(delivered, weights, progress, started, time.perf_counter() - started,
+                     ahead)
+
+    def learn(self, collected):
+        """K epochs x M minibatch steps on the round's data (``update``)."""
+        learned = Learned(*self.update(collected.delivered, collected.weights,
+                                       collected.progress))
+        self.sample_ahead.record(sum(r.env_steps for r in collected.delivered.values()),
+                                 self.all_remote_up(collected.delivered))
+        return learned
+
+    def end(self):
+        """Nothing runs between rounds; the compiled graph goes (its actors take ordinary calls
+        again, the final checkpoint's get_state among them)."""
+        if self.graph is not None:
+            self.graph.teardown()
+            self.graph = None
 
     def update(self, delivered, weights, progress):
         """K epochs x M minibatch steps on the data the workers in ``delivered`` hold, computed
@@ -415,12 +426,14 @@ class PPOTrainer(Trainer):
     def weights_and_version(self):
         return self.placement.share(self.learner.weights_for_workers()), self.learner.version
 
-    def metrics_row(self, iteration, rollouts, stats, grad_norms, gradient_lags, sample_time,
-                    t0):
+    def metrics_row(self, collected, learned):
+        rollouts = list(collected.delivered.values())
+        stats, grad_norms, gradient_lags = (learned.stats, learned.grad_norms,
+                                            learned.gradient_lags)
         episode_returns = [x for r in rollouts for x in r.episode_returns]
         episode_lengths = [x for r in rollouts for x in r.episode_lengths]
         row = {
-            "iteration": iteration, "updates": self.learner.version,
+            "iteration": self.iteration, "updates": self.learner.version,
             "train_return": float(np.mean(episode_returns)) if episode_returns else None,
             "train_length": float(np.mean(episode_lengths)) if episode_lengths else None,
             "episodes": len(episode_returns),
@@ -430,9 +443,12 @@ class PPOTrainer(Trainer):
             # updates between the weights a gradient was computed with (the version the
             # computing model held) and the learner's when it was applied; mean over the round
             "gradient_lag": float(np.mean(gradient_lags)) if gradient_lags else None,
-            "sample_time_s": sample_time,
-            "update_time_s": time.perf_counter() - t0 - sample_time,
+            "sample_time_s": collected.sample_time,
+            "update_time_s": time.perf_counter() - collected.started - collected.sample_time,
             "workers": len(rollouts),
+            "policy_lag": (float(np.mean(learned.policy_lags)) if learned.policy_lags
+                           else None),
+            "sample_ahead": int(collected.ahead),
             **self.faults.counts,
         }
         for key in stats[0] if stats else ():
@@ -440,9 +456,6 @@ class PPOTrainer(Trainer):
         return row
 
     # -- checkpoints -------------------------------------------------------------------------
-    def drain(self):
-        """Nothing runs between rounds: the loop is lock-step."""
-
     def get_state(self):
         """The states of the workers that are up (core/sampling/rollout.py:RolloutWorker.get_state),
         by slot, and the observation normalizer."""

@@ -22,7 +22,6 @@ import ray
 from agents.base import OffPolicyAgent
 from core.learning.allreduce import rendezvous_file
 from core.distributed.devices import gpu_plan
-from core.sampling.eval_runner import EvalRunner
 from core.faults import death_inside, short_error
 from core.learning.parameter_server import LearnerWorker, ParameterServer
 from core.distributed.placement import Placement
@@ -30,7 +29,7 @@ from core.registry import ConfigError
 from core.learning.replay_buffer import PrioritizedReplayBuffer, ReplayBuffer
 from core.sampling.rollout import make_rollout_worker
 from core import seeding
-from core.algos.trainer import Trainer
+from core.algos.trainer import Iteration, LoopPartLost, Trainer
 from core.algos.trainers import register_trainer
 from core.sampling.worker_group import MISSING, WorkerGroup, alive
 from core.argtypes import (auto_or_positive_int, non_negative_float, non_negative_int,
@@ -155,7 +154,7 @@ def mean_or_none(values):
     return float(np.mean(values)) if values else None
 
 
-class CoreActorLost(RuntimeError):
+class CoreActorLost(LoopPartLost):
     """The replay buffer or the parameter server died: the run restores itself in place."""
 
 
@@ -195,14 +194,27 @@ class SACTrainer(Trainer):
                                    timeout=args.worker_timeout)
         for i in range(self.num_workers):
             self.workers.add(i, local=self.local)
-        self.evaluations = EvalRunner(spec, run, faults, lambda: not self.local)
         self.steps_per_env = max(1, args.weight_sync_interval // args.num_envs_per_worker)
         self.fragment = self.steps_per_env * args.num_envs_per_worker
         self.updates_done = 0
-        # (self.recovery_source, set by core/run/session.py, is read when the buffer or the
-        # server must be rebuilt.) Replay holds observations as the policy saw them (normalized
-        # with the statistics of their fragment), as RLlib's MeanStdFilter does.
+        # Replay holds observations as the policy saw them (normalized with the statistics of
+        # their fragment), as RLlib's MeanStdFilter does.
         self.restored_replay_size = 0
+        self.update_lag = (args.update_lag if args.update_lag is not None
+                           else int(not self.placement.local))
+        # The loop's bookkeeping; begin() (and a recovery) sets it from the run's counters.
+        self.base_env_steps = self.base_updates = 0   # where the budgets count from
+        self.env_steps_submitted = self.updates_submitted = 0
+        self.weights, self.version = None, 0          # the newest weights handed out (a ref)
+        self.learner_weights, self.learner_version = None, 0  # what learner workers compute on
+        self.rollouts = {}          # ref -> worker member
+        self.updates = []           # refs of ParameterServer.apply / update, oldest first
+        self.replica_updates = {}   # ref -> its replicas' update refs (--learner_sync allreduce)
+        self.update_counts = {}     # ref -> updates it makes
+        self.replay_size = 0
+        self.next_log = 0           # env steps at which the next metrics row is due
+        self.last_log_time, self.last_log_updates = time.time(), 0
+        self.episode_returns, self.episode_lengths, self.lags, self.update_stats = [], [], [], []
 
     # -- actors --------------------------------------------------------------------------------
     def make_core(self):
@@ -246,24 +258,27 @@ class SACTrainer(Trainer):
         return env_steps_submitted < warm_up + updates_done / self.args.utd_ratio + slack
 
     # -- the loop: the driver only submits work and books results ------------------------------
-    def train(self):
+    def begin(self):
         self.start_loop()
+
+    def iterate(self):
+        """Collection and updates overlap here (on different actors), so the iteration is not
+        collect -> learn: the driver turns (submits what the budgets allow, books what
+        finished) until a metrics row is due: --log_steps more env steps, an evaluation that
+        finished, or a stop request."""
         while True:
-            try:
-                self.turn()
-            except CoreActorLost as lost:
-                self.recover(lost)
-                continue
-            eval_result = self.evaluations.poll(self.newest_weights, self.obs_statistics())
-            if ((self.run.env_steps >= self.next_log or eval_result is not None
-                 or self.run.stop_requested)
-                    and self.run.record(self.metrics_row(), eval_result)):
-                break
-        # Let in-flight work finish so the parameter server's state is consistent.
-        self.drain()
-        last = self.evaluations.finish()
-        if last is not None:
-            self.run.record_eval(last)
+            self.turn()
+            evaluation = self.evaluate()
+            if (self.run.env_steps >= self.next_log or evaluation is not None
+                    or self.run.stop_requested):
+                self.iteration += 1
+                return Iteration(self.metrics_row(), evaluation)
+
+    def weights_and_version(self):
+        return self.newest_weights()
+
+    def remote_evaluation(self):
+        return not self.local
 
     def turn(self):
         """Submit what the budgets allow, wait for something to finish (at most 1 s, so hung
@@ -279,19 +294,16 @@ class SACTrainer(Trainer):
                 self.env_steps_submitted -= self.fragment
 
     def start_loop(self):
+        """The bookkeeping from the run's counters (0, a restored checkpoint's, or the
+        checkpoint a recovery continues from)."""
         args = self.args
-        self.update_lag = (args.update_lag if args.update_lag is not None
-                           else int(not self.placement.local))
         # Counters start from a restored checkpoint's (0 for a new run).
         self.base_env_steps, self.base_updates = self.run.env_steps, self.updates_done
         self.env_steps_submitted = self.run.env_steps
         self.updates_submitted = self.updates_done
         self.weights, self.version = self.server.get_weights.remote(), self.updates_done
         self.learner_weights, self.learner_version = self.weights, self.version
-        self.rollouts = {}        # ref -> worker member
-        self.updates = []         # refs of ParameterServer.apply / update, oldest first
-        self.replica_updates = {}  # ref -> its replicas' update refs (--learner_sync allreduce)
-        self.update_counts = {}   # ref -> updates it makes
+        self.rollouts, self.updates, self.replica_updates, self.update_counts = {}, [], {}, {}
         # A restored buffer keeps the budgets running as if the run had never stopped; an empty
         # one starts them (and the warm-up) again from the restore point.
         self.replay_size = self.restored_replay_size
@@ -300,7 +312,6 @@ class SACTrainer(Trainer):
         self.next_log = self.run.env_steps + args.log_steps
         self.evaluations.begin()
         self.last_log_time, self.last_log_updates = time.time(), self.updates_done
-        self.iteration = getattr(self, "iteration", 0)
         self.reset_window()
 
     def reset_window(self):
@@ -380,7 +391,7 @@ class SACTrainer(Trainer):
             member = self.rollouts.pop(ref)
             try:
                 stats = self.workers.take(ref, member)
-            except Exception as exc:  # noqa: BLE001 - the buffer may have died under it
+            except Exception as exc:  # the buffer may have died under it
                 if death_inside(exc):
                     self.check_core(exc)
                 raise
@@ -404,7 +415,7 @@ class SACTrainer(Trainer):
                 result = self.placement.get(ref)
                 # the replicas ended the same allreduce: done, or about to be
                 self.placement.get(self.replica_updates.pop(ref, []))
-            except Exception as exc:  # noqa: BLE001 - which actor died?
+            except Exception as exc:  # which actor died?
                 # (a replica's death fails the others' allreduce with a plain error)
                 self.check_core(exc)
                 if not death_inside(exc):
@@ -424,23 +435,20 @@ class SACTrainer(Trainer):
 
     def drain(self):
         """Book every fragment and update in flight, so that a checkpoint's env steps, replay
-        buffer, weights and worker states describe the same moment (on save and restore)."""
+        buffer, weights and worker states describe the same moment (on save and restore).
+        CoreActorLost if the buffer or the server died meanwhile (the session then hands
+        ``recover`` the newest checkpoint)."""
         while self.rollouts or self.updates:
-            try:
-                done = set(self.placement.wait_any(list(self.rollouts) + self.updates,
-                                                   timeout=1.0))
-                self.book_rollouts(done)
-                self.book_updates(done)
-                for ref in self.workers.hung():
-                    self.rollouts.pop(ref, None)
-            except CoreActorLost as lost:
-                self.recover(lost)
+            done = set(self.placement.wait_any(list(self.rollouts) + self.updates, timeout=1.0))
+            self.book_rollouts(done)
+            self.book_updates(done)
+            for ref in self.workers.hung():
+                self.rollouts.pop(ref, None)
 
-    def recover(self, lost):
+    def recover(self, lost, checkpoint):
         """The replay buffer or the parameter server died: build both again and continue from
-        the newest checkpoint (its weights, optimizer, counters and, with --checkpoint_buffer,
-        the buffer's contents), or from the start when there is none yet."""
-        checkpoint = self.recovery_source() if self.recovery_source is not None else None
+        ``checkpoint``, the run's newest (its weights, optimizer, counters and, with
+        --checkpoint_buffer, the buffer's contents), or from the start when there is none."""
         where = (f"its checkpoint at env step {int(checkpoint[3].get('env_steps', 0)):,}"
                  if checkpoint is not None else "its start (no checkpoint yet)")
         self.faults.recovered(f"{lost}; the run restores itself in place from {where}",

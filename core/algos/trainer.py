@@ -1,24 +1,34 @@
-"""The Trainer base class: what every training loop shares, and the contract core/run/session.py
-calls.
+"""The Trainer base class: the one loop skeleton every training loop fills in, and the contract
+core/run/session.py calls.
 
 A trainer drives one run: it owns the worker groups (core/sampling/worker_group.py), the evaluation
-schedule (core/sampling/eval_runner.py), the observation normalizer, and its part of checkpoints; the
-session (core/run/session.py) builds it, restores it, asks it for checkpoint state and calls
-``train()``. The built-in loops are PPO's (core/algos/ppo_trainer.py, gradient-collecting) and SAC's
-(core/algos/sac_trainer.py, Ape-X shape). A plugin brings its own loop by subclassing Trainer and
-registering it (core/algos/trainers.py ``register_trainer``); its model names it (``trainer = "..."``).
+schedule (core/sampling/eval_runner.py), the observation normalizer, and its part of checkpoints.
+The session (core/run/session.py) owns the loop around it, in one direction: it builds the
+trainer, restores it, then
 
-The contract, in the order the session uses it:
+    trainer.begin()
+    while True:
+        iteration = trainer.iterate()        # collect -> learn -> evaluate: one metrics row
+        ... the session records the row, saves best.pt and periodic checkpoints, stops ...
+    trainer.end()                            # work in flight settled (also after an error)
+    trainer.last_evaluation()                # the evaluation still running, waited for
 
-- ``metric_columns``: the columns of metrics.csv, in order (a row may leave any empty);
-- ``add_args(parser)``: the loop's own flags (parsed with the run's, so ``-h`` shows them);
-- ``starts_without_ray``: True when learning can begin in this process while Ray starts;
-- ``__init__(args, spec, plugins, spaces, run, faults, ray_starter)``;
-- ``restore(weights, optimizer_state, updates)`` and ``set_state(state, fresh_episode_seed)``
-  after a --restore; ``train()`` runs until ``run.record(...)`` says stop;
-- ``drain()``, ``checkpoint_state()`` -> (weights, optimizer state, updates) and
-  ``get_state()`` -> a dict of plain data, for every checkpoint; ``evaluation_state()`` for
-  best.pt; ``summary_extra()`` for summary.json; ``close()`` at the end.
+and checkpoints only between iterations (``drain``, ``checkpoint_state``, ``get_state``). A
+trainer never calls back into the session: when a part of the loop that holds state dies (SAC's
+replay buffer or parameter server), it raises ``LoopPartLost`` and the session hands it the
+newest checkpoint (``recover``).
+
+``iterate`` is a template (SB3's ``learn()``/``train()`` split): ``collect()`` -> ``learn(collected)``
+-> ``evaluate()`` -> ``metrics_row(collected, learned)``. A lock-step loop (PPO's, the REINFORCE
+example's) fills in the steps; a loop whose steps overlap (SAC's, Ape-X shape: collection and
+updates run at once on different actors) overrides ``iterate`` itself. The built-in loops are
+PPO's (core/algos/ppo_trainer.py, gradient-collecting) and SAC's (core/algos/sac_trainer.py). A
+plugin brings its own by subclassing Trainer and registering it (core/algos/trainers.py
+``register_trainer``); its model names it (``trainer = "..."``).
+
+Class attributes: ``metric_columns`` (metrics.csv's columns, in order; a row may leave any
+empty), ``add_args(parser)`` (the loop's own flags), ``starts_without_ray`` (learning can begin
+in this process while Ray starts), ``agent_kind`` (the agent contract the loop calls).
 
 Two metrics mean the same in every loop, and are measured from the versions that really took
 part: weights handed out by a learner carry its update count (core/types.py
@@ -31,7 +41,24 @@ WEIGHTS_VERSION_KEY), a model that loads them keeps it, and what the model compu
   sample entered learning (PPO: the round's first update; SAC: the update count booked when its
   fragment reached the replay buffer); the mean over the row's samples.
 """
+from dataclasses import dataclass
+from typing import Optional
+
 from core.learning.normalizer import ObsNormalizer
+from core.sampling.eval_runner import EvalRunner
+
+
+@dataclass
+class Iteration:
+    """What one iteration gives the session: a metrics row (the run adds the env steps, times
+    and evaluation columns) and the evaluation that finished during it, if one did."""
+    row: dict
+    evaluation: Optional[dict] = None
+
+
+class LoopPartLost(RuntimeError):
+    """A part of the loop that holds state died (SAC: the replay buffer, the parameter server):
+    the session answers with ``Trainer.recover(lost, newest checkpoint)``."""
 
 
 class Trainer:
@@ -55,17 +82,64 @@ class Trainer:
         None when the run has no Ray workers (core/distributed/placement.py)."""
         self.args, self.spec, self.plugins, self.spaces = args, spec, plugins, spaces
         self.run, self.faults, self.ray_starter = run, faults, ray_starter
-        #: set by core/run/session.py: () -> the newest checkpoint as (weights, optimizer state,
-        #: updates, meta, state), or None (for a loop that restores itself in place)
-        self.recovery_source = None
         self.obs_normalizer = (ObsNormalizer(spaces[0].shape, clip=args.obs_clip)
-                               if getattr(args, "normalize_obs", False) else None)
+                               if args.normalize_obs else None)
+        self.iteration = 0
+        self.evaluations = EvalRunner(spec, run, faults, self.remote_evaluation)
 
-    # -- the loop ----------------------------------------------------------------------------
-    def train(self):
-        """Run until ``self.run.record(row, eval_result)`` returns True (a target, a budget or
-        a stop request), then let the last evaluation finish."""
+    # -- the loop, as the session calls it ---------------------------------------------------
+    def begin(self):
+        """Before the first iteration, after any restore: start the schedules from the run's
+        counters."""
+        self.evaluations.begin()
+
+    def iterate(self):
+        """One iteration: collect -> learn -> evaluate; returns an ``Iteration``."""
+        self.iteration += 1
+        collected = self.collect()
+        learned = self.learn(collected)
+        evaluation = self.evaluate()
+        return Iteration(self.metrics_row(collected, learned), evaluation)
+
+    def end(self):
+        """After the last iteration, however the loop ended: settle the work in flight so that
+        the final checkpoint can be taken."""
+        self.drain()
+
+    def last_evaluation(self):
+        """The evaluation still running when the loop stopped, waited for (it counts), or None."""
+        return self.evaluations.finish()
+
+    def recover(self, lost, checkpoint):
+        """Rebuild after ``LoopPartLost`` from ``checkpoint`` (the session's newest: (weights,
+        optimizer state, updates, meta, state), or None). A loop without such parts never
+        raises it."""
+        raise lost
+
+    # -- the steps of ``iterate`` ------------------------------------------------------------
+    def collect(self):
+        """Gather experience; returns whatever ``learn`` and ``metrics_row`` take."""
         raise NotImplementedError
+
+    def learn(self, collected):
+        """Update the learner on ``collected``; returns what ``metrics_row`` reports of it."""
+        raise NotImplementedError
+
+    def evaluate(self):
+        """Start an evaluation when one is due; the result of one that finished, or None."""
+        return self.evaluations.poll(self.weights_and_version, self.obs_statistics())
+
+    def metrics_row(self, collected, learned):
+        """The metrics row of this iteration (columns of ``metric_columns``)."""
+        raise NotImplementedError
+
+    def weights_and_version(self):
+        """The learner's weights as workers take them, and their version (update count)."""
+        raise NotImplementedError
+
+    def remote_evaluation(self):
+        """Whether the test worker may be a Ray actor now (else it runs in this process)."""
+        return False
 
     def worker_groups(self):
         """The loop's WorkerGroups (close() retires their members)."""

@@ -31,7 +31,6 @@ cannot see (a CPU-only torch build, a node whose GPUs Ray counts but the driver 
 so in one line on stderr and computes on the CPU: the run still works.
 """
 import math
-import os
 import platform
 import sys
 from dataclasses import dataclass

@@ -145,7 +145,7 @@ def load_for_restore(path, args, flag="--restore"):
     path = checkpoint_path(path, flag)
     try:
         payload, meta = load_checkpoint(path)
-    except Exception as exc:  # truncated, corrupted or crafted: never half-loaded
+    except Exception as exc:  # noqa: BLE001 - truncated, corrupted or crafted: never half-loaded
         raise ConfigError(f"{flag} {path}: not a readable ddrl checkpoint "
                           f"({type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}). "
                           f"The file may be truncated or corrupted; an older checkpoint "

@@ -41,8 +41,6 @@ class RunContext:
         self.stop_requested = None            # set by a signal: "interrupted" or "terminated"
         self.last_row_time = time.time()
         self.last_row_steps = 0
-        self.on_new_best = None               # callback(eval_result), e.g. save best weights
-        self.after_row = None                 # callback(row) after every metrics row
         os.makedirs(run_dir, exist_ok=True)
         metrics_path = os.path.join(run_dir, "metrics.csv")
         self.curves = LearningCurves(run_dir, target_return, args.plot_interval,
@@ -67,19 +65,20 @@ class RunContext:
         return fitting_share(nodes, num_actors)
 
     def record_eval(self, result):
+        """Book an evaluation; returns True when it is the best so far."""
         value = result["eval_return"]
         self.last_eval_return = value
-        if self.best_eval_return is None or value > self.best_eval_return:
+        best = self.best_eval_return is None or value > self.best_eval_return
+        if best:
             self.best_eval_return = value
-            if self.on_new_best is not None:
-                self.on_new_best(result)
         if (self.target_return is not None and value >= self.target_return
                 and self.time_to_target_s is None):
             self.time_to_target_s = self.elapsed()
             self.steps_to_target = result.get("env_steps", self.env_steps)
+        return best
 
     def record(self, row, eval_result=None):
-        """Log one iteration; returns True when the run must stop."""
+        """Log one iteration (its evaluation, if any, booked with ``record_eval`` first)."""
         now = time.time()
         row["env_steps"] = self.env_steps
         row["wall_time_s"] = now - self.start_time
@@ -87,7 +86,6 @@ class RunContext:
                                                                           1e-9)
         self.last_row_time, self.last_row_steps = now, self.env_steps
         if eval_result is not None:
-            self.record_eval(eval_result)
             row["eval_return"] = eval_result["eval_return"]
             row["eval_return_std"] = eval_result["eval_return_std"]
         self.logger.log(row)
@@ -95,8 +93,10 @@ class RunContext:
             self.tensorboard.log(row)
         self.curves.add(row)
         self.curves.maybe_draw()
-        if self.after_row is not None:
-            self.after_row(row)
+
+    def should_stop(self):
+        """True when a stop rule holds (``stopped_because`` says which): a stop request, the
+        target, --total_steps, --max_time or --pause_at_steps."""
         if self.stop_requested is not None:
             self.stopped_because = self.stop_requested
         elif self.time_to_target_s is not None:

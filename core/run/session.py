@@ -4,6 +4,7 @@ the final checkpoint, summary.json (also after an error: ``stopped_because: "err
 error's one line), and Ray shut down. main.py only parses, dispatches and maps exit codes, as
 Sample Factory's train.py does.
 """
+import contextlib
 import os
 import signal
 import sys
@@ -23,6 +24,7 @@ from core.process import setup_process
 from core.registry import ConfigError
 from core.run.context import RUN_ONLY_KEYS, RunContext
 from core.run.state import from_payload
+from core.algos.trainer import LoopPartLost
 from core.algos.trainers import check_agent_kind, trainer_class
 
 # While PPO learns in this process, Ray's processes start at this niceness: on 2 cores the
@@ -75,10 +77,10 @@ def probe_env(plugins, args):
 
 
 class TrainingSession:
-    def __init__(self, args, start_time, on_row=None):
+    def __init__(self, args, start_time, observers=()):
         self.args = args
         self.start_time = start_time
-        self.on_row = on_row  # callback(session, row) after each metrics row (a sweep's report)
+        self.observers = list(observers)
         self.ray_starter = None
         self.trainer = None
         self.context = None
@@ -115,14 +117,11 @@ class TrainingSession:
         self.save_resolved_config()
         self.trainer = trainer_cls(args, self.spec, self.plugins, self.spaces, self.context,
                                    self.faults, self.ray_starter)
-        self.trainer.recovery_source = self.newest_checkpoint
         self.checkpoints = CheckpointManager(os.path.join(self.run_dir, "checkpoints"),
                                              keep=args.keep_checkpoints)
         if args.restore:
             self.restore()
-        self.context.on_new_best = self.save_best
         self.next_checkpoint = 0
-        self.context.after_row = self.after_row
         if not args.quiet:
             gym_id = getattr(args, "gym_id", None)
             print(f"ddrl: {args.env_name}{'/' + gym_id if gym_id else ''} + {args.model_name} + "
@@ -179,7 +178,7 @@ class TrainingSession:
     def save(self, reason):
         # Work in flight first (SAC): the checkpoint's env steps, buffer, weights and worker
         # states then describe one moment, the same way on save and restore.
-        self.trainer.drain()
+        self.recovering(self.trainer.drain)
         weights, optimizer_state, updates = self.trainer.checkpoint_state()
         state = self.trainer.get_state()
         state["driver_torch_rng"] = torch.get_rng_state()
@@ -192,11 +191,6 @@ class TrainingSession:
                                                        "eval_return": result["eval_return"]}),
                                    self.trainer.evaluation_state())
 
-    def after_row(self, row):
-        self.periodic_checkpoint()
-        if self.on_row is not None:
-            self.on_row(self, row)
-
     def periodic_checkpoint(self):
         interval = self.args.checkpoint_interval
         if self.context.env_steps >= self.next_checkpoint:
@@ -206,7 +200,7 @@ class TrainingSession:
 
     def newest_checkpoint(self):
         """This run's newest checkpoint as (weights, optimizer state, updates, meta, state),
-        or None: what a SAC run restores itself from when its buffer or server dies."""
+        or None: what a loop rebuilds from when a part of it that holds state dies."""
         path = os.path.join(self.checkpoints.directory, "last.pt")
         if not os.path.isfile(path):
             return None
@@ -245,6 +239,43 @@ class TrainingSession:
                   f"{int(meta.get('updates', 0)):,} updates; episodes "
                   f"{'continue exactly' if exact else 'start afresh'})", flush=True)
 
+    # -- the loop: the trainer iterates, the session records and checkpoints between --------
+    def train(self):
+        """Iterate until the run's stop rules say stop (core/run/context.py), recording each
+        row, best.pt at a new best evaluation and the periodic checkpoints between iterations;
+        then the evaluation still running counts."""
+        trainer, run = self.trainer, self.context
+        trainer.begin()
+        try:
+            while True:
+                iteration = self.recovering(trainer.iterate)
+                if iteration.evaluation is not None and run.record_eval(iteration.evaluation):
+                    self.save_best(iteration.evaluation)
+                run.record(iteration.row, iteration.evaluation)
+                self.periodic_checkpoint()
+                for observer in self.observers:   # (a sweep's scheduler may stop the run)
+                    observer.on_row(self, iteration.row)
+                if run.should_stop():
+                    break
+        except BaseException:
+            with contextlib.suppress(Exception):  # the loop's own error is the one to report
+                trainer.end()
+            raise
+        self.recovering(trainer.end)
+        last = trainer.last_evaluation()
+        if last is not None and self.context.record_eval(last):
+            self.save_best(last)
+
+    def recovering(self, step):
+        """``step()``; when a part of the loop that holds state dies (LoopPartLost), the
+        trainer rebuilds it from the newest checkpoint (or from the start) and the step runs
+        again."""
+        while True:
+            try:
+                return step()
+            except LoopPartLost as lost:
+                self.trainer.recover(lost, self.newest_checkpoint())
+
     # -- signals: a flag the loop checks, never an exception from whatever code runs -----------
     def on_signal(self, signum, frame):
         if signum == signal.SIGINT and self.context.stop_requested is not None:
@@ -278,7 +309,7 @@ class TrainingSession:
             raise
         self.install_signal_handlers()
         try:
-            self.trainer.train()
+            self.train()
         except KeyboardInterrupt:
             self.context.stopped_because = "interrupted"
         except BaseException as exc:  # noqa: BLE001 - recorded, then re-raised below

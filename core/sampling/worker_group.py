@@ -124,7 +124,7 @@ class WorkerGroup:
         member = member or (call.member if call else None)
         try:
             return ray.get(ref)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             if member is None or not actor_died(exc):
                 raise
             self._failed(member, exc)
@@ -177,7 +177,7 @@ class WorkerGroup:
         for ref in done:
             try:
                 ray.get(ref)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 if not actor_died(exc):
                     raise
                 dead.append(pings[ref])

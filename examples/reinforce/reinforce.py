@@ -4,7 +4,8 @@
 
 Three registrations: a model that names its loop (``trainer = "reinforce"``), the agent that
 turns a fragment into the policy-gradient estimate, and the loop itself, a subclass of
-core.algos.trainer.Trainer. The loop uses ddrl's own pieces, so it gets what the built-in loops get:
+core.algos.trainer.Trainer that fills in the skeleton's steps (collect, learn, metrics_row);
+the session around it evaluates, records, checkpoints and stops. The loop uses ddrl's own pieces, so it gets what the built-in loops get:
 a rollout worker (core/sampling/rollout.py) in a worker group that replaces it if it dies, the test
 worker's evaluation schedule, metrics.csv / TensorBoard / the learning-curve plot, checkpoints
 and --restore. It runs its one worker in this process (``--num_workers`` is ignored).
@@ -15,7 +16,6 @@ import torch
 from agents import register_agent
 from agents.base import OnPolicyAgent
 from agents.default_agent import as_model_input, compute_gae
-from core.sampling.eval_runner import EvalRunner
 from core.learning.learner import Learner
 from core.sampling.rollout import make_rollout_worker
 from core.algos.trainer import Trainer
@@ -100,7 +100,6 @@ class ReinforceTrainer(Trainer):
         self.group = WorkerGroup("rollout worker", self.make_worker, faults,
                                  lambda: run.env_steps)
         self.group.add(0, local=True)
-        self.evaluations = EvalRunner(spec, run, faults, lambda: False)
 
     def make_worker(self, slot, generation, local, node=None):
         return make_rollout_worker(self.spec, slot, generation, True, 1, None)
@@ -108,37 +107,37 @@ class ReinforceTrainer(Trainer):
     def worker_groups(self):
         return [self.group]
 
-    def train(self):
-        self.evaluations.begin()
-        iteration = 0
-        while True:
-            iteration += 1
-            worker = self.group.members[0]
-            weights, version = self.learner.weights_for_workers(), self.learner.version
-            stats = self.group.take(self.group.submit(
-                worker, "collect", weights, version, self.args.rollout_steps,
-                self.obs_statistics()))
-            if stats is MISSING:
-                continue
+    def collect(self):
+        """One fragment from the worker, acted with the current weights."""
+        worker = self.group.members[0]
+        stats = self.group.take(self.group.submit(
+            worker, "collect", *self.weights_and_version(), self.args.rollout_steps,
+            self.obs_statistics()))
+        if stats is not MISSING:
             self.run.env_steps += stats.env_steps
-            result = self.group.take(self.group.submit(
-                worker, "fetch_grads", weights,
-                GradientRequest(0, 0, 1, 0.0, 1.0, 0.0, version)))
-            if result is MISSING or self.learner.apply(result.gradients) is None:
-                self.faults.update_skipped("lost or not finite", self.run.env_steps)
-            eval_result = self.evaluations.poll(
-                lambda: (self.learner.weights_for_workers(), self.learner.version),
-                self.obs_statistics())
-            returns = stats.episode_returns
-            row = {"iteration": iteration, "updates": self.learner.version,
-                   "train_return": float(np.mean(returns)) if returns else None,
-                   "episodes": len(returns), "workers": 1, **self.faults.counts,
-                   **(result.stats if result is not MISSING else {})}
-            if self.run.record(row, eval_result):
-                break
-        last = self.evaluations.finish()
-        if last is not None:
-            self.run.record_eval(last)
+        return stats
+
+    def learn(self, stats):
+        """One gradient step on the fragment (its agent computed the returns)."""
+        if stats is MISSING:
+            return {}
+        weights, version = self.weights_and_version()
+        result = self.group.take(self.group.submit(
+            self.group.members[0], "fetch_grads", weights,
+            GradientRequest(0, 0, 1, 0.0, 1.0, 0.0, version)))
+        if result is MISSING or self.learner.apply(result.gradients) is None:
+            self.faults.update_skipped("lost or not finite", self.run.env_steps)
+            return {}
+        return result.stats
+
+    def metrics_row(self, stats, learned):
+        returns = [] if stats is MISSING else stats.episode_returns
+        return {"iteration": self.iteration, "updates": self.learner.version,
+                "train_return": float(np.mean(returns)) if returns else None,
+                "episodes": len(returns), "workers": 1, **self.faults.counts, **learned}
+
+    def weights_and_version(self):
+        return self.learner.weights_for_workers(), self.learner.version
 
     def checkpoint_state(self):
         return self.learner.state()
