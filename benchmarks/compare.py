@@ -283,7 +283,7 @@ def aggregate(records, systems, peer):
             steps_to_target=stats([r["summary"]["steps_to_target"] if r["reached"] else math.inf for r in runs]),
             process_wall_s=stats([r["process_wall_s"] for r in runs]),
             last_eval_return=stats([r["curve"][-1][1] for r in runs if r.get("curve")]))
-    for name, a in agg.items():  # ratio of medians against the peer (> 1: slower / more steps than the peer)
+    for a in agg.values():  # ratio of medians against the peer (> 1: slower / more steps than the peer)
         p = agg.get(peer)
         for key in ("time_to_target_s", "steps_to_target"):
             ok = p and a[key] and p[key] and math.isfinite(a[key]["median"]) and math.isfinite(p[key]["median"])
@@ -302,10 +302,15 @@ def markdown(suite, cfg, agg, commands, peer):
              "| system | reached | time to target (s) | env steps to target | time ratio | steps ratio "
              "| last eval return | whole process (s) |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+
+    def cell(d, nd):
+        return f"{fmt(d['median'], nd)} [{fmt(d['min'], nd)}, {fmt(d['max'], nd)}]" if d else "—"
+
+    def ratio(x):
+        return f"{x:.2f}" if x is not None else "—"
+
     for name, a in agg.items():
         t, s, w = a["time_to_target_s"], a["steps_to_target"], a["process_wall_s"]
-        cell = lambda d, nd: f"{fmt(d['median'], nd)} [{fmt(d['min'], nd)}, {fmt(d['max'], nd)}]" if d else "—"
-        ratio = lambda x: f"{x:.2f}" if x is not None else "—"
         lines.append(f"| {name} | {a['reached']}/{a['total']} | {cell(t, 1)} | {cell(s, 0)} | "
                      f"{ratio(a['time_to_target_s_ratio_vs_peer'])} | {ratio(a['steps_to_target_ratio_vs_peer'])} | "
                      f"{cell(a.get('last_eval_return'), 1)} | {cell(w, 1)} |")
@@ -340,7 +345,8 @@ def machine_info():
             return metadata.version(pkg)
         except metadata.PackageNotFoundError:
             return None
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), None) \
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+                if line.startswith("model name")), None) \
         if os.path.exists("/proc/cpuinfo") else platform.processor()
     return dict(nproc=os.cpu_count(), cpu=cpu, platform=platform.platform(), python=platform.python_version(),
                 torch=version("torch"), ray=version("ray"), gymnasium=version("gymnasium"),

@@ -1,4 +1,5 @@
 import time; T0 = time.time()  # noqa: E702  first statement: wall time counts from process start, imports included
+# ruff: noqa: E402  (the imports follow that first statement on purpose)
 """Peer run: Stable-Baselines3 PPO with RL-Zoo hyperparameters, stopped at a target eval return.
 
     .venv/bin/python benchmarks/sb3_ppo.py --env CartPole-v1 --seed 0 --target_return 475 --out_dir /tmp/sb3
@@ -137,7 +138,8 @@ def main():
     p.add_argument("--max_steps", type=int, default=None,
                    help="default: RL-Zoo n_timesteps (1e5). Note lin_ schedules decay over max_steps.")
     p.add_argument("--torch_threads", type=int, default=1,
-                   help="default 1: on 2 cores, 2 threads made the CartPole run 6.5x slower (measured here)")
+                   help="torch threads (default: 1; the figures behind the suites' 1 or 2 are in "
+                        "benchmarks/README.md and BENCHMARKS.md)")
     args = p.parse_args()
 
     torch.set_num_threads(args.torch_threads)

@@ -1,4 +1,5 @@
 import time; T0 = time.time()  # noqa: E702  first statement: wall time counts from process start, imports included
+# ruff: noqa: E402  (the imports follow that first statement on purpose)
 """Peer run: Stable-Baselines3 SAC (or sb3-contrib CrossQ, --algo crossq), stopped at a target eval
 return (the SAC sibling of sb3_ppo.py).
 
@@ -151,9 +152,8 @@ def main():
                    help="default: RL-Zoo n_timesteps (2e4 Pendulum, 5e5 LunarLander). "
                         "LunarLander's lin_ learning rate decays over max_steps.")
     p.add_argument("--torch_threads", type=int, default=1,
-                   help="torch threads (default 1: on 2 cores, 2 threads made SB3's PPO 6.5x slower; "
-                        "SB3's SAC with RL-Zoo's 400x300 LunarLander nets is ~1.35x faster "
-                        "with 2, so the lunar-sac suite gives it 2)")
+                   help="torch threads (default: 1; the figures behind the suites' 1 or 2 are in "
+                        "benchmarks/README.md and BENCHMARKS.md)")
     args = p.parse_args()
 
     torch.set_num_threads(args.torch_threads)

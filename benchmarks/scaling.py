@@ -101,8 +101,8 @@ def parse_args():
                         "(default: 0.4)")
     p.add_argument("--min_window", type=float, default=20.0,
                    help="a steady-state window shorter than this many seconds is flagged (~ in the table; "
-                        "16 workers were all up only ~40 s after start in a trial: give such points "
-                        "--seconds 90 or more) (default: 20)")
+                        "many workers take long to be all up: give such points a longer --seconds, "
+                        "benchmarks/README.md) (default: 20)")
     p.add_argument("--extra", default="",
                    help="flags appended to every command, e.g. --extra \"--sample_ahead on\" (they win; "
                         "one flag alone: --extra=--compiled_graph)")
@@ -370,7 +370,7 @@ def plot(path, points, step_ms, where):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(8, 5))
-    for i, ((system, placement, extra), by_n) in enumerate(series(points).items()):
+    for (system, placement, extra), by_n in series(points).items():
         pts = sorted((n, 100 * p["efficiency"]) for n, p in by_n.items() if p.get("efficiency") is not None)
         if pts:
             ax.plot(*zip(*pts), marker="o", ls="-" if placement == "worker" else ":",
