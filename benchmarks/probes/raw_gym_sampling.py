@@ -1,25 +1,20 @@
 """Raw gymnasium stepping speed on this machine: the floor any platform's sampling is measured against.
 
-    .venv/bin/python benchmarks/raw_gym_sampling.py --env CartPole-v1 --out benchmarks/results/raw_gym_CartPole-v1.json
+    .venv/bin/python benchmarks/probe.py raw-gym --env CartPole-v1 --out benchmarks/results/raw_gym_CartPole-v1.json
 
 (a) one env, random actions (action_space.sample());
 (b) N envs in one process, stepped in a python loop, actions from a 64x64 tanh MLP whose forward pass
     is batched over the N envs (torch, 1 thread), for N in --num_envs (default 1 10 100).
 Envs auto-reset on termination or truncation. Each case runs for --seconds of wall time.
 """
-import argparse
 import json
 import os
 import platform
 import time
 
-import gymnasium as gym
-import numpy as np
-import torch
-from torch import nn
-
 
 def random_actions(env_id, seconds, seed):
+    import gymnasium as gym
     env = gym.make(env_id)
     env.reset(seed=seed)
     env.action_space.seed(seed)
@@ -36,6 +31,10 @@ def random_actions(env_id, seconds, seed):
 
 
 def policy_actions(env_id, n, seconds, seed):
+    import gymnasium as gym
+    import numpy as np
+    import torch
+    from torch import nn
     envs = [gym.make(env_id) for _ in range(n)]
     obs = np.stack([e.reset(seed=seed + i)[0] for i, e in enumerate(envs)]).astype(np.float32)
     space = envs[0].action_space
@@ -59,14 +58,17 @@ def policy_actions(env_id, n, seconds, seed):
             return steps / elapsed
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_args(p):
     p.add_argument("--env", default="CartPole-v1")
     p.add_argument("--num_envs", type=int, nargs="+", default=[1, 10, 100])
     p.add_argument("--seconds", type=float, default=3.0, help="wall time per case")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="JSON output path (default: print only)")
-    args = p.parse_args()
+
+
+def run(args, argv):
+    import gymnasium as gym
+    import torch
     torch.set_num_threads(1)  # same rule as every ddrl process
 
     result = dict(env=args.env, seconds_per_case=args.seconds, nproc=os.cpu_count(),
@@ -80,7 +82,3 @@ def main():
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w") as f:
             json.dump(result, f, indent=2)
-
-
-if __name__ == "__main__":
-    main()

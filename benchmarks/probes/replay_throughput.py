@@ -1,6 +1,6 @@
 """Replay buffer throughput: ddrl's core/learning/replay_buffer.py against cpprb, side by side.
 
-    .venv/bin/python benchmarks/replay_throughput.py --out benchmarks/results/replay_throughput.json
+    .venv/bin/python benchmarks/probe.py replay --out benchmarks/results/replay_throughput.json
 
 LunarLanderContinuous-shaped transitions (observation 8 float32, action 2 float32, reward,
 terminated, next observation), capacity 1e6. For each buffer, in one process and alternating
@@ -16,20 +16,14 @@ between the systems every repetition:
 Reports transitions added/s and batches sampled/s, the median of the repetitions and the spread.
 Everything runs in this one process on one core; no Ray.
 """
-import argparse
 import importlib.metadata
 import json
 import os
 import platform
 import subprocess
-import sys
 import time
 
-import numpy as np
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from core.learning.replay_buffer import PrioritizedReplayBuffer, ReplayBuffer, Transitions  # noqa: E402
+from probes import command
 
 OBS, ACT = 8, 2
 CPPRB_ENV = {"obs": {"shape": OBS}, "act": {"shape": ACT}, "rew": {},
@@ -38,6 +32,7 @@ CPPRB_ENV = {"obs": {"shape": OBS}, "act": {"shape": ACT}, "rew": {},
 
 class DdrlAdapter:
     def __init__(self, prioritized, capacity, seed):
+        from core.learning.replay_buffer import PrioritizedReplayBuffer, ReplayBuffer
         if prioritized:
             self.buffer = PrioritizedReplayBuffer(capacity, (OBS,), (ACT,), epsilon=1e-6, seed=seed)
         else:
@@ -56,6 +51,7 @@ class DdrlAdapter:
 class CpprbAdapter:
     def __init__(self, prioritized, capacity, seed):
         import cpprb
+        import numpy as np
         np.random.seed(seed)          # cpprb draws from numpy's global generator
         if prioritized:
             self.buffer = cpprb.PrioritizedReplayBuffer(capacity, CPPRB_ENV, alpha=0.6, eps=1e-6,
@@ -82,6 +78,8 @@ SYSTEMS = {"ddrl": DdrlAdapter, "cpprb": CpprbAdapter}
 
 def random_blocks(rng, count, size):
     """A pool of blocks reused round robin, so generating data is not timed."""
+    import numpy as np
+    from core.learning.replay_buffer import Transitions
     return [Transitions(
         observations=rng.standard_normal((size, OBS), dtype=np.float32),
         actions=rng.uniform(-1, 1, (size, ACT)).astype(np.float32),
@@ -124,8 +122,7 @@ def markdown(results):
     return "\n".join(lines)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_args(parser):
     parser.add_argument("--capacity", type=int, default=1_000_000)
     parser.add_argument("--block_size", type=int, default=256)
     parser.add_argument("--batch_size", type=int, default=256)
@@ -133,7 +130,11 @@ def main():
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None)
-    args = parser.parse_args()
+
+
+def run(args, argv):
+    import numpy as np
+    from core.learning.replay_buffer import PrioritizedReplayBuffer, ReplayBuffer
     load_before = os.getloadavg()
     uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     wall_start = time.perf_counter()
@@ -174,7 +175,7 @@ def main():
         "prioritized": PrioritizedReplayBuffer(args.capacity, (OBS,), (ACT,)).nbytes()}
     table = markdown(results)
     report = {
-        "command": "benchmarks/replay_throughput.py " + " ".join(sys.argv[1:]),
+        "command": command(argv),
         "settings": vars(args),
         "results": results,
         "table": table,
@@ -200,7 +201,3 @@ def main():
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w") as f:
             json.dump(report, f, indent=2)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """Per-call costs behind ddrl's design choices, measured on this machine.
 
-    .venv/bin/python benchmarks/overheads.py --out benchmarks/results/overheads.json
+    .venv/bin/python benchmarks/probe.py overheads --out benchmarks/results/overheads.json
 
 - an empty actor call, one actor and two in parallel;
 - weights of a 64x64 actor-critic to two actors: ray.put once and pass the reference, against
@@ -8,17 +8,11 @@
 - the same gradient round trip as ordinary calls and as a Ray Compiled Graph (--compiled_graph);
 - one learner step: torch's default Adam against the fused kernel (models/ppo.py).
 """
-import argparse
 import json
 import os
-import sys
 import time
 
-import numpy as np
-import ray
-import torch
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from probes import command
 
 
 def per_call_ms(fn, n):
@@ -29,21 +23,32 @@ def per_call_ms(fn, n):
     return (time.perf_counter() - start) / n * 1e3
 
 
-@ray.remote(num_cpus=1)
-class Echo:
-    def noop(self, *args):
-        return None
+def echo_actor():
+    """The actor class: made here so that importing this module needs no Ray (Ray ships a
+    class defined in a function to its workers by value)."""
+    import numpy as np
+    import ray
 
-    def gradients(self, weights, request=None):
-        # The size of a GradientResult for the default model: ~10k float32 in 10 arrays.
-        return {k: np.zeros_like(v) for k, v in weights.items()}
+    @ray.remote(num_cpus=1)
+    class Echo:
+        def noop(self, *args):
+            return None
+
+        def gradients(self, weights, request=None):
+            # The size of a GradientResult for the default model: ~10k float32 in 10 arrays.
+            return {k: np.zeros_like(v) for k, v in weights.items()}
+
+    return Echo
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_args(parser):
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--out", default=None)
-    args = parser.parse_args()
+
+
+def run(args, argv):
+    import ray
+    import torch
     load_before = os.getloadavg()[0]
     torch.set_num_threads(1)
 
@@ -58,7 +63,8 @@ def main():
 
     ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING",
              _node_ip_address="127.0.0.1")
-    actors = [Echo.remote() for _ in range(2)]
+    echo = echo_actor()
+    actors = [echo.remote() for _ in range(2)]
     ray.get([a.noop.remote() for a in actors])
     n = args.calls
     results = {"weights_bytes": nbytes}
@@ -90,7 +96,7 @@ def main():
         results[name] = per_call_ms(optimizer.step, n)
 
     results = {k: round(v, 3) if isinstance(v, float) else v for k, v in results.items()}
-    results["command"] = "benchmarks/overheads.py " + " ".join(sys.argv[1:])
+    results["command"] = command(argv)
     results["load_before"] = load_before
     print(json.dumps(results, indent=2))
     if args.out:
@@ -98,6 +104,3 @@ def main():
         with open(args.out, "w") as f:
             json.dump(results, f, indent=2)
 
-
-if __name__ == "__main__":
-    main()

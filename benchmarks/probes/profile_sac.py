@@ -2,8 +2,8 @@
 steady-state window, the machine's idle time, and what the parameter server (which computes the
 updates with one learner) and the driver spend their time on, sampled with py-spy.
 
-    .venv/bin/python benchmarks/profile_sac.py --out benchmarks/results/profile-lunar-sac.json
-    .venv/bin/python benchmarks/profile_sac.py --flags "--num_workers 0" --out /tmp/profile0.json
+    .venv/bin/python benchmarks/probe.py profile-sac --out benchmarks/results/profile-lunar-sac.json
+    .venv/bin/python benchmarks/probe.py profile-sac --flags "--num_workers 0" --out /tmp/profile0.json
 
 The run: ``main.py --env_name gym_env --model_name sac --gym_id LunarLanderContinuous-v3 --seed 0
 --target_return none --eval_interval 1000000 --max_time <budget> <--flags>`` (the preset
@@ -22,7 +22,6 @@ its metrics.csv shows --skip_updates updates (the warm-up is over and the loop i
 py-spy's own sampling costs a few % of a core; it is a separate process and shows up in the
 machine's busy time, not in the run's processes. Needs py-spy (benchmarks/requirements.txt).
 """
-import argparse
 import collections
 import datetime
 import json
@@ -33,17 +32,9 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-sys.path.insert(0, REPO)
-sys.path.insert(0, HERE)
+from probes import REPO, command
+from probes.procfs import cpu_seconds, machine_times, title_of
 
-from compare import end_process_group, machine_info  # noqa: E402
-from core.cluster import descendants, process_table  # noqa: E402
-from scaling import git_commit, read_rows, repo_relative, sigterm_as_interrupt  # noqa: E402
-from soak import title_of  # noqa: E402
-
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 #: (category, substrings of a frame "function (file:line)"); the first that matches a sample wins
 CATEGORIES = [
     ("update: losses, forward and backward", ["losses_and_gradients", "step (models/"]),
@@ -63,29 +54,14 @@ def py_spy():
     return shutil.which("py-spy") or (beside if os.path.exists(beside) else None)
 
 
-def cpu_seconds(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def machine_times():
-    with open("/proc/stat") as f:
-        values = [int(v) for v in f.readline().split()[1:]]
-    user, nice, system, idle, iowait, irq, softirq, steal = values[:8]
-    return dict(busy=(user + nice + system + irq + softirq) / CLOCK_TICKS,
-                idle=(idle + iowait) / CLOCK_TICKS, steal=steal / CLOCK_TICKS)
-
-
 def run_processes(main_pid):
+    from core.cluster import descendants, process_table
     table = process_table()
     return {pid: title_of(pid) for pid in {main_pid} | descendants({main_pid}, table)}
 
 
 def wait_for_updates(run_dir, proc, updates, timeout):
+    from scaling import read_rows
     deadline = time.time() + timeout
     while time.time() < deadline:
         if proc.poll() is not None:
@@ -116,15 +92,22 @@ def classify(raw_path):
     return dict(counts)
 
 
-def profile(args):
-    run_dir = os.path.abspath(args.run_dir)
-    shutil.rmtree(run_dir, ignore_errors=True)
-    os.makedirs(run_dir)
+def main_command(args, run_dir):
+    """main.py's argv: the SAC run, long enough for the skipped updates and the window."""
     budget = args.skip_timeout + args.seconds + 60
-    argv = [sys.executable, "main.py", "--env_name", "gym_env", "--model_name", "sac",
+    return [sys.executable, "main.py", "--env_name", "gym_env", "--model_name", "sac",
             "--gym_id", args.gym_id, "--seed", "0", "--target_return", "none",
             "--eval_interval", "1000000", "--max_time", str(budget), "--no-tensorboard",
             "--run_dir", run_dir, *shlex.split(args.flags)]
+
+
+def profile(args, probe_argv):
+    from compare import end_process_group, machine_info
+    from scaling import git_commit, read_rows, repo_relative
+    run_dir = os.path.abspath(args.run_dir)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    os.makedirs(run_dir)
+    argv = main_command(args, run_dir)
     with open(os.path.join(run_dir, "stdout.log"), "w") as out, \
             open(os.path.join(run_dir, "stderr.log"), "w") as err:
         proc = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=err, start_new_session=True)
@@ -179,7 +162,7 @@ def profile(args):
     steps = (end_row.get("env_steps") or 0) - (start_row.get("env_steps") or 0)
     span = (end_row.get("wall_time_s") or 0) - (start_row.get("wall_time_s") or 0)
     return dict(
-        command=" ".join(["benchmarks/profile_sac.py", *sys.argv[1:]]),
+        command=command(probe_argv),
         run_argv=shlex.join(argv[1:]), run_dir=repo_relative(run_dir),
         started_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         commit=git_commit(), machine=machine_info(), nproc=os.cpu_count(), window_s=wall,
@@ -207,8 +190,7 @@ def markdown(d):
     return "\n".join(lines)
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_args(p):
     p.add_argument("--gym_id", default="LunarLanderContinuous-v3")
     p.add_argument("--flags", default="", help="more main.py flags (the preset's win otherwise)")
     p.add_argument("--seconds", type=float, default=60.0, help="the measured window")
@@ -218,21 +200,20 @@ def main():
     p.add_argument("--run_dir", default="/tmp/ddrl-profile-sac")
     p.add_argument("--out", default="benchmarks/results/profile-lunar-sac.json")
     p.add_argument("--replot", metavar="JSON", help="print the table of an earlier run")
-    args = p.parse_args()
+
+
+def run(args, argv):
     if args.replot:
         with open(args.replot) as f:
             print(markdown(json.load(f)))
         return
     if py_spy() is None:
         raise SystemExit("py-spy is not installed: .venv/bin/pip install -r benchmarks/requirements.txt")
+    from scaling import sigterm_as_interrupt
     sigterm_as_interrupt()
-    data = profile(args)
+    data = profile(args, argv)
     data["markdown"] = markdown(data)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(data, f, indent=1)
     print(data["markdown"] + f"\n\nWrote {args.out}")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,7 +1,7 @@
 """Training returns and policy entropy per window of env steps, ddrl's metrics.csv beside SB3's
 progress.csv (benchmarks/sb3_ppo.py writes one), for learning curves measured apart.
 
-    .venv/bin/python benchmarks/training_windows.py --window 50000 \\
+    .venv/bin/python benchmarks/probe.py training-windows --window 50000 \\
         ddrl=benchmarks/results/breakout-ppo/ddrl-0workers/seed0/metrics.csv \\
         sb3=/tmp/sb3-breakout-0/progress.csv [--out results.json]
 
@@ -10,7 +10,6 @@ per-round means weighted by their episode counts); SB3's is the mean of its per-
 rollout/ep_rew_mean (the Monitor's last 100 episodes) over the window. Entropy: the mean of the
 per-round values (SB3: -train/entropy_loss).
 """
-import argparse
 import csv
 import json
 
@@ -41,12 +40,13 @@ def windows(path, width):
     return table
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_args(parser):
     parser.add_argument("runs", nargs="+", metavar="NAME=CSV")
     parser.add_argument("--window", type=int, default=50_000)
     parser.add_argument("--out", default=None)
-    args = parser.parse_args()
+
+
+def run(args, argv):
     results = {}
     for run in args.runs:
         name, path = run.split("=", 1)
@@ -58,7 +58,3 @@ def main():
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"window": args.window, "runs": results}, f, indent=1)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """Sampling speed through the platform: env steps/s against envs per worker x fragment length.
 
-    .venv/bin/python benchmarks/sampling.py --gym_id CartPole-v1
+    .venv/bin/python benchmarks/probe.py sampling --gym_id CartPole-v1
 
 Every measurement calls ``core.sampling.rollout.RolloutWorker.collect``, the call the PPO trainer makes: one
 batched PPOModel forward pass per step over all the worker's envs (actions, log-probs, values), the
@@ -21,7 +21,7 @@ workers / wall time of the timed rounds. Cells with E*T above ``--max_steps_per_
 Actors are killed between configurations, so only the measured ones run. Ray is started once, before
 the first pass (so the local cells run with an idle Ray beside them). The whole sequence runs
 ``--passes`` times, configurations alternating, and the tables give the median over the passes. Beside
-them, in the same run, the raw gymnasium loop of benchmarks/raw_gym_sampling.py (random actions with 1
+them, in the same run, the raw gymnasium loop of ``probe.py raw-gym`` (random actions with 1
 env, and a batched 64x64 policy over N envs) at the start of every pass and once at the end.
 
 Contention check: the load average counts our own processes, so every cell also records the cores
@@ -38,36 +38,16 @@ import datetime
 import json
 import os
 import statistics
-import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-for path in (REPO, HERE):  # the repo's packages, and the sibling benchmark scripts
-    if path not in sys.path:
-        sys.path.insert(0, path)
-
-import ray  # noqa: E402
-import torch  # noqa: E402
-
-import raw_gym_sampling  # noqa: E402
-from compare import machine_info  # noqa: E402
-from core.distributed.placement import Placement, start_ray  # noqa: E402
-from core.plugins import PluginSpec, load_plugins, make_env  # noqa: E402
-from core.sampling.rollout import RolloutWorker  # noqa: E402
-from options.options import parse_args  # noqa: E402
-
-LABELS = {
-    "local": "local worker in the driver (`--num_workers 0`)",
-    "ray-1": "1 Ray worker",
-    "ray-2": "2 Ray workers (steps of both)",
-    "ray-1-env-actors": "1 Ray worker, `--env_placement actor`",
-    "ray-1-env-host": "1 Ray worker, `--env_placement actor --envs_per_actor E`",
-}
+from probes import REPO, command, raw_gym_sampling
+from probes.procfs import cpu_seconds, machine_times
+from probes.sampling_report import LABELS, markdown, plot, summarize
 
 
 def platform_args(gym_id, num_workers, num_envs, rollout_steps, env_placement="worker", seed=0,
                   envs_per_actor=1):
+    from options.options import parse_args
     return parse_args(["--num_workers", str(num_workers), "--num_envs_per_worker", str(num_envs),
                        "--rollout_steps", str(rollout_steps), "--gym_id", gym_id, "--config", "none",
                        "--env_placement", env_placement, "--seed", str(seed),
@@ -75,11 +55,13 @@ def platform_args(gym_id, num_workers, num_envs, rollout_steps, env_placement="w
 
 
 def spec_of(args):
+    from core.plugins import PluginSpec
     return PluginSpec(args.env_name, args.model_name, args.agent_name, args, None)
 
 
 def initial_weights(args):
     """The weights every worker acts with: a freshly initialised model (PPOModel by default)."""
+    from core.plugins import load_plugins, make_env
     plugins = load_plugins(spec_of(args))
     env = make_env(plugins, args, seed=args.seed)
     model = plugins.model_cls(args, env.observation_space, env.action_space)
@@ -88,25 +70,15 @@ def initial_weights(args):
 
 
 def machine_cpu_s():
-    """(busy, stolen): CPU seconds the machine's cores have run anything (user, nice, system,
-    irq, softirq), and seconds the hypervisor gave them to someone else (steal), from /proc/stat."""
-    with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:]] + [0] * 8
-    tick = os.sysconf("SC_CLK_TCK")
-    return sum(fields[i] for i in (0, 1, 2, 5, 6)) / tick, fields[7] / tick
+    """(busy, stolen): CPU seconds the machine's cores have run anything, and seconds the
+    hypervisor gave them to someone else (/proc/stat)."""
+    times = machine_times()
+    return times["busy"], times["steal"]
 
 
 def process_cpu_s(pids):
     """CPU seconds used so far by these processes (user + system)."""
-    total = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-        except (OSError, IndexError, ValueError):
-            pass
-    return total / os.sysconf("SC_CLK_TCK")
+    return sum(cpu_seconds(pid) or 0.0 for pid in pids)
 
 
 class Version:
@@ -162,6 +134,9 @@ def measure(placement, workers, weights, num_steps, version, seconds, min_rounds
 def run_config(name, opts, num_workers, num_envs, env_placement, steps_grid, weights, version, cells,
                envs_per_actor=1):
     """Spawn the workers of one configuration, measure every fragment length, kill them."""
+    import ray
+    from core.distributed.placement import Placement
+    from core.sampling.rollout import RolloutWorker
     local = num_workers == 0
     placement = Placement(local=local)
     args = platform_args(opts.gym_id, num_workers, num_envs, steps_grid[0], env_placement, opts.seed,
@@ -210,6 +185,7 @@ def run_config(name, opts, num_workers, num_envs, env_placement, steps_grid, wei
 def call_overhead(opts, weights, seconds):
     """Cost of one collect of 1 step with 1 env in this process, with a new weights version every
     call (weights loaded, as in training) and with the same version (load skipped)."""
+    from core.sampling.rollout import RolloutWorker
     args = platform_args(opts.gym_id, 0, 1, 1, seed=opts.seed)
     worker = RolloutWorker(spec_of(args), 0)
     out = {}
@@ -259,148 +235,7 @@ def wait_for_load(limit, max_wait):
     return dict(loadavg_before=list(load), waited_s=time.time() - start)
 
 
-def kfmt(x):
-    if x is None:
-        return "—"
-    return f"{x / 1e3:,.1f}k" if x >= 1e3 else f"{x:,.0f}"
-
-
-def spread(values):
-    return dict(median=statistics.median(values), min=min(values), max=max(values), n=len(values))
-
-
-def summarize(result):
-    """Median and spread over the passes: every platform cell, and every raw-loop case."""
-    groups = {}
-    for c in result["cells"]:
-        if "steps_per_s" in c:
-            key = (c["config"], c["env_placement"], c["num_envs_per_worker"], c["rollout_steps"])
-            groups.setdefault(key, []).append(c)
-    cells = []
-    for (cfg, placement, e, t), cs in groups.items():
-        cells.append(dict(config=cfg, env_placement=placement, num_envs_per_worker=e,
-                          rollout_steps=t, steps_per_round_per_worker=e * t,
-                          steps_per_s=spread([c["steps_per_s"] for c in cs]),
-                          overhead_ms_per_round=statistics.median(
-                              c["overhead_ms_per_round"] for c in cs),
-                          cores_used_by_others_max=max(c["cores_used_by_others"] for c in cs),
-                          cores_stolen_max=max(c["cores_stolen"] for c in cs)))
-    raws = result["raw"]
-    raw = dict(random_actions_1env=spread([r["random_actions_1env"] for r in raws]),
-               policy={n: spread([r["policy"][n] for r in raws]) for n in raws[0]["policy"]})
-    return dict(cells=cells, raw=raw)
-
-
-def find(summary, cfg, e, t):
-    placement = "actor" if cfg.startswith("ray-1-env-") else "worker"
-    return next((c for c in summary["cells"] if (c["config"], c["env_placement"],
-                 c["num_envs_per_worker"], c["rollout_steps"]) == (cfg, placement, e, t)), None)
-
-
-def median_of(cell):
-    return cell["steps_per_s"]["median"] if cell else None
-
-
-def markdown(result, opts):
-    summary = result["summary"]
-    passes = opts.passes
-    cols = [(e, t) for e in opts.num_envs for t in opts.rollout_steps]
-    lines = [f"Env steps/s sampled through the platform on {opts.gym_id}, PPO policy inference and "
-             f"GAE included, median of {passes} passes. Columns are envs per worker × fragment "
-             f"length (steps per env per collect). — means not measured (E×T above "
-             f"{opts.max_steps_per_round:,}).", "",
-             "| configuration | " + " | ".join(f"{e}×{t}" for e, t in cols) + " |",
-             "| --- |" + " ---: |" * len(cols)]
-    for cfg in [c for c in ("local", "ray-1", "ray-2") if c in result["configs"]]:
-        lines.append(f"| {LABELS[cfg]} | "
-                     + " | ".join(kfmt(median_of(find(summary, cfg, e, t))) for e, t in cols) + " |")
-    raw = summary["raw"]
-    lines.append("| raw gymnasium loop, batched 64×64 policy (no fragments) | " + " | ".join(
-        kfmt(raw["policy"][str(e)]["median"]) if str(e) in raw["policy"] else "—"
-        for e, _t in cols) + " |")
-    if opts.actor_envs and "ray-1-env-actors" in result["configs"]:
-        e, ts = opts.actor_envs, opts.actor_rollout_steps
-        lines += ["", f"Env placement, 1 Ray worker with {e} envs:", "",
-                  "| env placement | " + " | ".join(f"{e}×{t}" for t in ts) + " |",
-                  "| --- |" + " ---: |" * len(ts)]
-        for cfg, label in (("ray-1", "`worker` (envs inside the worker, the default)"),
-                           ("ray-1-env-actors", "`actor` (one actor per env)"),
-                           ("ray-1-env-host", f"`actor --envs_per_actor {e}` (one actor hosting all)")):
-            if cfg not in result["configs"]:
-                continue
-            lines.append(f"| {label} | "
-                         + " | ".join(kfmt(median_of(find(summary, cfg, e, t))) for t in ts) + " |")
-    rnd = raw["random_actions_1env"]
-    lines += ["", f"Raw gymnasium loop in the same run ({len(result['raw'])} times, median [min, max]): "
-                  f"random actions with 1 env {kfmt(rnd['median'])} [{kfmt(rnd['min'])}, "
-                  f"{kfmt(rnd['max'])}]; batched policy "
-                  + ", ".join(f"{n} env{'s' if int(n) > 1 else ''} {kfmt(v['median'])} "
-                              f"[{kfmt(v['min'])}, {kfmt(v['max'])}]"
-                              for n, v in raw["policy"].items()) + " steps/s."]
-    oh = result.get("local_collect_1step_1env")
-    if oh:
-        lines += ["", f"One local collect of 1 step with 1 env takes "
-                      f"{oh['new_weights_every_call_us']:,.0f} us when it loads new weights (as every "
-                      f"round here and every training iteration does), and "
-                      f"{oh['same_weights_us']:,.0f} us when it does not."]
-    load = result["load"]
-    others = [c["cores_used_by_others_max"] for c in summary["cells"]]
-    stolen = [c["cores_stolen_max"] for c in summary["cells"]]
-    lines += ["", f"Load average (1 min) before: {load['loadavg_before'][0]:.2f}, after: "
-                  f"{load['loadavg_after'][0]:.2f}, on {result['machine']['nproc']} cores. While "
-                  f"timing, other processes (Ray's daemons included) used at most "
-                  f"{max(others):.2f} cores (median cell {statistics.median(others):.2f}), and the "
-                  f"hypervisor stole at most {max(stolen):.2f}." if others else "",
-              "", f"Command: `{result['command']}`"]
-    return "\n".join(lines)
-
-
-def plot(path, result, opts):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(12.5, 6.5))
-    colours = {"local": "C0", "ray-1": "C1", "ray-2": "C2", "ray-1-env-actors": "C3",
-               "ray-1-env-host": "C4"}
-    styles = ["-", "--", ":", "-."]
-    markers = ["o", "s", "^", "D", "v"]
-    cells = result["summary"]["cells"]
-    keys = sorted({(c["config"], c["num_envs_per_worker"]) for c in cells},
-                  key=lambda k: (list(colours).index(k[0]), k[1]))
-    envs_seen = sorted({k[1] for k in keys})
-    for cfg, e in keys:
-        pts = sorted((c["steps_per_round_per_worker"], c["steps_per_s"]) for c in cells
-                     if (c["config"], c["num_envs_per_worker"]) == (cfg, e))
-        x = [p[0] for p in pts]
-        y = [p[1]["median"] for p in pts]
-        err = [[p[1]["median"] - p[1]["min"] for p in pts], [p[1]["max"] - p[1]["median"] for p in pts]]
-        i = envs_seen.index(e)
-        ax.errorbar(x, y, yerr=err, color=colours.get(cfg, "k"), ls=styles[i % len(styles)],
-                    marker=markers[i % len(markers)], capsize=2, lw=1.3,
-                    label=f"{cfg}, {e} env{'s' if e > 1 else ''}/worker")
-    raw = result["summary"]["raw"]
-    ax.axhline(raw["random_actions_1env"]["median"], color="k", lw=1.2, ls=(0, (6, 2)),
-               label="raw loop, random actions, 1 env")
-    greys = ["0.25", "0.45", "0.65", "0.8"]
-    for j, (n, v) in enumerate(raw["policy"].items()):
-        ax.axhline(v["median"], color=greys[j % len(greys)], lw=1, ls=(0, (2, 2)),
-                   label=f"raw loop, batched policy, {n} env{'s' if int(n) > 1 else ''}")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set(xlabel="env steps per collect per worker (envs per worker × fragment length)",
-           ylabel="env steps/s (all workers together)",
-           title=f"{opts.gym_id}: sampling through ddrl (PPO policy + GAE) against the raw gymnasium "
-                 f"loop\nmedian [min, max] of {opts.passes} passes; {result['machine']['nproc']} cores, "
-                 f"load before {result['load']['loadavg_before'][0]:.2f}")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-
-
-def main():
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_args(p):
     p.add_argument("--gym_id", default="CartPole-v1")
     p.add_argument("--num_envs", type=int, nargs="+", default=[1, 10, 100],
                    help="envs per worker (default: %(default)s)")
@@ -429,7 +264,9 @@ def main():
                    help="output path without extension (default: benchmarks/results/sampling)")
     p.add_argument("--replot", metavar="JSON", default=None,
                    help="measure nothing: redraw the PNG and the tables of an earlier result")
-    opts = p.parse_args()
+
+
+def run(opts, argv):
     if opts.replot:
         with open(opts.replot) as f:
             result = json.load(f)
@@ -440,14 +277,16 @@ def main():
             json.dump(result, f, indent=1)
         print(result["markdown"])
         return
-    command = " ".join([".venv/bin/python", os.path.relpath(os.path.abspath(sys.argv[0]), REPO)]
-                       + sys.argv[1:])
+    import ray
+    import torch
+    from compare import machine_info
+    from core.distributed.placement import start_ray
     torch.set_num_threads(1)
 
     load = wait_for_load(opts.max_load, opts.max_wait)
     print(f"load average before: {load['loadavg_before']}", flush=True)
     started = time.time()
-    result = dict(gym_id=opts.gym_id, command=command,
+    result = dict(gym_id=opts.gym_id, command=".venv/bin/python " + command(argv),
                   started_at=datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
                   machine=machine_info(), load=load, options=vars(opts),
                   protocol=dict(
@@ -509,6 +348,3 @@ def main():
     print("\n" + result["markdown"] + f"\n\nWrote {opts.out}.json and {opts.out}.png "
           f"({result['wall_s']:.0f} s)")
 
-
-if __name__ == "__main__":
-    main()

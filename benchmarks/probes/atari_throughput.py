@@ -1,6 +1,6 @@
 """Atari throughput: PPO on ALE/Breakout-v5 with RL-Zoo's Atari settings, env frames per second.
 
-    .venv/bin/python benchmarks/atari_throughput.py --steps 8192 --out benchmarks/results/atari_throughput.json
+    .venv/bin/python benchmarks/probe.py atari-throughput --steps 8192 --out benchmarks/results/atari_throughput.json
 
 Systems, each in a process of its own, one after another (never two at once):
   raw            the preprocessed envs alone (8 envs, uniform random actions, no model): the ceiling
@@ -28,8 +28,8 @@ import subprocess
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+from probes import REPO, child, command
+
 FRAME_SKIP = 4
 ROUND = 8 * 128
 
@@ -96,15 +96,20 @@ def run_sb3(gym_id, steps, threads):
     return marks.marks[:steps // ROUND]
 
 
-def run_ddrl(gym_id, steps, workers, threads, run_dir, ahead=False):
-    t0 = time.perf_counter()
-    cmd = [sys.executable, os.path.join(REPO, "main.py"), "--gym_id", gym_id, "--num_workers",
+def ddrl_command(gym_id, steps, workers, threads, run_dir, ahead=False):
+    """main.py's argv for a ddrl system: the preset (configs/ppo-atari.yaml) with this shape."""
+    return [sys.executable, os.path.join(REPO, "main.py"), "--gym_id", gym_id, "--num_workers",
            str(workers), "--num_envs_per_worker", str(8 // max(1, workers)), "--torch_threads",
            str(threads), "--total_steps", str(steps), "--eval_interval", str(10 ** 9),
            "--target_return", "none", "--run_dir", run_dir,
            "--grad_workers", "0" if ahead else str(workers),
            "--sample_ahead", "on" if ahead else "auto",
            "--quiet", "--no-tensorboard", "--checkpoint_interval", str(10 ** 9)]
+
+
+def run_ddrl(gym_id, steps, workers, threads, run_dir, ahead=False):
+    t0 = time.perf_counter()
+    cmd = ddrl_command(gym_id, steps, workers, threads, run_dir, ahead)
     subprocess.run(cmd, check=True, cwd=REPO, stdout=subprocess.DEVNULL)
     wall = time.perf_counter() - t0
     import csv
@@ -123,8 +128,7 @@ def summarize(marks, wall=None):
             "whole_frames_per_s": FRAME_SKIP * whole, "marks": marks}
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_args(parser):
     parser.add_argument("--gym_id", default="ALE/Breakout-v5")
     parser.add_argument("--steps", type=int, default=8192, help="agent steps per system")
     parser.add_argument("--systems", nargs="+", default=[
@@ -132,7 +136,9 @@ def main():
         "sb3-1thread", "sb3-2threads"])
     parser.add_argument("--out", default=None)
     parser.add_argument("--_one", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+
+
+def run(args, argv):
     if args._one:  # a child process: one in-process system, its marks on stdout
         kind, threads = args._one.split(":")
         marks = run_raw(args.gym_id, args.steps) if kind == "raw" else run_sb3(
@@ -151,8 +157,8 @@ def main():
             t0 = time.perf_counter()
             threads = 2 if "2threads" in system else 1
             kind = "raw" if system == "raw" else "sb3"
-            out = subprocess.run([sys.executable, __file__, "--gym_id", args.gym_id, "--steps",
-                                  str(args.steps), "--_one", f"{kind}:{threads}"], check=True,
+            out = subprocess.run(child("atari-throughput", "--gym_id", args.gym_id, "--steps",
+                                       str(args.steps), "--_one", f"{kind}:{threads}"), check=True,
                                  capture_output=True, text=True, cwd=REPO).stdout
             marks, wall = json.loads(out.strip().splitlines()[-1]), time.perf_counter() - t0
         results[system] = summarize(marks, wall)
@@ -162,10 +168,5 @@ def main():
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"gym_id": args.gym_id, "steps": args.steps, "cpu": platform.processor()
-                       or platform.machine(), "cpus": os.cpu_count(), "command": " ".join(
-                           ["benchmarks/atari_throughput.py", *sys.argv[1:]]),
+                       or platform.machine(), "cpus": os.cpu_count(), "command": command(argv),
                        "results": results}, f, indent=1)
-
-
-if __name__ == "__main__":
-    main()

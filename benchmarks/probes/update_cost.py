@@ -2,25 +2,25 @@
 network size, torch threads and --sac_precision, on LunarLanderContinuous-v3 shapes. Behind
 --learner_threads, --sac_precision and the LunarLander preset's network size.
 
-    .venv/bin/python benchmarks/update_cost.py --out benchmarks/results/update_cost.json
+    .venv/bin/python benchmarks/probe.py update-cost --out benchmarks/results/update_cost.json
 
 Each configuration runs in its own process (torch's thread pool is set once per process).
+--precisions, --sizes and --threads narrow the grid (by default every combination, in the order
+of the tables in BENCHMARKS.md).
 """
 import argparse
 import json
 import os
 import subprocess
-import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from probes import child
 
 
 def measure(threads, sizes, batch_size, n, precision):
     import numpy as np
     import torch
     torch.set_num_threads(threads)
-    sys.path.insert(0, REPO)
     import gymnasium as gym
     from core.learning.learner import Learner
     from core.learning.replay_buffer import Transitions
@@ -65,24 +65,30 @@ def cpu_description():
             "amx": torch.cpu._is_amx_tile_supported()}
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_args(p):
     p.add_argument("--out", default=None, help="write the results here as JSON")
     p.add_argument("--updates", type=int, default=300)
+    p.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"],
+                   help="--sac_precision values to measure (default: %(default)s)")
+    p.add_argument("--sizes", nargs="+", default=["256,256", "400,300"],
+                   help="hidden sizes to measure (default: %(default)s)")
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 2],
+                   help="torch threads to measure (default: %(default)s)")
     p.add_argument("--one", nargs=4, metavar=("THREADS", "SIZES", "BATCH", "PRECISION"),
                    help=argparse.SUPPRESS)
-    args = p.parse_args()
+
+
+def run(args, argv):
     if args.one:
         threads, sizes, batch = int(args.one[0]), [int(s) for s in args.one[1].split(",")], int(args.one[2])
         print(json.dumps(measure(threads, sizes, batch, args.updates, args.one[3])))
         return
     load_before, rows = os.getloadavg()[0], []
-    for precision in ("fp32", "bf16"):
-        for sizes in ("256,256", "400,300"):
-            for threads in (1, 2):
-                out = subprocess.run([sys.executable, __file__, "--updates", str(args.updates),
-                                      "--one", str(threads), sizes, "256", precision],
+    for precision in args.precisions:
+        for sizes in args.sizes:
+            for threads in args.threads:
+                out = subprocess.run(child("update-cost", "--updates", str(args.updates),
+                                           "--one", str(threads), sizes, "256", precision),
                                      capture_output=True, text=True, check=True).stdout
                 ms = float(out.strip().splitlines()[-1])
                 rows.append(dict(precision=precision, hidden_sizes=sizes, threads=threads,
@@ -94,7 +100,3 @@ def main():
         with open(args.out, "w") as f:
             json.dump({"load_average_before": load_before, "cpu": cpu_description(),
                    "results": rows}, f, indent=1)
-
-
-if __name__ == "__main__":
-    main()

@@ -4,8 +4,8 @@ CrossQ ``train()`` given the same hyperparameters (``benchmarks/sb3_sac.py --alg
 --hyperparams ddrl``: the preset ddrl picks for LunarLanderContinuous-v3, plus --ddrl_flags), on
 LunarLanderContinuous-v3 shapes and random transitions, in fp32.
 
-    .venv/bin/python benchmarks/update_vs_sb3.py --algo sac --out benchmarks/results/sac_update_vs_sb3.json
-    .venv/bin/python benchmarks/update_vs_sb3.py --algo crossq --out benchmarks/results/crossq_update_cost.json
+    .venv/bin/python benchmarks/probe.py update-vs-sb3 --algo sac --out benchmarks/results/sac_update_vs_sb3.json
+    .venv/bin/python benchmarks/probe.py update-vs-sb3 --algo crossq --out benchmarks/results/crossq_update_cost.json
 
 Besides the time per update, each measurement profiles 20 more updates with torch's profiler
 and reports the part of an update spent in matrix products (aten::mm, addmm, bmm, baddbmm; as
@@ -24,13 +24,11 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [REPO, os.path.join(REPO, "benchmarks")]
+from probes import child
+from probes.update_cost import cpu_description, ms_per_call
+
 ENV_ID = "LunarLanderContinuous-v3"
-
-from update_cost import cpu_description, ms_per_call  # noqa: E402 (after the path)
 
 
 def random_transitions(n, obs_dim, action_dim, seed=0):
@@ -108,9 +106,7 @@ def measure_sb3(algo, flags, updates):
         lambda: model.train(gradient_steps=1, batch_size=a.batch_size), updates)
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_args(p):
     p.add_argument("--algo", choices=["sac", "crossq"], default="sac",
                    help="sac: ddrl's sac against SB3's SAC; crossq: ddrl's crossq against "
                         "sb3-contrib's CrossQ (default: %(default)s)")
@@ -125,7 +121,9 @@ def main():
     p.add_argument("--ddrl_flags", default="",
                    help="ddrl flags for both systems, e.g. '--sac_hidden_sizes 400,300'")
     p.add_argument("--one", nargs=2, metavar=("SYSTEM", "THREADS"), help=argparse.SUPPRESS)
-    args = p.parse_args()
+
+
+def run(args, argv):
     flags = args.ddrl_flags.split()
     if args.one:
         import torch
@@ -139,10 +137,10 @@ def main():
         runs = {"ddrl": [], peer: []}
         for _ in range(args.repeats):
             for system in runs:
-                out = subprocess.run([sys.executable, __file__, "--algo", args.algo,
-                                      "--updates", str(args.updates),
-                                      "--ddrl_flags", args.ddrl_flags, "--one",
-                                      system.split("-")[0], str(threads)],
+                out = subprocess.run(child("update-vs-sb3", "--algo", args.algo,
+                                           "--updates", str(args.updates),
+                                           f"--ddrl_flags={args.ddrl_flags}", "--one",
+                                           system.split("-")[0], str(threads)),
                                      capture_output=True, text=True, check=True)
                 runs[system].append(json.loads(out.stdout.strip().splitlines()[-1]))
                 last = runs[system][-1]
@@ -163,7 +161,3 @@ def main():
             json.dump({"algo": args.algo, "load_average_before": load_before,
                        "cpu": cpu_description(), "ddrl_flags": args.ddrl_flags,
                        "updates": args.updates, "results": rows}, f, indent=1)
-
-
-if __name__ == "__main__":
-    main()

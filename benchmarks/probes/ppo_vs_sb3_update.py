@@ -1,6 +1,6 @@
 """ddrl's PPO against SB3's, number for number, on Breakout: the same weights, the same rollout.
 
-    .venv/bin/python benchmarks/ppo_vs_sb3_update.py [--checkpoint RUN/checkpoints/last.pt]
+    .venv/bin/python benchmarks/probe.py ppo-update-vs-sb3 [--checkpoint RUN/checkpoints/last.pt]
 
 1. SB3 PPO (RL-Zoo's Atari settings, on ddrl's env chain: benchmarks/sb3_ppo.py) gets the weights
    of a freshly built ddrl PPO model (Nature CNN, shared by both heads) and collects one rollout
@@ -13,31 +13,14 @@
 4. With --checkpoint: a ddrl checkpoint's policy evaluated by ddrl's test worker and by SB3's
    evaluate_policy (deterministic actions, whole games, --episodes each).
 
-Prints the largest differences: float32 rounding puts them near 1e-7 (outputs, gradients relative
-to their largest entry) and 1e-8 (weights after one Adam step of 2.5e-4). Needs benchmarks/requirements.txt (SB3).
+Prints the largest differences (outputs, GAE, gradients relative to their largest entry, the
+weights after one Adam step; BENCHMARKS.md, "Atari: PPO learning", has those measured). Needs
+benchmarks/requirements.txt (SB3).
 """
-import argparse
 import os
-import sys
 import time
 
-import numpy as np
-import torch
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-sys.path.insert(0, os.path.join(REPO, "benchmarks"))
-
-from stable_baselines3 import PPO  # noqa: E402
-from stable_baselines3.common.callbacks import BaseCallback  # noqa: E402
-from stable_baselines3.common.evaluation import evaluate_policy  # noqa: E402
-from stable_baselines3.common.vec_env import DummyVecEnv  # noqa: E402
-
-from agents.default_agent import compute_gae  # noqa: E402
-from core.learning.learner import Learner  # noqa: E402
-from models.ppo import PPOBatch, PPOModel  # noqa: E402
-from options.options import parse_args  # noqa: E402
-from sb3_ppo import PRESETS, atari_env  # noqa: E402
+from probes import REPO
 
 ENV_ID = "ALE/Breakout-v5"
 # ddrl's parameter names -> SB3 ActorCriticCnnPolicy's (share_features_extractor=True)
@@ -60,27 +43,42 @@ def load_into_sb3(sb3, ddrl_state):
     sb3.policy.load_state_dict(state)
 
 
-class CaptureRollout(BaseCallback):
-    """Copies SB3's rollout buffer at the end of collection, before train() uses it."""
+def capture_rollout():
+    """A callback that copies SB3's rollout buffer at the end of collection, before train()
+    uses it (made here: importing this module needs no SB3)."""
+    from stable_baselines3.common.callbacks import BaseCallback
 
-    def __init__(self):
-        super().__init__()
-        self.data = {}
+    class CaptureRollout(BaseCallback):
+        def __init__(self):
+            super().__init__()
+            self.data = {}
 
-    def _on_step(self):
-        return True
+        def _on_step(self):
+            return True
 
-    def _on_rollout_end(self):
-        b = self.model.rollout_buffer
-        self.data = dict(obs=b.observations.copy(), actions=b.actions.copy(),
-                         log_probs=b.log_probs.copy(), advantages=b.advantages.copy(),
-                         returns=b.returns.copy(), values=b.values.copy(),
-                         rewards=b.rewards.copy(), episode_starts=b.episode_starts.copy(),
-                         last_obs=self.model._last_obs.copy(),
-                         last_starts=self.model._last_episode_starts.copy())
+        def _on_rollout_end(self):
+            b = self.model.rollout_buffer
+            self.data = dict(obs=b.observations.copy(), actions=b.actions.copy(),
+                             log_probs=b.log_probs.copy(), advantages=b.advantages.copy(),
+                             returns=b.returns.copy(), values=b.values.copy(),
+                             rewards=b.rewards.copy(), episode_starts=b.episode_starts.copy(),
+                             last_obs=self.model._last_obs.copy(),
+                             last_starts=self.model._last_episode_starts.copy())
+
+    return CaptureRollout()
 
 
 def compare_update(seed):
+    import numpy as np
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from agents.default_agent import compute_gae
+    from core.learning.learner import Learner
+    from models.ppo import PPOBatch, PPOModel
+    from options.options import parse_args
+    from sb3_ppo import PRESETS, atari_env
     args = parse_args(["--config", os.path.join(REPO, "configs", "ppo-atari.yaml"),
                        "--lr_schedule", "constant", "--clip_schedule", "constant"])
     env = DummyVecEnv([lambda i=i: atari_env(ENV_ID, seed + i) for i in range(8)])
@@ -91,7 +89,7 @@ def compare_update(seed):
     ddrl = PPOModel(args, env.observation_space, env.action_space)
     start = {name: t.clone() for name, t in ddrl.state_dict().items()}
     load_into_sb3(sb3, start)
-    capture = CaptureRollout()
+    capture = capture_rollout()
     sb3.learn(total_timesteps=1024, callback=capture)  # one rollout, then one train()
     c, n = capture.data, 1024
 
@@ -147,9 +145,15 @@ def compare_update(seed):
 
 
 def compare_evaluation(checkpoint, episodes):
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
     from core.run.checkpoint import load_checkpoint
     from core.sampling.evaluator import Evaluator
     from core.plugins import PluginSpec
+    from options.options import parse_args
+    from sb3_ppo import PRESETS, atari_env
     args = parse_args(["--config", os.path.join(REPO, "configs", "ppo-atari.yaml"),
                        "--eval_episodes", str(episodes)])
     payload, _ = load_checkpoint(checkpoint)
@@ -169,19 +173,16 @@ def compare_evaluation(checkpoint, episodes):
     print(f"SB3's evaluate_policy: returns {returns}, lengths {lengths} ({time.time() - t:.0f} s)")
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_args(parser):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--checkpoint", default=None, help="a ddrl Breakout PPO checkpoint")
     parser.add_argument("--episodes", type=int, default=5)
     parser.add_argument("--torch_threads", type=int, default=1)
-    args = parser.parse_args()
+
+
+def run(args, argv):
+    import torch
     torch.set_num_threads(args.torch_threads)
     compare_update(args.seed)
     if args.checkpoint:
         compare_evaluation(args.checkpoint, args.episodes)
-
-
-if __name__ == "__main__":
-    main()
