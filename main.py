@@ -13,7 +13,8 @@ import time
 
 START_TIME = time.time()  # time-to-target is measured from process start
 
-import sys  # noqa: E402 - after START_TIME, the first thing the process does
+import os  # noqa: E402 - after START_TIME, the first thing the process does
+import sys  # noqa: E402
 
 
 def unwrap_config_error(exc):
@@ -23,7 +24,10 @@ def unwrap_config_error(exc):
     return find_cause(exc, ConfigError)
 
 
-def main(argv=None):
+def main(argv=None, leave_quickly=False):
+    """Run the command line ``argv``; returns the exit code. ``leave_quickly``: the caller
+    ends the process right after (``leave``), so a training run skips Ray's graceful
+    shutdown."""
     from core.registry import ConfigError
     from options.options import parse_args
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -44,7 +48,7 @@ def main(argv=None):
             raise ConfigError("--record_video goes with --evaluate PATH (the saved model to "
                               "film); training runs do not record.")
         from core.run.session import TrainingSession
-        return TrainingSession(args, START_TIME).run()
+        return TrainingSession(args, START_TIME, shutdown_ray=not leave_quickly).run()
     except KeyboardInterrupt:  # before training started: nothing learned to save
         print("ddrl: interrupted", file=sys.stderr)
         return 130
@@ -69,5 +73,28 @@ def run_failure(exc):
     return find_cause(exc, (RunFailure, EnvFailure))
 
 
+def leave(code):
+    """End the process now: what must be durable (checkpoints, metrics.csv, summary.json, the
+    plot) is written and closed by then. Ray's processes (a local instance's GCS, raylet and
+    workers: this process's descendants) are killed rather than shut down one by one, which
+    took seconds after the run was over; a cluster joined with --address ends this job's
+    actors itself when the driver is gone."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    from core.process_tree import kill_descendants
+    kill_descendants()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        exit_code = main(leave_quickly=True)
+    except SystemExit as exc:  # -h, and argparse's own exits
+        exit_code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
+    except BaseException:  # noqa: BLE001 - printed as Python would, then the same quick exit
+        import traceback
+        traceback.print_exc()
+        exit_code = 1
+    leave(exit_code)

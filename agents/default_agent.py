@@ -55,8 +55,8 @@ class DefaultAgent(OnPolicyAgent):
                                  "(all workers: the workers' averaged gradients then equal one "
                                  "big batch's), or of each minibatch as SB3 and CleanRL do (each "
                                  "gradient worker its own share of it: exact with one, "
-                                 "--grad_workers 0 or --num_workers 0). On Breakout the "
-                                 "minibatch scope trained to 1.7x the returns (BENCHMARKS.md) "
+                                 "--grad_workers 0 or --num_workers 0); the Atari preset "
+                                 "uses the minibatch scope (BENCHMARKS.md, Atari) "
                                  "(default: %(default)s)")
 
     def __init__(self, args, model, seed=0):

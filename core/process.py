@@ -14,7 +14,7 @@ def setup_process(args, threads=None):
     """One torch thread per process unless --torch_threads (or, for a learner process, the
     ``threads`` it was given) says otherwise: on a 2-core machine, two torch threads per process
     made Stable-Baselines3's PPO 6.5x slower, while a large SAC update gains from two
-    (benchmarks/update_cost.py). Components sharing a process get the largest of their
+    (benchmarks/probe.py update-cost). Components sharing a process get the largest of their
     requests."""
     global _process_threads
     from core.distributed.placement import record_task_events

@@ -200,7 +200,7 @@ def check_atari_args(args):
 def wrap_atari(env, args, evaluation=False):
     """The preprocessing of an ALE env made with frameskip=1 (the module docstring lists it);
     ``evaluation``: whole games at the game's own score (no reward clipping, no life cuts).
-    benchmarks/atari_throughput.py gives SB3 the same chain."""
+    benchmarks/probe.py atari-throughput gives SB3 the same chain."""
     env = gym.wrappers.AtariPreprocessing(
         env, noop_max=args.noop_max, frame_skip=args.frame_skip, screen_size=args.screen_size,
         terminal_on_life_loss=bool(args.episodic_life and not evaluation),

@@ -173,9 +173,9 @@ class SACModel(BaseModel):
         parser.add_argument("--sac_precision", choices=["auto", "fp32", "bf16"], default="fp32",
                             help="bf16: the update's matrix products in bfloat16 under "
                                  "torch.autocast; weights, Adam state, losses and targets' "
-                                 "arithmetic stay float32. A 256x256 update is ~2x faster on "
-                                 "CPUs with AVX-512 BF16 or AMX (benchmarks/update_cost.py) and "
-                                 "14x or more slower where bf16 is emulated (AVX2-only CPUs). "
+                                 "arithmetic stay float32. Faster on CPUs with AVX-512 BF16 or "
+                                 "AMX, much slower where bf16 is emulated (AVX2-only CPUs; "
+                                 "BENCHMARKS.md, 'Cost of one SAC update'). "
                                  "auto: bf16 where the hardware that computes the update has "
                                  "it, else fp32 (the presets' choice). Check the effect on "
                                  "learning for your task. Acting and priorities are always "

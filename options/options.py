@@ -134,8 +134,8 @@ def add_common_args(parser):
     group.add_argument("--ray_task_events", action="store_true",
                        help="let Ray record the events of ddrl's actor calls in the GCS (the "
                             "dashboard's task views, `ray list tasks`). Off by default: at "
-                            "ddrl's tens of calls per second the GCS grew ~5 MB a minute "
-                            "until Ray's cap of 100,000 tasks (benchmarks/soak.py)")
+                            "ddrl's tens of calls per second the GCS grows steadily until "
+                            "Ray's cap of 100,000 tasks (BENCHMARKS.md, 'Memory under load')")
 
     group = parser.add_argument_group("faults (what a run survives; README, 'Faults')")
     group.add_argument("--max_worker_restarts", type=non_negative_int, default=1000,

@@ -90,9 +90,9 @@ def add_args(parser):
     group.add_argument("--learner_threads", type=auto_or_positive_int, default="auto",
                        help="torch threads of the process that computes SAC updates (the "
                             "parameter server and each learner worker; with --num_workers 0 the "
-                            "whole process). Alone, an update is 1.2-1.6x faster with 2 threads "
-                            "than 1 (benchmarks/update_cost.py); in the 2-worker loop on 2 "
-                            "cores it was not: the other processes need the second core. "
+                            "whole process). Alone, an update is faster with 2 threads than 1; "
+                            "in the 2-worker loop on 2 cores it is not: the other processes "
+                            "need the second core (BENCHMARKS.md, 'Cost of one SAC update'). "
                             "'auto': 2 with --num_workers 0 on a machine of 2 or more CPUs, "
                             "else --torch_threads (default: %(default)s)")
     group.add_argument("--updates_per_call", type=positive_int, default=4,
@@ -100,8 +100,9 @@ def add_args(parser):
                             "on as many batches sampled in one buffer call: fewer Ray round "
                             "trips and driver wake-ups per update (default: %(default)s)")
     group.add_argument("--checkpoint_buffer", action="store_true",
-                       help="keep the replay buffer's contents in checkpoints (1M LunarLander "
-                            "transitions: ~80 MB), so a restored run learns on at once")
+                       help="keep the replay buffer's contents in checkpoints (their size grows "
+                            "with --buffer_size and the observation size), so a restored run "
+                            "learns on at once")
     group.add_argument("--log_steps", type=positive_int, default=1000,
                        help="write a metrics row every this many env steps (default: "
                             "%(default)s)")

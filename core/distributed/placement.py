@@ -75,7 +75,7 @@ def remote_class(cls):
 
 # Ray keeps the events of every task (submitted, running, finished: ~0.5-3 KB a task) in the
 # GCS, up to 100,000 tasks, for the dashboard and `ray list tasks`. ddrl's actors take tens of
-# calls a second, so a long run's GCS grew by ~5 MB a minute (benchmarks/soak.py) until that
+# calls a second, so a long run's GCS grew by ~5 MB a minute (benchmarks/probe.py soak) until that
 # cap. Set per process by core/process.setup_process from --ray_task_events.
 _TASK_EVENTS = {"enabled": False}
 

@@ -2,7 +2,7 @@
 
 Blocks of transitions go in and batches come out in one vectorized call each: the distributed
 code wraps a buffer in a Ray actor, and a remote call per transition would cost ~1.1 ms each
-(an empty actor call on a 2-core machine, benchmarks/overheads.py). As in cpprb's Ape-X setup
+(an empty actor call on a 2-core machine, benchmarks/probe.py overheads). As in cpprb's Ape-X setup
 (Horgan et al. 2018, arXiv:1803.00933), explorers send whole blocks with the initial |TD|
 priorities they computed, and the learner samples and sends back new priorities.
 

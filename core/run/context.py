@@ -27,7 +27,7 @@ def fitting_share(node_cpus, num_actors):
 
 
 class RunContext:
-    def __init__(self, args, run_dir, start_time, columns, target_return):
+    def __init__(self, args, run_dir, start_time, columns, target_return, plotter=None):
         self.args = args
         self.run_dir = run_dir
         self.start_time = start_time          # process start: what time-to-target is measured from
@@ -43,7 +43,7 @@ class RunContext:
         self.last_row_steps = 0
         os.makedirs(run_dir, exist_ok=True)
         metrics_path = os.path.join(run_dir, "metrics.csv")
-        self.curves = LearningCurves(run_dir, target_return, args.plot_interval,
+        self.curves = LearningCurves(run_dir, target_return, args.plot_interval, plotter=plotter,
                                      title=os.path.basename(os.path.normpath(run_dir)))
         self.curves.load_csv(metrics_path)  # a restored run into the same directory continues
         self.logger = MetricsLogger(metrics_path, columns,
@@ -140,6 +140,7 @@ class RunContext:
         if self.tensorboard is not None:
             self.tensorboard.close()
         self.curves.maybe_draw(force=True)
+        self.curves.close()
         summary = self.summary(**extra)
         write_json(os.path.join(self.run_dir, "summary.json"), summary)
         return summary

@@ -4,11 +4,15 @@ learning_curves.png: training return (mean of the episodes finished in each metr
 evaluation return (mean of --eval_episodes deterministic episodes, with its std as a band),
 against env steps (left) and against wall time since process start (right); the target return
 as a dashed line. Drawn with matplotlib's object API on the Agg canvas (no display needed, no
-pyplot global state); matplotlib is imported at the first drawing, not at start-up.
+pyplot global state), in a child process of the run's (``PlotProcess``) when it has one, else
+in this process at the first drawing.
 """
 import csv
+import json
 import math
 import os
+import select
+import sys
 import time
 
 from core.atomic import atomic_path
@@ -25,14 +29,16 @@ def _number(text):
 
 
 class LearningCurves:
-    def __init__(self, run_dir, target_return=None, min_interval_s=30.0, title=""):
+    def __init__(self, run_dir, target_return=None, min_interval_s=30.0, title="",
+                 plotter=None):
+        """``plotter``: a PlotProcess to draw in, or None to draw in this process."""
+        self.plotter = plotter
         self.path = os.path.join(run_dir, FILE_NAME)
         self.target_return = target_return
         self.min_interval_s = min_interval_s
         self.title = title
         self.rows = []
-        # The first drawing waits min_interval_s too: a short run draws once, at the end,
-        # and matplotlib's import stays out of its time to target.
+        # The first drawing waits min_interval_s too: a short run draws once, at the end.
         self.last_draw = time.time()
         self.dirty = False
 
@@ -51,47 +57,137 @@ class LearningCurves:
             self.dirty = True
 
     def maybe_draw(self, force=False):
-        """Redraw if something changed and the last drawing is --plot_interval old (or force)."""
+        """Redraw if something changed and the last drawing is --plot_interval old (or force:
+        then the PNG is written when this returns)."""
         now = time.time()
         if not self.dirty or not (force or now - self.last_draw >= self.min_interval_s):
             return False
-        self.draw()
+        if not self.draw(wait=force):
+            return False  # the plot process is still drawing the last one: next time
         self.last_draw, self.dirty = now, False
         return True
 
-    def series(self, x_key, y_key):
-        points = [(r[x_key], r[y_key], r.get("eval_return_std")) for r in self.rows
-                  if r[x_key] is not None and r[y_key] is not None]
-        return ([p[0] for p in points], [p[1] for p in points], [p[2] or 0.0 for p in points])
+    def draw(self, wait=True):
+        """Draw the curves: in the plot process when there is one (``wait``: until the PNG is
+        written; else sent, or skipped while an earlier one is still being drawn: False),
+        otherwise here."""
+        if self.plotter is not None:
+            done = self.plotter.draw(self.path, self.rows, self.target_return, self.title, wait)
+            if done is not None:
+                return done
+            self.plotter = None  # it died: draw here from now on
+        draw_curves(self.path, self.rows, self.target_return, self.title)
+        return True
 
-    def draw(self):
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-        figure = Figure(figsize=(11, 4.2), dpi=100)
-        FigureCanvasAgg(figure)
-        for ax, (x_key, x_label) in zip(figure.subplots(1, 2),
-                                        (("env_steps", "env steps"),
-                                         ("wall_time_s", "wall time since start (s)"))):
-            x, y, _ = self.series(x_key, "train_return")
-            if x:
-                ax.plot(x, y, color="tab:blue", alpha=0.6, lw=1, label="training episodes")
-            x, y, std = self.series(x_key, "eval_return")
-            if x:
-                ax.plot(x, y, "o-", color="tab:orange", ms=3, lw=1.5, label="evaluation")
-                ax.fill_between(x, [a - s for a, s in zip(y, std)],
-                                [a + s for a, s in zip(y, std)], color="tab:orange", alpha=0.2)
-            if self.target_return is not None:
-                ax.axhline(self.target_return, color="gray", ls="--", lw=1,
-                           label=f"target {self.target_return:g}")
-            ax.set_xlabel(x_label)
-            ax.set_ylabel("return")
-            ax.grid(alpha=0.3)
-            if ax.get_legend_handles_labels()[0]:
-                ax.legend(loc="lower right", fontsize=8)
-        figure.suptitle(self.title, fontsize=10)
-        figure.tight_layout()
-        with atomic_path(self.path, suffix=".png") as tmp:  # a viewer never sees half a PNG
-            figure.savefig(tmp)  # the format comes from the extension
+    def close(self):
+        if self.plotter is not None:
+            self.plotter.close()
+            self.plotter = None
+
+
+def series(rows, x_key, y_key):
+    points = [(r[x_key], r[y_key], r.get("eval_return_std")) for r in rows
+              if r[x_key] is not None and r[y_key] is not None]
+    return ([p[0] for p in points], [p[1] for p in points], [p[2] or 0.0 for p in points])
+
+
+def draw_curves(path, rows, target_return=None, title=""):
+    """The learning curves of ``rows`` (train and eval return against env steps and wall time)
+    as a PNG at ``path``, written atomically."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    figure = Figure(figsize=(11, 4.2), dpi=100)
+    FigureCanvasAgg(figure)
+    for ax, (x_key, x_label) in zip(figure.subplots(1, 2),
+                                    (("env_steps", "env steps"),
+                                     ("wall_time_s", "wall time since start (s)"))):
+        x, y, _ = series(rows, x_key, "train_return")
+        if x:
+            ax.plot(x, y, color="tab:blue", alpha=0.6, lw=1, label="training episodes")
+        x, y, std = series(rows, x_key, "eval_return")
+        if x:
+            ax.plot(x, y, "o-", color="tab:orange", ms=3, lw=1.5, label="evaluation")
+            ax.fill_between(x, [a - s for a, s in zip(y, std)],
+                            [a + s for a, s in zip(y, std)], color="tab:orange", alpha=0.2)
+        if target_return is not None:
+            ax.axhline(target_return, color="gray", ls="--", lw=1,
+                       label=f"target {target_return:g}")
+        ax.set_xlabel(x_label)
+        ax.set_ylabel("return")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="lower right", fontsize=8)
+    figure.suptitle(title, fontsize=10)
+    figure.tight_layout()
+    with atomic_path(path, suffix=".png") as tmp:  # a viewer never sees half a PNG
+        figure.savefig(tmp)  # the format comes from the extension
+
+
+class PlotProcess:
+    """A child process that draws the learning curves, so that neither matplotlib's import
+    (~0.35 s) nor a drawing (~0.1 s per redraw, more as rows grow) runs in the driver: the
+    driver learns on meanwhile, and a run that reaches its target ends without them. It starts
+    with the run at niceness 10 (it imports matplotlib while the run starts and yields the CPUs
+    to it) and ends when its stdin closes (also when the driver dies). One JSON request per
+    line, one reply line each."""
+
+    def __init__(self):
+        import subprocess
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "core.run.plots"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, env=env, text=True, preexec_fn=lambda: os.nice(10))
+        self.pending = 0  # requests sent, replies not yet read
+
+    def draw(self, path, rows, target_return, title, wait):
+        """True once drawn (``wait``) or sent, False when skipped (an earlier drawing still
+        runs), None when the process is gone."""
+        try:
+            self._collect(block=False)
+            if not wait and self.pending:
+                return False
+            request = {"path": os.path.abspath(path), "rows": rows,
+                       "target_return": target_return, "title": title}
+            self.process.stdin.write(json.dumps(request) + "\n")
+            self.process.stdin.flush()
+            self.pending += 1
+            return self._collect(block=True) if wait else True
+        except (OSError, ValueError):  # a closed pipe: the process died
+            return None
+
+    def _collect(self, block):
+        """Read the replies there are (all of them if ``block``); None if it died."""
+        while self.pending and (block or select.select([self.process.stdout], [], [], 0)[0]):
+            line = self.process.stdout.readline()
+            if not line:
+                return None
+            self.pending -= 1
+            if line.startswith("error"):
+                print(f"ddrl: drawing the learning curves failed: {line.strip()}",
+                      file=sys.stderr, flush=True)
+        return True
+
+    def close(self):
+        try:
+            self.process.stdin.close()
+        except OSError:
+            pass
+
+
+def serve():
+    """The plot process's loop (``python -m core.run.plots``)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401 - import now
+    from matplotlib.figure import Figure  # noqa: F401 - while the run starts
+    for line in sys.stdin:
+        try:
+            request = json.loads(line)
+            draw_curves(request["path"], request["rows"], request["target_return"],
+                        request["title"])
+            print("ok", flush=True)
+        except Exception as exc:  # noqa: BLE001 - reported to the driver, the next may work
+            print(f"error {type(exc).__name__}: {exc}".replace("\n", " "), flush=True)
 
 
 def plot_sweep(path, trials, best=None):
@@ -105,7 +201,7 @@ def plot_sweep(path, trials, best=None):
     for trial in trials:
         curve = LearningCurves(trial.run_dir)
         curve.load_csv(os.path.join(trial.run_dir, "metrics.csv"))
-        x, y, _ = curve.series("env_steps", "eval_return")
+        x, y, _ = series(curve.rows, "env_steps", "eval_return")
         if not x:
             continue
         flags = ", ".join(f"{k}={format(v, '.3g') if isinstance(v, float) else v}"
@@ -122,3 +218,7 @@ def plot_sweep(path, trials, best=None):
     figure.tight_layout()
     with atomic_path(path, suffix=".png") as tmp:
         figure.savefig(tmp)
+
+
+if __name__ == "__main__":
+    serve()

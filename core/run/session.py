@@ -23,6 +23,7 @@ from core.plugins import PluginSpec, load_plugins, make_env
 from core.process import setup_process
 from core.registry import ConfigError
 from core.run.context import RUN_ONLY_KEYS, RunContext
+from core.run.plots import PlotProcess
 from core.run.state import from_payload
 from core.algos.trainer import LoopPartLost
 from core.algos.trainers import check_agent_kind, trainer_class
@@ -77,10 +78,15 @@ def probe_env(plugins, args):
 
 
 class TrainingSession:
-    def __init__(self, args, start_time, observers=()):
+    def __init__(self, args, start_time, observers=(), shutdown_ray=True):
+        """``observers``: RunObservers (core/run/observer.py); ``shutdown_ray``: False when the
+        process ends right after the run (main.py ``leave``): Ray's processes are then killed
+        with it instead of shut down gracefully."""
         self.args = args
         self.start_time = start_time
         self.observers = list(observers)
+        self.shutdown_ray = shutdown_ray
+        self.plotter = None
         self.ray_starter = None
         self.trainer = None
         self.context = None
@@ -90,6 +96,8 @@ class TrainingSession:
     # -- start -------------------------------------------------------------------------------
     def start(self):
         args = self.args
+        # First: it imports matplotlib while the run starts (core/run/plots.py).
+        self.plotter = PlotProcess()
         setup_process(args)
         self.spec = PluginSpec(args.env_name, args.model_name, args.agent_name, args,
                                args.user_dir)
@@ -112,7 +120,7 @@ class TrainingSession:
             if not learns_meanwhile:
                 self.ray_starter.ready(timeout=None)
         self.context = RunContext(args, self.run_dir, self.start_time,
-                                  list(trainer_cls.metric_columns), target)
+                                  list(trainer_cls.metric_columns), target, self.plotter)
         self.faults = Faults(args)
         self.save_resolved_config()
         self.trainer = trainer_cls(args, self.spec, self.plugins, self.spaces, self.context,
@@ -355,6 +363,12 @@ class TrainingSession:
         return summary
 
     def shutdown(self):
+        """Retire the workers and shut Ray down; nothing when the process is about to end
+        (``shutdown_ray`` False: main.py kills Ray's processes with it)."""
+        if self.plotter is not None:
+            self.plotter.close()
+        if not self.shutdown_ray:
+            return
         if self.trainer is not None:
             try:
                 self.trainer.close()

@@ -2,7 +2,7 @@
 
 ``--env_placement worker`` (default) runs the wrapper classes inside the rollout worker: a
 CartPole step costs ~7 us and a Ray call ~1.1 ms, so cheap envs must not pay a call per step
-(benchmarks/sampling.py measures both placements). ``--env_placement actor`` puts the envs in
+(benchmarks/probe.py sampling measures both placements). ``--env_placement actor`` puts the envs in
 Ray actors of their own, ``--envs_per_actor`` of them per actor (core/sampling/env_host.py): one actor
 per env for heavy simulators that compute, several for envs that wait (stepped concurrently in
 their host, one call per host and step). The group steps every host at once and waits for all.
