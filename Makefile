@@ -1,5 +1,5 @@
 # make run       : create .venv, install pinned requirements, train the default (PPO on CartPole-v1)
-# make test      : same set-up, then the whole test suite, every tier (what CI runs)
+# make test      : same set-up, then ruff and the whole test suite, every tier (what CI runs)
 # make test-fast : same set-up, then the unit and contract tiers only (the edit loop, < 2 min)
 # make lint      : same set-up, then ruff (rules in pyproject.toml; every `# noqa` must suppress a finding)
 PYTHON ?= python3
@@ -23,6 +23,7 @@ run: setup
 	$(PY) main.py $(ARGS)
 
 test: setup
+	$(PY) -m ruff check .
 	$(PY) -m pytest -q tests
 
 test-fast: setup
