@@ -6,7 +6,7 @@
     python main.py --num_workers 0 --tune sweep.yaml --num_samples 8 --run_dir runs/sweep
 
 This file parses, dispatches and maps outcomes to exit codes; a training run's lifetime is
-core/run/session.py. Exit codes: 0 done, 1 a fault past its limit or another error (the run directory
+core/app/session.py. Exit codes: 0 done, 1 a fault past its limit or another error (the run directory
 still has its checkpoint and summary.json), 2 bad input, 130 Ctrl-C, 143 SIGTERM.
 """
 import time
@@ -32,7 +32,7 @@ def main(argv=None, leave_quickly=False):
     from options.options import parse_args
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        from options.sweep import restore_request, run_sweep
+        from core.app.sweep import restore_request, run_sweep
         resumed = restore_request(argv)  # --restore DIR of an interrupted sweep
         if resumed is not None:
             saved_argv, sweep_dir = resumed
@@ -41,13 +41,13 @@ def main(argv=None, leave_quickly=False):
         if args.tune:
             return run_sweep(args, argv)
         if args.evaluate:
-            from core.sampling.playback import evaluate_saved_model
+            from core.app.playback import evaluate_saved_model
             evaluate_saved_model(args)
             return 0
         if args.record_video:
             raise ConfigError("--record_video goes with --evaluate PATH (the saved model to "
                               "film); training runs do not record.")
-        from core.run.session import TrainingSession
+        from core.app.session import TrainingSession
         return TrainingSession(args, START_TIME, shutdown_ray=not leave_quickly).run()
     except KeyboardInterrupt:  # before training started: nothing learned to save
         print("ddrl: interrupted", file=sys.stderr)

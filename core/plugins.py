@@ -23,6 +23,7 @@ class PluginSpec:
     agent_name: str
     args: Any                       # the parsed argparse.Namespace
     user_dir: Optional[str] = None
+    gpus: Any = None                # the run's GpuPlan (core/distributed/devices.py); None: none
 
 
 @dataclass

@@ -119,7 +119,7 @@ def add_common_args(parser):
                             "(default: %(default)s; more is slower on small machines)")
     group.add_argument("--address", default=None,
                        help="join an existing Ray cluster at HOST:PORT (its head's GCS, e.g. "
-                            "127.0.0.1:6399 from `python -m core.cluster start --head --port "
+                            "127.0.0.1:6399 from `python -m core.app.cluster start --head --port "
                             "6399`) instead of starting a local one; the code and --user_dir "
                             "travel with the job (README, 'Scaling out')")
     group.add_argument("--node_ip_address", default="127.0.0.1",
@@ -368,7 +368,7 @@ def build_parser(argv):
     pre.add_argument("--evaluate", default=None)
     early, _ = pre.parse_known_args(argv)
     if early.evaluate and not early.restore:
-        from core.sampling.playback import saved_model_path
+        from core.run.checkpoint import saved_model_path
         early.restore = saved_model_path(early.evaluate)  # the same configuration rules
     no_preset = early.config is not None and early.config.lower() == "none"
     config = load_config(early.config) if early.config and not no_preset else {}

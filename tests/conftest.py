@@ -56,11 +56,11 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(autouse=True)
 def one_torch_thread():
     """Every test leaves this process on one torch thread: a local parameter server built by a
-    test asks for two (--learner_threads auto with --num_workers 0), and core/process.py keeps
-    the largest request a process has seen, so without this the rest of the session would run
-    on two threads beside Ray's workers."""
+    test asks for two (--learner_threads auto with --num_workers 0), and
+    core/distributed/process.py keeps the largest request a process has seen, so without this
+    the rest of the session would run on two threads beside Ray's workers."""
     yield
-    from core import process
+    from core.distributed import process
     process._process_threads = 0
     torch.set_num_threads(1)
 

@@ -11,7 +11,7 @@ import ray
 import torch
 
 from core.distributed import devices
-from core.distributed.devices import (check_cluster_gpus, check_local_gpus, gpu_plan, gpu_share, plan_gpus,
+from core.distributed.devices import (LEARNERS, ROLLOUT_WORKERS, check_cluster_gpus, check_local_gpus, gpu_share, plan_gpus,
                           resolve_device, to_cpu)
 from core.registry import ConfigError
 from options.options import parse_args
@@ -41,7 +41,7 @@ def test_each_actor_reserves_at_most_one_gpu_and_the_shares_pack_onto_whole_devi
     (1, 2, 0.0, 0.5), (2, 2, 0.0, 1.0), (2, 3, 0.0, 0.5), (0, 4, 0.0, 0.0),
 ])
 def test_sac_gives_the_gpu_to_whoever_computes_the_gradients(num_gpus, learners, server, learner):
-    plan = plan_gpus("sac", num_gpus, num_workers=2, num_learners=learners)
+    plan = plan_gpus(LEARNERS, num_gpus, num_workers=2, num_learners=learners)
     assert (plan.parameter_server_gpus, plan.learner_worker_gpus) == (server, learner)
     assert plan.rollout_worker_gpus == plan.replay_buffer_gpus == plan.test_worker_gpus == 0
     assert plan.driver_learner_gpus == 0
@@ -53,21 +53,26 @@ def test_sac_gives_the_gpu_to_whoever_computes_the_gradients(num_gpus, learners,
 ])
 def test_ppo_gives_the_gpu_to_the_rollout_workers_and_keeps_the_driver_learner_on_the_cpu(
         num_gpus, workers, share):
-    plan = plan_gpus("ppo", num_gpus, num_workers=workers)
+    plan = plan_gpus(ROLLOUT_WORKERS, num_gpus, num_workers=workers)
     assert plan.rollout_worker_gpus == share
     assert plan.driver_learner_gpus == plan.parameter_server_gpus == 0
     assert plan.learner_worker_gpus == plan.test_worker_gpus == 0
     assert plan.reserved <= num_gpus
 
 
-def test_the_plan_reads_the_flags_and_a_plugin_loop_gets_the_rollout_workers_plan():
+def test_the_loop_declares_who_computes_and_a_plugin_loop_gets_the_rollout_workers_plan():
+    from core.algos.trainer import Trainer
+    from core.algos.trainers import trainer_class
     args = parse_args(["--config", "none", "--model_name", "sac", "--gym_id", "Pendulum-v1",
                        "--num_gpus", "1", "--num_learners", "4", "--num_workers", "3"])
-    assert gpu_plan(args, "sac").learner_worker_gpus == 0.25
-    assert gpu_plan(args, "ppo").rollout_worker_gpus == 0.3333
-    # a loop registered by a plugin (core/algos/trainers.py): its rollout workers compute
-    plugin = plan_gpus("reinforce", 1, 3)
+    assert trainer_class("sac").gpu_plan(args).learner_worker_gpus == 0.25
+    assert trainer_class("ppo").gpu_plan(args).rollout_worker_gpus == 0.3333
+    # a loop registered by a plugin (core/algos/trainers.py) that declares nothing: its
+    # rollout workers compute
+    plugin = type("PluginLoop", (Trainer,), {}).gpu_plan(args)
     assert plugin.rollout_worker_gpus == 0.3333 and plugin.parameter_server_gpus == 0
+    with pytest.raises(ValueError, match="computes must be"):
+        plan_gpus("sac", 1, 3)
 
 
 # -- (b) the device a process computes on ------------------------------------------------------
@@ -203,7 +208,7 @@ def test_start_ray_checks_the_joined_clusters_gpus_and_disconnects(monkeypatch):
 
 @pytest.mark.contract
 def test_a_session_refuses_gpus_this_cpu_only_torch_cannot_see(monkeypatch):
-    from core.run.session import TrainingSession
+    from core.app.session import TrainingSession
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)  # a fake device count
     session = TrainingSession(parse_args(["--config", "none", "--num_gpus", "1"]), 0.0)
     session.check_gpus()  # one GPU seen, one asked: fine
@@ -227,7 +232,9 @@ from core.distributed.placement import Placement
 from core.plugins import PluginSpec, load_plugins, make_env
 from core.sampling.rollout import make_rollout_worker
 from core.algos.sac_trainer import spawn_buffer, spawn_learner, spawn_server
+from core.algos.trainers import trainer_class
 from options.options import parse_args
+import dataclasses
 
 placement = Placement(local=False)
 
@@ -238,6 +245,7 @@ def spec_for(num_gpus, num_learners):
                        "--sac_hidden_sizes", "8", "--buffer_size", "100",
                        "--num_gpus", str(num_gpus), "--num_learners", str(num_learners)])
     spec = PluginSpec(args.env_name, args.model_name, args.agent_name, args)
+    spec = dataclasses.replace(spec, gpus=trainer_class("sac").gpu_plan(args))  # as the session
     env = make_env(load_plugins(spec), args, seed=0)
     return spec, (env.observation_space, env.action_space)
 
@@ -274,6 +282,7 @@ def ppo_workers(num_gpus, num_workers, expected_free):
     args = parse_args(["--config", "none", "--num_workers", str(num_workers),
                        "--num_envs_per_worker", "1", "--num_gpus", str(num_gpus)])
     spec = PluginSpec(args.env_name, args.model_name, args.agent_name, args)
+    spec = dataclasses.replace(spec, gpus=trainer_class("ppo").gpu_plan(args))  # as the session
     workers = [make_rollout_worker(spec, i, 0, False, 0.5) for i in range(num_workers)]
 
     def where(worker):

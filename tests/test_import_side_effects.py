@@ -55,21 +55,3 @@ def test_ppo_builds_its_own_distributions_without_validation():
         model = PPOModel(args, observation_space, action_space)
         policy = model.distribution(model.features(torch.zeros((2, 4))))
         assert policy._validate_args is False, flags
-
-
-def test_core_never_imports_the_command_line():
-    """core/ is the platform; options/ (the parser, presets, sweeps) builds on it, never the
-    other way round: no module under core/ imports options."""
-    import ast
-    offenders = []
-    for folder, _, files in os.walk(os.path.join(REPO_ROOT, "core")):
-        for name in files:
-            if not name.endswith(".py"):
-                continue
-            path = os.path.join(folder, name)
-            for node in ast.walk(ast.parse(open(path).read(), path)):
-                modules = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                           else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-                if any(m == "options" or m.startswith("options.") for m in modules):
-                    offenders.append(f"{os.path.relpath(path, REPO_ROOT)}:{node.lineno}")
-    assert not offenders, offenders

@@ -79,7 +79,7 @@ def test_start_ray_is_a_no_op_when_ray_is_already_up(monkeypatch):
     ([6, 6, 6], 16, 1.0),
 ])
 def test_rollout_workers_reserve_a_share_that_fits_on_the_nodes(nodes, actors, share):
-    from core.run.context import fitting_share
+    from core.distributed.placement import fitting_share
     found = fitting_share(nodes, actors)
     assert found == pytest.approx(share)
     assert sum(int(c / found + 1e-9) for c in nodes) >= actors
@@ -94,7 +94,7 @@ def test_actors_record_task_events_only_with_the_flag(ray_session, flags, record
     """Off by default: Ray would keep every call's events in the GCS (it grew ~5 MB a minute in
     the soak). A method's setting follows its actor's (ray/actor.py)."""
     from core.distributed.placement import record_task_events
-    from core.process import setup_process
+    from core.distributed.process import setup_process
     setup_process(parse_args(["--config", "none", *flags]))
     try:
         from core.learning.replay_buffer import ReplayBuffer  # importable where Ray's workers run

@@ -203,7 +203,7 @@ def test_a_rollout_worker_in_the_learners_process_leaves_it_the_learners_threads
     driver's process and torch's one thread pool; the worker, made after the server, used to
     set it back to one thread, so '--learner_threads 2' ran on one."""
     import torch
-    from core import process
+    from core.distributed import process
     from core.sampling.evaluator import Evaluator
     from core.sampling.rollout import RolloutWorker
     # As in a fresh process; conftest's one_torch_thread puts the test process back afterwards.

@@ -1,4 +1,4 @@
-"""core/run/session.py and core/sampling/eval_runner.py, below main.py: a restore whose trainer fails keeps
+"""core/app/session.py and core/sampling/eval_runner.py, below main.py: a restore whose trainer fails keeps
 its own error; an evaluation whose test worker died is run again on a replacement."""
 import os
 import signal
@@ -13,7 +13,7 @@ from core.sampling.eval_runner import EvalRunner
 from core.faults import Faults
 from core.plugins import PluginSpec, load_plugins
 from core.registry import ConfigError
-from core.run.session import TrainingSession
+from core.app.session import TrainingSession
 from models.ppo import PPOModel
 from options.options import parse_args
 
@@ -76,7 +76,7 @@ def test_an_evaluation_whose_test_worker_died_is_run_again_on_a_replacement(ray_
 
 @pytest.mark.unit
 def test_a_run_directory_named_after_an_atari_id_is_one_folder(tmp_path, monkeypatch):
-    from core.run.session import default_run_dir
+    from core.app.session import default_run_dir
     monkeypatch.chdir(tmp_path)
     args = SimpleNamespace(env_name="gym_env", gym_id="ALE/Breakout-v5", model_name="ppo")
     path = default_run_dir(args)

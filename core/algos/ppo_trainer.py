@@ -23,7 +23,7 @@ import torch
 from agents.base import OnPolicyAgent
 from core.faults import all_finite
 from core.learning.learner import Learner, average_gradients
-from core.distributed.placement import Placement
+from core.distributed.placement import Placement, cpus_per_actor
 from core.registry import ConfigError
 from core.sampling.rollout import make_rollout_worker
 from core.sampling.sample_ahead import SampleAhead
@@ -113,7 +113,7 @@ class PPOTrainer(Trainer):
     """Gradient-collecting PPO: workers collect fragments and compute minibatch gradients, the
     learner averages and applies them, lock-step rounds (the module's docstring)."""
     metric_columns = METRIC_COLUMNS
-    #: learning can start before Ray is up (core/run/session.py starts it in the background)
+    #: learning can start before Ray is up (core/app/session.py starts it in the background)
     starts_without_ray = True
     agent_kind = OnPolicyAgent
 
@@ -176,7 +176,7 @@ class PPOTrainer(Trainer):
     def make_worker(self, slot, generation, local, node=None):
         # On a small machine more workers than CPUs would leave actors unscheduled: share.
         return make_rollout_worker(self.spec, slot, generation, local,
-                                   self.run.cpus_per_actor(self.num_remote), node)
+                                   cpus_per_actor(self.num_remote), node)
 
     def spawn_remote(self):
         """Once Ray is up, start the remote workers (they join when their envs are built)."""

@@ -21,10 +21,10 @@ import ray
 
 from agents.base import OffPolicyAgent
 from core.learning.allreduce import rendezvous_file
-from core.distributed.devices import gpu_plan
+from core.distributed.devices import LEARNERS, plan_gpus, plan_of
 from core.faults import death_inside, short_error
 from core.learning.parameter_server import LearnerWorker, ParameterServer
-from core.distributed.placement import Placement
+from core.distributed.placement import Placement, cpus_per_actor
 from core.registry import ConfigError
 from core.learning.replay_buffer import PrioritizedReplayBuffer, ReplayBuffer
 from core.sampling.rollout import make_rollout_worker
@@ -128,20 +128,20 @@ def spawn_buffer(placement, spec, spaces):
                              beta_steps=max(1, int(args.total_steps * args.utd_ratio)))
     return placement.spawn(buffer_cls, args.buffer_size, observation_space.shape,
                            action_space.shape, num_cpus=0,
-                           num_gpus=gpu_plan(args, "sac").replay_buffer_gpus, **buffer_kwargs)
+                           num_gpus=plan_of(spec).replay_buffer_gpus, **buffer_kwargs)
 
 
 def spawn_server(placement, spec, spaces):
     """The parameter server, with the GPU when it computes the updates itself (one learner;
     core/distributed/devices.py)."""
     return placement.spawn(ParameterServer, spec, *spaces, num_cpus=0,
-                           num_gpus=gpu_plan(spec.args, "sac").parameter_server_gpus)
+                           num_gpus=plan_of(spec).parameter_server_gpus)
 
 
 def spawn_learner(placement, spec, spaces, slot):
     """A learner worker, with its share of the GPUs when there are several (core/distributed/devices.py)."""
     return placement.spawn(LearnerWorker, spec, *spaces, slot, num_cpus=0,
-                           num_gpus=gpu_plan(spec.args, "sac").learner_worker_gpus)
+                           num_gpus=plan_of(spec).learner_worker_gpus)
 
 
 def split_batch(batch_size, parts):
@@ -168,6 +168,12 @@ class SACTrainer(Trainer):
     #: the buffer and the parameter server are actors: Ray must be up before the loop starts
     starts_without_ray = False
     agent_kind = OffPolicyAgent
+    updates_computed_by = LEARNERS
+
+    @classmethod
+    def gpu_plan(cls, args):
+        return plan_gpus(cls.updates_computed_by, args.num_gpus, args.num_workers,
+                         args.num_learners)
 
     def __init__(self, args, spec, plugins, spaces, run, faults, ray_starter=None):
         super().__init__(args, spec, plugins, spaces, run, faults, ray_starter)
@@ -236,7 +242,7 @@ class SACTrainer(Trainer):
 
     def make_worker(self, slot, generation, local, node=None):
         return make_rollout_worker(self.spec, slot, generation, local,
-                                   self.run.cpus_per_actor(self.num_workers), node)
+                                   cpus_per_actor(self.num_workers), node)
 
     def check_core(self, error):
         """Raise CoreActorLost if the replay buffer or the parameter server is gone."""

@@ -1,9 +1,9 @@
 """The Trainer base class: the one loop skeleton every training loop fills in, and the contract
-core/run/session.py calls.
+core/app/session.py calls.
 
 A trainer drives one run: it owns the worker groups (core/sampling/worker_group.py), the evaluation
 schedule (core/sampling/eval_runner.py), the observation normalizer, and its part of checkpoints.
-The session (core/run/session.py) owns the loop around it, in one direction: it builds the
+The session (core/app/session.py) owns the loop around it, in one direction: it builds the
 trainer, restores it, then
 
     trainer.begin()
@@ -44,6 +44,7 @@ WEIGHTS_VERSION_KEY), a model that loads them keeps it, and what the model compu
 from dataclasses import dataclass
 from typing import Optional
 
+from core.distributed.devices import ROLLOUT_WORKERS, plan_gpus
 from core.learning.normalizer import ObsNormalizer
 from core.sampling.eval_runner import EvalRunner
 
@@ -64,11 +65,19 @@ class LoopPartLost(RuntimeError):
 class Trainer:
     #: metrics.csv's columns, in order
     metric_columns = ()
-    #: learning can start in this process before Ray is up (core/run/session.py starts it in the
+    #: learning can start in this process before Ray is up (core/app/session.py starts it in the
     #: background)
     starts_without_ray = False
     #: the agent contract this loop calls (agents/base.py); the session refuses another kind
     agent_kind = None
+    #: who computes the gradients, which decides where GPUs go (core/distributed/devices.py):
+    #: the rollout workers on their own fragments, or learner actors fed from replay
+    updates_computed_by = ROLLOUT_WORKERS
+
+    @classmethod
+    def gpu_plan(cls, args):
+        """GPUs per kind of actor for a run with ``args`` (--num_gpus, --num_workers)."""
+        return plan_gpus(cls.updates_computed_by, args.num_gpus, args.num_workers)
 
     @staticmethod
     def add_args(parser):

@@ -1,9 +1,14 @@
 """What a GPU is used for, in one place: how many GPUs each kind of actor reserves from Ray
-(``gpu_plan``) and which torch device a process computes on (``resolve_device``).
+(``plan_gpus``) and which torch device a process computes on (``resolve_device``).
 
+The plan depends on one thing a training loop declares (core/algos/trainer.py
+``Trainer.updates_computed_by``), never on its name: whether its gradients are computed by
+learner actors fed from replay (``LEARNERS``: the parameter server and learner workers) or by
+the rollout workers on their own fragments (``ROLLOUT_WORKERS``). The driver makes the plan once
+(``Trainer.gpu_plan``) and it travels with the run's spec (core/plugins.py) to every actor.
 The decision, and why:
 
-- **SAC (replay)**: the update is the bottleneck (a 256x256 update costs milliseconds; acting
+- **Learners (SAC, CrossQ: replay)**: the update is the bottleneck (a 256x256 update costs milliseconds; acting
   one step costs microseconds), so the GPU goes where the gradients are computed. With one
   learner (``--num_learners 1``) the parameter server computes the updates itself: it reserves
   the GPU. With ``--num_learners N > 1`` the learner workers compute the gradients and share the
@@ -11,12 +16,12 @@ The decision, and why:
   and stays on the CPU. Rollout workers, the replay buffer and the test worker reserve none:
   they act one batch of observations at a time or move numpy arrays, which a GPU would only
   slow down by the copies to and from it.
-- **PPO (gradient collecting)**: the rollout workers compute the gradients on their own
+- **Rollout workers (PPO: gradient collecting)**: the rollout workers compute the gradients on their own
   fragments, so they share the GPUs for that; acting stays on the CPU (a batched forward pass
   of a few envs per step is cheaper there than a copy to the device and back). The driver's
   learner only averages gradients and takes an optimizer step (~0.1 ms): it stays on the CPU.
-  A plugin's own loop (core/algos/trainers.py) gets this plan too: its rollout workers hold the GPU
-  shares.
+  A plugin's own loop (core/algos/trainers.py) declares which of the two it is (by default the
+  rollout workers compute).
 
 Sharing: one process computes on one device (nothing here splits a model over GPUs), so an
 actor reserves at most one GPU. When actors outnumber GPUs, each reserves ``1 / k`` with ``k``
@@ -40,10 +45,14 @@ import torch
 
 from core.registry import ConfigError
 
+LEARNERS = "learners"
+ROLLOUT_WORKERS = "rollout_workers"
+
+
 @dataclass(frozen=True)
 class GpuPlan:
     """GPUs each kind of actor reserves from Ray (``num_gpus`` of its actor options)."""
-    loop: str
+    computes: str = ROLLOUT_WORKERS   # who computes the gradients (the module's doc)
     num_gpus: int = 0
     num_workers: int = 0
     num_learners: int = 1
@@ -72,12 +81,15 @@ def gpu_share(num_gpus, sharers):
     return math.floor(1e4 / per_device) / 1e4
 
 
-def plan_gpus(loop, num_gpus, num_workers, num_learners=1) -> GpuPlan:
-    """The plan for one loop ("sac"; "ppo" or any other: the rollout workers compute) from
-    the flags' values (see the module doc)."""
-    base = dict(loop=loop, num_gpus=int(num_gpus), num_workers=int(num_workers),
+def plan_gpus(computes, num_gpus, num_workers, num_learners=1) -> GpuPlan:
+    """The plan for a loop whose gradients ``computes`` (LEARNERS or ROLLOUT_WORKERS) computes,
+    from the flags' values (see the module doc)."""
+    if computes not in (LEARNERS, ROLLOUT_WORKERS):
+        raise ValueError(f"computes must be {LEARNERS!r} or {ROLLOUT_WORKERS!r}, not "
+                         f"{computes!r}")
+    base = dict(computes=computes, num_gpus=int(num_gpus), num_workers=int(num_workers),
                 num_learners=int(num_learners))
-    if loop != "sac":
+    if computes == ROLLOUT_WORKERS:
         # --num_workers 0: the one in-process worker computes the gradients.
         return GpuPlan(**base, rollout_worker_gpus=gpu_share(num_gpus, max(1, num_workers)))
     if num_learners > 1:
@@ -85,16 +97,9 @@ def plan_gpus(loop, num_gpus, num_workers, num_learners=1) -> GpuPlan:
     return GpuPlan(**base, parameter_server_gpus=gpu_share(num_gpus, 1))
 
 
-def gpu_plan(args, loop) -> GpuPlan:
-    """``plan_gpus`` from parsed flags (--num_gpus, --num_workers, --num_learners)."""
-    return plan_gpus(loop, getattr(args, "num_gpus", 0) or 0, getattr(args, "num_workers", 0),
-                     getattr(args, "num_learners", 1) or 1)
-
-
-def gpu_plan_for(spec) -> GpuPlan:
-    """The plan for a core.plugins.PluginSpec: the loop is its model's (``model_cls.trainer``)."""
-    from core.plugins import load_plugins
-    return gpu_plan(spec.args, load_plugins(spec).model_cls.trainer)
+def plan_of(spec) -> GpuPlan:
+    """The plan a run's spec carries (core/plugins.py PluginSpec.gpus); none: no GPUs."""
+    return spec.gpus if spec.gpus is not None else GpuPlan()
 
 
 # -- inside a process -------------------------------------------------------------------------
@@ -187,7 +192,7 @@ def check_cluster_gpus(num_gpus, cluster_gpus, address):
     raise ConfigError(
         f"--num_gpus {num_gpus}, but the Ray cluster at --address {address} has {cluster_gpus:g} "
         f"GPU(s) in all. Allowed: --num_gpus {'0 to ' + str(have) if have else '0'}; a node "
-        f"offers its GPUs when started with them (`python -m core.cluster start ... "
+        f"offers its GPUs when started with them (`python -m core.app.cluster start ... "
         f"--num-gpus N`).")
 
 

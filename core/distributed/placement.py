@@ -84,6 +84,30 @@ def record_task_events(enabled):
     _TASK_EVENTS["enabled"] = bool(enabled)
 
 
+def fitting_share(node_cpus, num_actors):
+    """The largest CPU share (at most 1) with which ``num_actors`` actors fit on nodes of
+    ``node_cpus`` CPUs, each actor on one node: an even split of the total is not enough on
+    several nodes (3 nodes of 1 CPU hold only 3 actors of 0.75 CPU, not 4). Shares are
+    multiples of 1e-4 (Ray's resource precision)."""
+    num_actors = max(1, int(num_actors))
+    candidates = {1.0} | {c / k for c in node_cpus if c > 0 for k in range(1, num_actors + 1)}
+    for share in sorted((min(1.0, s) for s in candidates), reverse=True):
+        share = int(share * 1e4) / 1e4
+        if share > 0 and sum(int(c / share + 1e-9) for c in node_cpus) >= num_actors:
+            return share
+    return 1e-4
+
+
+def cpus_per_actor(num_actors):
+    """CPUs to reserve per rollout worker: 1, or a share small enough that all of them fit
+    on the cluster's nodes when there are fewer CPUs than workers (otherwise Ray would
+    leave the extra workers waiting forever; see ``fitting_share``)."""
+    if not ray.is_initialized():
+        return 1.0
+    nodes = [n["Resources"].get("CPU", 0.0) for n in ray.nodes() if n["Alive"]]
+    return fitting_share(nodes, num_actors)
+
+
 def actor_options(**options):
     """Ray actor options for ddrl's actors: ``options`` and whether their calls' task events
     are recorded (their methods inherit the actor's setting)."""
@@ -211,7 +235,7 @@ def start_ray(args):
         except (ConnectionError, ValueError, RuntimeError) as exc:
             raise ConfigError(
                 f"cannot join the Ray cluster at --address {args.address!r}: {exc}. Start one "
-                f"with `python -m core.cluster start --head --port PORT` (README, 'Scaling "
+                f"with `python -m core.app.cluster start --head --port PORT` (README, 'Scaling "
                 f"out'), give this machine's node address with --node_ip_address (now "
                 f"{args.node_ip_address}), set RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH when the "
                 f"head's token is not in ~/.ray/auth_token, or leave --address out to start a "

@@ -17,12 +17,12 @@ import os
 import numpy as np
 import torch
 
-from core.distributed.devices import device_info, gpu_plan, resolve_device, to_cpu
+from core.distributed.devices import device_info, plan_of, resolve_device, to_cpu
 from core import seeding
 from core.faults import all_finite
 from core.learning.learner import Learner, average_gradients
 from core.plugins import load_plugins
-from core.process import setup_process
+from core.distributed.process import setup_process
 
 
 def learner_threads(args):
@@ -42,7 +42,7 @@ class ParameterServer:
         plugins = load_plugins(spec)
         torch.manual_seed(seeding.server_torch(spec.args.seed))
         self.model = plugins.model_cls(spec.args, observation_space, action_space)
-        self.device = resolve_device(gpu_plan(spec.args, "sac").parameter_server_gpus,
+        self.device = resolve_device(plan_of(spec).parameter_server_gpus,
                                      "the parameter server")
         self.model.to(self.device)  # before the optimizer: its state lives beside the weights
         self.learner = Learner(self.model)
@@ -156,7 +156,7 @@ class LearnerWorker:
         plugins = load_plugins(spec)
         torch.manual_seed(seeding.learner_worker_torch(spec.args.seed, learner_index))
         self.model = plugins.model_cls(spec.args, observation_space, action_space)
-        self.device = resolve_device(gpu_plan(spec.args, "sac").learner_worker_gpus,
+        self.device = resolve_device(plan_of(spec).learner_worker_gpus,
                                      f"learner worker {learner_index}")
         self.model.to(self.device)
         self.agent = plugins.agent_cls(

@@ -139,6 +139,16 @@ def checkpoint_path(path, flag="--restore"):
     return path
 
 
+def saved_model_path(path):
+    """--evaluate's checkpoint: a file, or a run directory meaning its best model (else its
+    newest)."""
+    if os.path.isdir(path):
+        best = os.path.join(path, "checkpoints", "best.pt")
+        if os.path.isfile(best):
+            return best
+    return checkpoint_path(path, "--evaluate")
+
+
 def load_for_restore(path, args, flag="--restore"):
     """(checkpoint file, payload, meta) for --restore, with one-paragraph errors for a file
     that is not a readable ddrl checkpoint or was saved by another model or agent."""

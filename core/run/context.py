@@ -2,8 +2,6 @@
 import os
 import time
 
-import ray
-
 from core.run.metrics import MetricsLogger, TensorBoardLogger, write_json
 from core.run.plots import LearningCurves
 
@@ -11,20 +9,6 @@ from core.run.plots import LearningCurves
 #: (config.yaml, checkpoints), so that re-running or restoring it does not repeat them.
 RUN_ONLY_KEYS = ("config", "restore", "list", "pause_at_steps", "evaluate", "record_video",
                  "video_episodes")
-
-def fitting_share(node_cpus, num_actors):
-    """The largest CPU share (at most 1) with which ``num_actors`` actors fit on nodes of
-    ``node_cpus`` CPUs, each actor on one node: an even split of the total is not enough on
-    several nodes (3 nodes of 1 CPU hold only 3 actors of 0.75 CPU, not 4). Shares are
-    multiples of 1e-4 (Ray's resource precision)."""
-    num_actors = max(1, int(num_actors))
-    candidates = {1.0} | {c / k for c in node_cpus if c > 0 for k in range(1, num_actors + 1)}
-    for share in sorted((min(1.0, s) for s in candidates), reverse=True):
-        share = int(share * 1e4) / 1e4
-        if share > 0 and sum(int(c / share + 1e-9) for c in node_cpus) >= num_actors:
-            return share
-    return 1e-4
-
 
 class RunContext:
     def __init__(self, args, run_dir, start_time, columns, target_return, plotter=None):
@@ -54,15 +38,6 @@ class RunContext:
 
     def elapsed(self):
         return time.time() - self.start_time
-
-    def cpus_per_actor(self, num_actors):
-        """CPUs to reserve per rollout worker: 1, or a share small enough that all of them fit
-        on the cluster's nodes when there are fewer CPUs than workers (otherwise Ray would
-        leave the extra workers waiting forever; see ``fitting_share``)."""
-        if not ray.is_initialized():
-            return 1.0
-        nodes = [n["Resources"].get("CPU", 0.0) for n in ray.nodes() if n["Alive"]]
-        return fitting_share(nodes, num_actors)
 
     def record_eval(self, result):
         """Book an evaluation; returns True when it is the best so far."""

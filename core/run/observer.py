@@ -1,5 +1,5 @@
-"""The interface of who watches a run from outside (a sweep's reporter, options/sweep.py),
-apart from core/run/session.py so that importing it costs nothing (no torch, no Ray)."""
+"""The interface of who watches a run from outside (a sweep's reporter, core/app/sweep.py),
+apart from core/app/session.py so that importing it costs nothing (no torch, no Ray)."""
 
 
 class RunObserver:
@@ -7,4 +7,4 @@ class RunObserver:
     written; may ask the run to stop (``session.context.stop_requested``)."""
 
     def on_row(self, session, row):
-        """``session``: the core.run.session.TrainingSession; ``row``: the metrics row."""
+        """``session``: the core.app.session.TrainingSession; ``row``: the metrics row."""

@@ -10,7 +10,7 @@ results stand (core/sampling/envs.py rebuilds the env that raised, here in its h
 """
 from concurrent.futures import ThreadPoolExecutor
 
-from core.process import setup_process
+from core.distributed.process import setup_process
 
 
 def construct(env_cls, args, seed):

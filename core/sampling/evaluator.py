@@ -8,7 +8,7 @@ from core import seeding
 from core.sampling.envs import describe_error, env_failure, to_env_action
 from core.learning.normalizer import normalize
 from core.plugins import load_plugins, make_env
-from core.process import setup_process
+from core.distributed.process import setup_process
 
 class Evaluator:
     def __init__(self, spec, num_episodes):

@@ -12,13 +12,13 @@ from concurrent.futures import wait as futures_wait
 import numpy as np
 import torch
 
-from core.distributed.devices import gpu_plan, gpu_plan_for, learning_model, resolve_device
+from core.distributed.devices import learning_model, plan_of, resolve_device
 from core.sampling.envs import EnvGroup
 from core.learning.normalizer import Moments, normalize
 from core.distributed.placement import resolve
 from core.plugins import load_plugins
 from core import seeding
-from core.process import setup_process
+from core.distributed.process import setup_process
 from core.run.state import generator_state, set_generator_state
 from core.types import RolloutStats, Trajectory
 
@@ -40,7 +40,7 @@ class RolloutWorker:
         self.model = plugins.model_cls(args, self.envs.observation_space, self.envs.action_space)
         # Acting stays on the CPU; the agent learns on this worker's GPU share, if it has one
         # (core/distributed/devices.py: PPO's workers compute the gradients).
-        device = resolve_device(gpu_plan(args, plugins.model_cls.trainer).rollout_worker_gpus,
+        device = resolve_device(plan_of(spec).rollout_worker_gpus,
                                 f"rollout worker {worker_index}")
         self.agent = plugins.agent_cls(args, learning_model(self.model, device),
                                        seed=seeding.worker_agent(args.seed, worker_index,
@@ -348,6 +348,6 @@ def make_rollout_worker(spec, slot, generation, local, num_cpus=1.0, node=None):
     # SPREAD: on a cluster, workers go to different nodes (one node lost costs the fewest);
     # on one machine it changes nothing.
     return remote_class(RolloutWorker).options(**actor_options(
-        num_cpus=num_cpus, num_gpus=gpu_plan_for(spec).rollout_worker_gpus,
+        num_cpus=num_cpus, num_gpus=plan_of(spec).rollout_worker_gpus,
         scheduling_strategy=spread(node))).remote(spec, slot, generation)
 

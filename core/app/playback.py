@@ -11,7 +11,7 @@ import os
 import numpy as np
 
 from core.atomic import atomic_path
-from core.run.checkpoint import check_model_fits, checkpoint_path, load_for_restore
+from core.run.checkpoint import check_model_fits, load_for_restore, saved_model_path
 from core.sampling.envs import to_env_action
 from core import seeding
 from core.sampling.evaluator import Evaluator
@@ -19,15 +19,6 @@ from core.learning.normalizer import ObsNormalizer, normalize
 from core.plugins import PluginSpec, load_plugins, make_env
 from core.registry import ConfigError
 from core.run.state import from_payload
-
-
-def saved_model_path(path):
-    """A checkpoint file, or a run directory meaning its best model (else its newest)."""
-    if os.path.isdir(path):
-        best = os.path.join(path, "checkpoints", "best.pt")
-        if os.path.isfile(best):
-            return best
-    return checkpoint_path(path, "--evaluate")
 
 
 def evaluate_saved_model(args):

@@ -5,6 +5,7 @@ error's one line), and Ray shut down. main.py only parses, dispatches and maps e
 Sample Factory's train.py does.
 """
 import contextlib
+import dataclasses
 import os
 import signal
 import sys
@@ -20,7 +21,7 @@ from core.faults import Faults, short_error
 from core.atomic import atomic_write_text
 from core.distributed.placement import RayStarter
 from core.plugins import PluginSpec, load_plugins, make_env
-from core.process import setup_process
+from core.distributed.process import setup_process
 from core.registry import ConfigError
 from core.run.context import RUN_ONLY_KEYS, RunContext
 from core.run.plots import PlotProcess
@@ -99,14 +100,15 @@ class TrainingSession:
         # First: it imports matplotlib while the run starts (core/run/plots.py).
         self.plotter = PlotProcess()
         setup_process(args)
-        self.spec = PluginSpec(args.env_name, args.model_name, args.agent_name, args,
-                               args.user_dir)
-        self.plugins = load_plugins(self.spec)
+        spec = PluginSpec(args.env_name, args.model_name, args.agent_name, args, args.user_dir)
+        self.plugins = load_plugins(spec)
         observation_space, action_space, threshold = probe_env(self.plugins, args)
         self.spaces = observation_space, action_space
         self.plugins.model_cls.check_spaces(observation_space, action_space)
         trainer_cls = trainer_class(self.plugins.model_cls.trainer, self.plugins.model_cls)
         check_agent_kind(trainer_cls, self.plugins, args)
+        # Where GPUs go is the loop's to say; every actor reads it from the spec.
+        self.spec = dataclasses.replace(spec, gpus=trainer_cls.gpu_plan(args))
         target = threshold if args.target_return == "auto" else args.target_return
         self.check_gpus()
         self.run_dir = args.run_dir or default_run_dir(args)

@@ -4,7 +4,7 @@
         --max_concurrent 2 --scheduler asha --run_dir runs/sweep-cartpole
     python main.py --restore runs/sweep-cartpole          # continue an interrupted sweep
 
-Each trial is a whole ddrl run (core/run/session.py) in a Tune trial actor, in
+Each trial is a whole ddrl run (core/app/session.py) in a Tune trial actor, in
 RUN_DIR/trials/<trial id>, with the sweep's fixed flags plus the values Tune sampled from the
 SPEC (options/sweep_spec.py). At every evaluation the trial writes a checkpoint and reports
 ``eval_return`` against ``env_steps`` to Tune: ASHA stops trials that trail at a rung, PBT copies
@@ -81,7 +81,7 @@ def run_trial(config, base_argv, sweep_dir, pbt):
     train, report at every evaluation."""
     from ray import tune
 
-    from core.run.session import TrainingSession
+    from core.app.session import TrainingSession
     from options.options import flag_actions, parse_args
     start_time = time.time()
     trial_id = tune.get_context().get_trial_id()
@@ -377,7 +377,7 @@ class Sweep:
 
 
 def default_sweep_dir(args):
-    from core.run.session import run_label
+    from core.app.session import run_label
     return os.path.join("runs", f"sweep-{run_label(args)}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
