@@ -141,7 +141,7 @@ class DefaultAgent(OnPolicyAgent):
             return GradientResult(self.model.collect_gradients(), 0, self.model.weights_version, {})
         advantages = self.data["advantages"][idx]
         if self.args.normalize_advantage:
-            if getattr(self.args, "advantage_norm_scope", "round") == "round":
+            if self.args.advantage_norm_scope == "round":
                 advantages = ((advantages - request.advantage_mean)
                               / (request.advantage_std + 1e-8))
             elif len(advantages) > 1:  # (one sample has no spread: left as it is, as SB3 does)

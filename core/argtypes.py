@@ -7,6 +7,7 @@ declare flags without importing the command-line machinery.
 """
 import argparse
 import math
+from typing import List, Optional, Union
 
 
 def _number(kind, low, text, allow_none=False):
@@ -28,30 +29,30 @@ def _number(kind, low, text, allow_none=False):
     return value
 
 
-def non_negative_int(text):
+def non_negative_int(text) -> int:
     return _number(int, 0, text)
 
 
-def positive_int(text):
+def positive_int(text) -> int:
     return _number(int, 1, text)
 
 
-def positive_float(text):
+def positive_float(text) -> float:
     value = _number(float, 0, text)
     if value == 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
     return value
 
 
-def non_negative_float(text):
+def non_negative_float(text) -> float:
     return _number(float, 0, text)
 
 
-def positive_float_or_none(text):
+def positive_float_or_none(text) -> Optional[float]:
     return None if str(text).lower() in ("none", "null", "") else positive_float(text)
 
 
-def unit_interval(text):
+def unit_interval(text) -> float:
     """A number in [0, 1]: a discount, a lambda, a probability, a Polyak rate."""
     value = _number(float, 0, text)
     if value > 1:
@@ -59,22 +60,22 @@ def unit_interval(text):
     return value
 
 
-def unit_interval_or_none(text):
+def unit_interval_or_none(text) -> Optional[float]:
     return None if str(text).lower() in ("none", "null", "") else unit_interval(text)
 
 
-def positive_int_or_none(text):
+def positive_int_or_none(text) -> Optional[int]:
     return _number(int, 1, text, allow_none=True)
 
 
-def target_return(text):
+def target_return(text) -> Union[float, str, None]:
     """A number; 'auto' (the env's reward_threshold, if any); or 'none' (never stop early)."""
     if str(text).lower() == "auto":
         return "auto"
     return _number(float, None, text, allow_none=True)
 
 
-def auto_or_positive_int(text):
+def auto_or_positive_int(text) -> Union[int, str]:
     if str(text).lower() == "auto":
         return "auto"
     try:
@@ -84,7 +85,7 @@ def auto_or_positive_int(text):
             f"{text!r} is neither 'auto' nor an integer >= 1") from None
 
 
-def auto_or_nonnegative_int(text):
+def auto_or_nonnegative_int(text) -> Union[int, str]:
     if str(text).lower() == "auto":
         return "auto"
     try:
@@ -94,7 +95,7 @@ def auto_or_nonnegative_int(text):
             f"{text!r} is neither 'auto' nor an integer >= 0") from None
 
 
-def gpu_list(text):
+def gpu_list(text) -> List[int]:
     ids = [s.strip() for s in str(text).split(",") if s.strip()]
     if not all(s.isdigit() for s in ids):
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of GPU ids "

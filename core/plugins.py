@@ -16,12 +16,19 @@ from core.registry import import_user_dir, unwrap_actor_class
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@dataclass
+@dataclass(frozen=True)
 class PluginSpec:
+    """What a run's actors are built from: the plugin names and each component's typed config
+    (core/config.py; options/options.py ``run_spec`` makes them from the command line), never
+    the whole command line."""
     env_name: str
     model_name: str
     agent_name: str
-    args: Any                       # the parsed argparse.Namespace
+    run: Any                        # the run-wide flags
+    env: Any                        # the env plugin's flags + the run-wide ones
+    model: Any
+    agent: Any
+    loop: Any                       # the training loop's flags + the run-wide ones
     user_dir: Optional[str] = None
     gpus: Any = None                # the run's GpuPlan (core/distributed/devices.py); None: none
 
@@ -44,17 +51,26 @@ def load_plugins(spec: PluginSpec) -> Plugins:
                    AGENT_REGISTRY.get(spec.agent_name))
 
 
-def make_env(plugins: Plugins, args, seed=None, evaluation=False):
-    """Build one env in this process. ``seed`` goes to __init__ when it takes one; the first
-    reset is always seeded as well (core.sampling.envs.EnvGroup). ``evaluation``: the env sees
-    ``args.evaluation`` True (the test worker's and --evaluate's envs), so a wrapper can score
-    whole episodes in the env's own reward (envs/gym_env.py: no Atari reward clipping)."""
+def make_env(plugins: Plugins, config, seed=None, evaluation=False):
+    """Build one env in this process from its ``config`` (the spec's ``env``). ``seed`` goes to
+    __init__ when it takes one; the first reset is always seeded as well
+    (core.sampling.envs.EnvGroup). ``evaluation``: the env sees ``config.evaluation`` True (the
+    test worker's and --evaluate's envs), so a wrapper can score whole episodes in the env's
+    own reward (envs/gym_env.py: no Atari reward clipping)."""
     if evaluation:
-        args = argparse.Namespace(**{**vars(args), "evaluation": True})
-    return _construct(plugins.env_cls, args, seed)
+        config = (argparse.Namespace(**{**vars(config), "evaluation": True})
+                  if isinstance(config, argparse.Namespace) else config.replace(evaluation=True))
+    return _construct(plugins.env_cls, config, seed)
 
 
 def _construct(factory, args, seed, signature_of=None):
     params = inspect.signature((signature_of or factory).__init__).parameters
     takes_seed = "seed" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
     return factory(args, seed=seed) if takes_seed else factory(args)
+
+
+def env_label(env_cls, config):
+    """What identifies the env in run directory names, logs and preset names: its optional
+    ``label(config)`` (gym_env's is its gymnasium id), else None."""
+    label = getattr(unwrap_actor_class(env_cls), "label", None)
+    return label(config) if label is not None else None

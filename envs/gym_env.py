@@ -32,6 +32,11 @@ class GymEnv:
     """Wraps gymnasium.make(--gym_id); Box observations, Discrete or Box actions."""
 
     @staticmethod
+    def label(config):
+        """Run directories, logs and preset files name the env by its gymnasium id."""
+        return config.gym_id
+
+    @staticmethod
     def add_args(parser):
         parser.add_argument("--gym_id", default="CartPole-v1",
                             help="gymnasium environment id, e.g. CartPole-v1, Pendulum-v1, "
@@ -80,20 +85,18 @@ class GymEnv:
 
     def __init__(self, args, seed=None):
         kwargs = {}
-        if getattr(args, "max_episode_steps", None):
+        if args.max_episode_steps:
             kwargs["max_episode_steps"] = args.max_episode_steps
-        render_mode = getattr(args, "render_mode", None)
-        if render_mode:
-            kwargs["render_mode"] = render_mode
+        if args.render_mode:
+            kwargs["render_mode"] = args.render_mode
         atari = is_atari(args.gym_id)
-        preprocess = atari and getattr(args, "atari_preprocessing", True)
+        preprocess = atari and args.atari_preprocessing
         if preprocess:
             check_atari_args(args)
             kwargs["frameskip"] = 1  # the preprocessing skips frames itself (and max-pools)
         if atari:
-            kwargs["max_num_frames_per_episode"] = int(getattr(args, "max_episode_frames",
-                                                               108_000))
-        if atari and getattr(args, "repeat_action_probability", None) is not None:
+            kwargs["max_num_frames_per_episode"] = args.max_episode_frames
+        if atari and args.repeat_action_probability is not None:
             kwargs["repeat_action_probability"] = args.repeat_action_probability
         try:
             self.env = gym.make(args.gym_id, **kwargs)
@@ -102,7 +105,7 @@ class GymEnv:
                               f"Use a registered id such as CartPole-v1, Pendulum-v1, "
                               f"ALE/Breakout-v5 or HalfCheetah-v5.") from exc
         if preprocess:
-            self.env = wrap_atari(self.env, args, evaluation=getattr(args, "evaluation", False))
+            self.env = wrap_atari(self.env, args, evaluation=args.evaluation)
         self.observation_space = self.env.observation_space
         self.action_space = self.env.action_space
         spec = self.env.spec
@@ -191,7 +194,7 @@ def check_atari_args(args):
     if args.screen_size < 8:
         raise ConfigError(f"--screen_size {args.screen_size} is out of range: the frames are "
                           f"resized to 8 pixels or more.")
-    probability = getattr(args, "repeat_action_probability", None)
+    probability = args.repeat_action_probability
     if probability is not None and not 0.0 <= probability < 1.0:
         raise ConfigError(f"--repeat_action_probability {probability} is not a probability in "
                           f"[0, 1).")

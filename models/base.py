@@ -27,6 +27,8 @@ def require_box_observations(model_cls, observation_space):
 class BaseModel(nn.Module):
     #: which training loop drives this model ("ppo": gradient collecting; "sac": replay)
     trainer = None
+    #: a reason the model cannot learn from several learners' averaged gradients, or None
+    single_learner_only = None
     #: the agent used when --agent_name is not given
     default_agent = "default_agent"
     #: the version of the weights this model holds: set by the learner that steps it, or by

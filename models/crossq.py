@@ -153,13 +153,13 @@ class CrossQModel(SACModel):
         # CrossQ's learning rate (the paper's and sb3-contrib's); a preset or a flag still wins.
         parser.set_defaults(actor_lr=1e-3, critic_lr=1e-3, alpha_lr=1e-3)
 
+    #: (the SAC loop refuses --num_learners above 1 with this reason)
+    single_learner_only = ("model crossq runs with one learner: its batch renormalization "
+                           "statistics change in the process that computes the update, and "
+                           "learner workers' statistics would not reach the weights (or use "
+                           "--model_name sac for several learners).")
+
     def __init__(self, args, observation_space, action_space):
-        if getattr(args, "num_learners", 1) > 1:
-            raise ConfigError(
-                f"model crossq runs with one learner; got --num_learners {args.num_learners}. "
-                f"Its batch renormalization statistics change in the process that computes the "
-                f"update, and learner workers' statistics would not reach the weights. Use "
-                f"--num_learners 1 (or --model_name sac for several learners).")
         super().__init__(args, observation_space, action_space)
         self.eval()  # running statistics everywhere except the passes in step that learn
 
@@ -172,7 +172,7 @@ class CrossQModel(SACModel):
             raise ConfigError(
                 f"model crossq has no image encoder: its batch-renormalized networks take "
                 f"vector observations, and this env's are images {self.observation_space} "
-                f"(--encoder {getattr(args, 'encoder', 'auto')} picks nature_cnn). Use "
+                f"(--encoder {args.encoder} picks nature_cnn). Use "
                 f"--model_name sac for images, or --encoder mlp to flatten them.")
         sizes = args.sac_hidden_sizes
         self.actor = Actor(self.obs_dim, sizes, self.action_dim,

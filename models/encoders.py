@@ -68,7 +68,7 @@ def resolve_encoder(args, observation_space):
             f"[S, H, W, C]; mlp: any Box, flattened). Flatten or encode the observation in the "
             f"env wrapper (gymnasium.wrappers.FlattenObservation for a Dict), or write a model "
             f"for this space.")
-    choice = getattr(args, "encoder", "auto")
+    choice = args.encoder
     if choice == "auto":
         return "nature_cnn" if is_image_space(observation_space) else "mlp"
     if choice == "nature_cnn":
@@ -132,5 +132,5 @@ class NatureCNN(nn.Module):
 def make_encoder(args, observation_space):
     """The encoder module for ``observation_space`` (``.features_dim`` wide)."""
     if resolve_encoder(args, observation_space) == "nature_cnn":
-        return NatureCNN(observation_space, int(getattr(args, "cnn_features", 512)))
+        return NatureCNN(observation_space, args.cnn_features)
     return Flatten(observation_space)

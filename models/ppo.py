@@ -22,7 +22,7 @@ from gymnasium import spaces
 from torch import nn
 from torch.distributions import Categorical, Normal
 
-from core.argtypes import non_negative_float, positive_float, positive_float_or_none, positive_int
+from core.argtypes import non_negative_float, positive_float, positive_float_or_none
 from core.registry import ConfigError
 from models import register_model
 from models.base import BaseModel, require_box_observations
@@ -108,8 +108,6 @@ class PPOModel(BaseModel):
         parser.add_argument("--lr_schedule", choices=["constant", "linear"], default="linear",
                             help="learning rate schedule over --total_steps "
                                  "(default: %(default)s)")
-        parser.add_argument("--num_epochs", type=positive_int, default=10,
-                            help="K: passes over each rollout (default: %(default)s)")
         parser.add_argument("--clip_range", type=positive_float, default=0.2,
                             help="epsilon of the clipped ratio (default: %(default)s)")
         parser.add_argument("--clip_schedule", choices=["constant", "linear"], default="linear",
@@ -153,7 +151,7 @@ class PPOModel(BaseModel):
         self.obs_dim = int(np.prod(observation_space.shape))
         self.discrete = isinstance(action_space, spaces.Discrete)
         self.action_dim = int(action_space.n) if self.discrete else int(action_space.shape[0])
-        self.use_sde = bool(getattr(args, "use_sde", False))
+        self.use_sde = args.use_sde
         if self.use_sde and self.discrete:
             raise ConfigError(
                 f"--use_sde (state-dependent exploration) is for Box actions; this env's action "

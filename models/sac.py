@@ -338,7 +338,7 @@ class SACModel(BaseModel):
         'auto' is bf16 where the hardware multiplies bf16 natively)."""
         cached = getattr(self, "_update_precision", None)
         if cached is None or cached[0] != device_type:
-            cached = (device_type, resolve_precision(getattr(self.args, "sac_precision", "fp32"),
+            cached = (device_type, resolve_precision(self.args.sac_precision,
                                                      device_type))
             self._update_precision = cached
         return cached[1]
@@ -398,7 +398,7 @@ class SACModel(BaseModel):
     def learning_rate(self, progress):
         """Each group's learning rate at ``progress`` (env steps / total steps); None when
         constant (the groups keep the rates they were configured with)."""
-        if getattr(self.args, "sac_lr_schedule", "constant") != "linear":
+        if self.args.sac_lr_schedule != "linear":
             return None
         scale = 1.0 - min(1.0, max(0.0, progress))
         return {"critic": self.args.critic_lr * scale, "actor": self.args.actor_lr * scale,

@@ -18,6 +18,7 @@ from core.argtypes import (  # noqa: F401 - re-exported for plugins, see above
     auto_or_nonnegative_int, auto_or_positive_int, gpu_list, non_negative_float,
     non_negative_int, positive_float, positive_float_or_none, positive_int, positive_int_or_none,
     target_return, unit_interval, unit_interval_or_none)
+from core.plugins import env_label
 from core.registry import ConfigError, import_user_dir, unwrap_actor_class
 from options.custom_options import get_custom_args
 
@@ -59,32 +60,12 @@ def add_common_args(parser):
     group.add_argument("--num_envs_per_worker", type=positive_int, default=4,
                        help="envs each worker steps together, with one batched forward pass "
                             "per step (default: %(default)s)")
-    group.add_argument("--rollout_steps", type=positive_int, default=32,
-                       help="steps per env in each fragment a worker collects between updates "
-                            "(default: %(default)s)")
     group.add_argument("--batch_size", type=positive_int, default=256,
                        help="minibatch size, summed over all workers (default: %(default)s)")
     group.add_argument("--env_placement", choices=["worker", "actor"], default="worker",
                        help="'worker': envs run inside their rollout worker (fast for cheap "
                             "envs); 'actor': every env is its own Ray actor (for heavy "
                             "simulators) (default: %(default)s)")
-    group.add_argument("--sample_ahead", choices=["auto", "on", "off"], default="auto",
-                       help="PPO: Ray workers sample their next fragment while the learner "
-                            "works on the current one, so slow envs never wait for gradients "
-                            "(the data are then one round of updates behind the learner, "
-                            "measured in metrics.csv's policy_lag; PPO's clipping bounds it). "
-                            "'auto': tried once all workers are up and kept only when it "
-                            "measures faster (default: %(default)s)")
-    group.add_argument("--grad_workers", type=auto_or_nonnegative_int, default="auto",
-                       help="PPO: how many of the rollout workers compute the gradients of a "
-                            "round, each on the fragments of several (the others send theirs "
-                            "along): every minibatch step is one call to each of them, so "
-                            "fewer calls per step when workers outnumber the CPUs. 0: none, "
-                            "the learner computes every minibatch step itself on the data all "
-                            "workers send (no call per step: for small networks and many "
-                            "minibatches). The update is the same (the gradient of the "
-                            "union). 'auto': one per CPU of the Ray cluster, at most "
-                            "--num_workers (default: %(default)s)")
     group.add_argument("--envs_per_actor", type=positive_int, default=1,
                        help="with --env_placement actor: envs per env actor, stepped together "
                             "in one call and concurrently in threads there (envs that wait on "
@@ -105,15 +86,6 @@ def add_common_args(parser):
     group.add_argument("--obs_clip", type=positive_float, default=10.0,
                        help="with --normalize_obs, clip normalized observations to "
                             "[-obs_clip, obs_clip] (default: %(default)s)")
-    group.add_argument("--compiled_graph", action="store_true",
-                       help="run the lock-step gradient round trip as a Ray Compiled Graph "
-                            "(shared-memory channels, lower overhead per minibatch step)")
-    group.add_argument("--elastic_start", action=argparse.BooleanOptionalAction, default=True,
-                       help="with Ray workers, learn at once in this process (an in-process "
-                            "worker) while Ray and the workers start; each worker joins when "
-                            "its envs are built and the in-process one steps out when all are "
-                            "up (PPO; --no-elastic_start waits for the workers first) "
-                            "(default: on)")
     group.add_argument("--torch_threads", type=positive_int, default=1,
                        help="torch threads per process: driver and every actor "
                             "(default: %(default)s; more is slower on small machines)")
@@ -274,10 +246,16 @@ def load_config(path):
     return {k.lstrip("-").replace("-", "_"): v for k, v in config.items()}
 
 
+#: Flags every run had before they became the PPO loop's own (core/algos/ppo_trainer.py): a
+#: config.yaml or checkpoint of another loop written before holds them, with no effect there.
+FORMERLY_COMMON = ("rollout_steps", "sample_ahead", "grad_workers", "compiled_graph",
+                   "elastic_start", "num_epochs")
+
+
 def _apply_config(parser, config, strict):
     """Set preset values as defaults, converted by each flag's own type."""
     actions = {a.dest: a for a in parser._actions}
-    unknown = sorted(k for k in config if k not in actions)
+    unknown = sorted(k for k in config if k not in actions and k not in FORMERLY_COMMON)
     if strict and unknown:
         raise ConfigError(f"--config sets unknown flags: {', '.join(unknown)}. A preset's keys "
                           f"are flag names without dashes (e.g. num_workers); plugin flags "
@@ -393,7 +371,7 @@ def build_parser(argv):
     known, _ = parser.parse_known_args(argv)
     if early.restore:
         for key in ("env_name", "model_name", "agent_name"):
-            saved, wanted = config.get(key), getattr(known, key)
+            saved, wanted = config.get(key), vars(known)[key]
             if saved is not None and wanted is not None and saved != wanted:
                 raise ConfigError(f"{'--evaluate' if early.evaluate else '--restore'} "
                                   f"{early.restore}: saved with --{key} {saved}, "
@@ -417,11 +395,57 @@ def build_parser(argv):
     _apply_config(parser, config, strict=True)
     preset = None
     if early.config is None:
-        preset = find_preset(known.model_name, parser.parse_known_args(argv)[0])
+        parsed = parser.parse_known_args(argv)[0]
+        preset = find_preset(known.model_name, env_label(chosen[0][1], parsed) or known.env_name)
         if preset:  # named after the model and env only: keys the chosen agent lacks are skipped
             _apply_config(parser, load_config(preset), strict=False)
+    # Not flags: what core.plugins.make_env and --record_video set on an env's config
+    # (core/config.py ENV_EXTRAS), present in the namespace so that an env built from it sees them.
+    parser.set_defaults(evaluation=False, render_mode=None)
     parser.add_argument("-h", "--help", action="help", help="show this help and exit")
     return parser, user_dir, None if no_preset else (early.config or preset)
+
+
+#: Common flags only the application reads (the command itself, Ray's start, sweeps, outputs):
+#: in no component's config, so never pickled into an actor.
+APP_ONLY_KEYS = (
+    "config", "user_dir", "list", "restore", "evaluate", "record_video", "video_episodes",
+    "run_dir", "address", "node_ip_address", "dashboard", "dashboard_host", "num_cpus", "gpu",
+    "checkpoint_interval", "keep_checkpoints", "pause_at_steps", "log_interval", "tensorboard",
+    "plot_interval", "max_time", "tune", "num_samples", "max_concurrent", "search", "scheduler",
+    "grace_steps", "reduction_factor", "pbt_interval", "cpus_per_trial")
+
+
+def run_wide_actions():
+    """The actions of the flags every component may read: the common ones and custom_options',
+    less the application's own."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_common_args(parser)
+    get_custom_args(parser)
+    return [a for a in parser._actions if a.option_strings and a.dest not in APP_ONLY_KEYS]
+
+
+def run_spec(args, gpus=None):
+    """The run's core.plugins.PluginSpec from parsed ``args``: each component's typed config
+    (core/config.py) made from the flags its class adds, plus the run-wide ones."""
+    from core.algos.trainers import trainer_class
+    from core.config import ENV_EXTRAS, flag_actions, make_config
+    from core.plugins import PluginSpec, load_plugins
+    values = vars(args)
+    names = (args.env_name, args.model_name, args.agent_name)
+    plugins = load_plugins(PluginSpec(*names, None, None, None, None, None, args.user_dir))
+    run = run_wide_actions()
+
+    def config(name, cls, extras=()):
+        own = flag_actions(getattr(unwrap_actor_class(cls), "add_args", None))
+        return make_config(name, own + run, values, extras)
+    loop_cls = trainer_class(plugins.model_cls.trainer, plugins.model_cls)
+    return PluginSpec(*names, run=make_config("RunConfig", run, values),
+                      env=config("EnvConfig", plugins.env_cls, ENV_EXTRAS),
+                      model=config("ModelConfig", plugins.model_cls),
+                      agent=config("AgentConfig", plugins.agent_cls),
+                      loop=config("LoopConfig", loop_cls),
+                      user_dir=args.user_dir, gpus=gpus)
 
 
 def parse_args(argv=None):
@@ -451,13 +475,13 @@ def is_mujoco_id(gym_id):
     return spec is not None and str(spec.entry_point).startswith("gymnasium.envs.mujoco")
 
 
-def find_preset(model_name, known):
+def find_preset(model_name, label):
     """The tuned preset for this model and env, applied when no --config is given, as RL-Zoo
-    does: configs/<model>-<gym_id>.yaml (or <model>-<env_name>.yaml). --config none skips it.
-    Atari ids (ALE/Breakout-v5 is looked up as ALE-Breakout-v5) fall back to
-    configs/<model>-atari.yaml, one preset for every game as RL-Zoo's, and gymnasium's MuJoCo
-    ids to configs/<model>-mujoco.yaml."""
-    label = getattr(known, "gym_id", None) or known.env_name
+    does: configs/<model>-<label>.yaml, ``label`` being the env's own (core.plugins.env_label:
+    gym_env's gymnasium id) or its --env_name. --config none skips it. Atari ids
+    (ALE/Breakout-v5 is looked up as ALE-Breakout-v5) fall back to configs/<model>-atari.yaml,
+    one preset for every game as RL-Zoo's, and gymnasium's MuJoCo ids to
+    configs/<model>-mujoco.yaml."""
     names = [label.replace("/", "-")]
     if label.startswith("ALE/") or "NoFrameskip" in label:
         names.append("atari")

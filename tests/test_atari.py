@@ -11,7 +11,7 @@ from gymnasium import spaces
 from core.registry import ConfigError, unwrap_actor_class
 from envs.gym_env import GymEnv
 from models.encoders import NatureCNN, make_encoder, resolve_encoder
-from options.options import parse_args
+from options.options import parse_args, run_spec
 from test_e2e import REPO, read_run, run_main
 
 pytestmark = pytest.mark.unit
@@ -188,11 +188,10 @@ def test_crossq_on_pixels_is_a_clear_error():
 @pytest.mark.contract
 def test_a_fragment_and_a_replay_sample_stay_uint8():
     from agents.sac_agent import SACAgent
-    from core.plugins import PluginSpec
     from core.learning.replay_buffer import ReplayBuffer
     from core.sampling.rollout import RolloutWorker
     args = args_for("--gym_id", "ALE/Breakout-v5", "--num_envs_per_worker", "2")
-    worker = RolloutWorker(PluginSpec("gym_env", "ppo", "default_agent", args))
+    worker = RolloutWorker(run_spec(args))
     trajectory, _, _ = worker.sample(5)
     assert trajectory.observations.dtype == np.uint8
     assert trajectory.observations.shape == (5, 2, 4, 84, 84)
@@ -240,9 +239,9 @@ def test_ppo_trains_on_breakout_end_to_end_with_a_plugin_cnn_model(tmp_path):
 def test_an_atari_id_finds_the_atari_preset():
     from options.options import find_preset
     for gym_id in ("ALE/Pong-v5", "ALE/Breakout-v5"):
-        found = find_preset("ppo", argparse.Namespace(gym_id=gym_id, env_name="gym_env"))
+        found = find_preset("ppo", gym_id)
         assert found == os.path.join(REPO, "configs", "ppo-atari.yaml")
-    assert find_preset("ppo", argparse.Namespace(gym_id="Acrobot-v1", env_name="gym_env")) is None
+    assert find_preset("ppo", "Acrobot-v1") is None
     args = parse_args(["--gym_id", "ALE/Pong-v5"])  # applied without --config; the id stays
     assert args.clip_range == 0.1 and args.gym_id == "ALE/Pong-v5"
 

@@ -195,8 +195,12 @@ def test_flags_errors_and_optimizer():
     assert make_args("--critic_lr", "5e-4").critic_lr == 5e-4
     betas = {g["name"]: g["betas"] for g in make_model().configure_optimizer().param_groups}
     assert betas == {"critic": (0.5, 0.999), "actor": (0.5, 0.999), "alpha": (0.9, 0.999)}
-    with pytest.raises(ConfigError, match="--num_learners 3"):
-        CrossQModel(make_args("--num_learners", "3"), OBS, ACT)
+    from core.algos.trainers import trainer_class
+    from core.plugins import load_plugins
+    from options.options import run_spec
+    spec = run_spec(make_args("--num_learners", "3"))
+    with pytest.raises(ConfigError, match="--num_learners 3 with --model_name crossq"):
+        trainer_class("sac").check_plugins(load_plugins(spec), spec)
 
 
 @pytest.mark.e2e

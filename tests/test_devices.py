@@ -229,11 +229,11 @@ ray.init(address="local", num_cpus=2, num_gpus=2, include_dashboard=False,
          _node_ip_address="127.0.0.1", logging_level="ERROR")
 from core.sampling.eval_runner import EvalRunner
 from core.distributed.placement import Placement
-from core.plugins import PluginSpec, load_plugins, make_env
+from core.plugins import load_plugins, make_env
 from core.sampling.rollout import make_rollout_worker
 from core.algos.sac_trainer import spawn_buffer, spawn_learner, spawn_server
 from core.algos.trainers import trainer_class
-from options.options import parse_args
+from options.options import parse_args, run_spec
 import dataclasses
 
 placement = Placement(local=False)
@@ -244,9 +244,9 @@ def spec_for(num_gpus, num_learners):
                        "--num_workers", "1", "--num_envs_per_worker", "1",
                        "--sac_hidden_sizes", "8", "--buffer_size", "100",
                        "--num_gpus", str(num_gpus), "--num_learners", str(num_learners)])
-    spec = PluginSpec(args.env_name, args.model_name, args.agent_name, args)
+    spec = run_spec(args)
     spec = dataclasses.replace(spec, gpus=trainer_class("sac").gpu_plan(args))  # as the session
-    env = make_env(load_plugins(spec), args, seed=0)
+    env = make_env(load_plugins(spec), spec.env, seed=0)
     return spec, (env.observation_space, env.action_space)
 
 
@@ -281,7 +281,7 @@ def scenario(num_gpus, num_learners, expected_free, server=True, others=False):
 def ppo_workers(num_gpus, num_workers, expected_free):
     args = parse_args(["--config", "none", "--num_workers", str(num_workers),
                        "--num_envs_per_worker", "1", "--num_gpus", str(num_gpus)])
-    spec = PluginSpec(args.env_name, args.model_name, args.agent_name, args)
+    spec = run_spec(args)
     spec = dataclasses.replace(spec, gpus=trainer_class("ppo").gpu_plan(args))  # as the session
     workers = [make_rollout_worker(spec, i, 0, False, 0.5) for i in range(num_workers)]
 

@@ -10,12 +10,12 @@ import torch
 
 from core.faults import Faults
 from core.distributed.placement import LocalHandle
-from core.plugins import PluginSpec, load_plugins
+from core.plugins import load_plugins
 from core.algos.ppo_trainer import PPOTrainer, advantage_moments
 from core.sampling.rollout import RolloutWorker
 from core.sampling.worker_group import WorkerGroup
 from models.ppo import PPOBatch
-from options.options import parse_args
+from options.options import parse_args, run_spec
 
 pytestmark = pytest.mark.contract
 
@@ -24,7 +24,7 @@ def make_trainer(*flags):
     args = parse_args(["--config", "none", "--num_workers", "0", "--num_epochs", "1",
                        "--num_envs_per_worker", "4", "--rollout_steps", "32", "--batch_size",
                        "256", "--seed", "3", *flags])
-    spec = PluginSpec(args.env_name, args.model_name, args.agent_name, args)
+    spec = run_spec(args)
     plugins = load_plugins(spec)
     import gymnasium as gym
     env = gym.make("CartPole-v1")

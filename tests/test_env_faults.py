@@ -14,13 +14,13 @@ from agents.sac_agent import SACAgent
 from core.sampling.envs import EnvFailure, EnvGroup
 from core.seeding import rebuilt_env as fresh_seed
 from core.sampling.evaluator import Evaluator
-from core.plugins import PluginSpec, load_plugins
+from core.plugins import load_plugins
 from core.sampling.rollout import RolloutWorker
 from core.seeding import worker_envs as worker_seeds
 from core.types import Trajectory
 from envs import register_env, OBSERVATION
 from models.ppo import PPOModel
-from options.options import parse_args
+from options.options import parse_args, run_spec
 
 pytestmark = pytest.mark.unit
 
@@ -79,7 +79,7 @@ def fail_on(plan):
 
 def group(*flags, seeds=(11, 12), worker_index=None):
     args = parse_args(["--config", "none", "--env_name", "fault_test_env", *flags])
-    plugins = load_plugins(PluginSpec("fault_test_env", "ppo", "default_agent", args))
+    plugins = load_plugins(run_spec(args))
     g = EnvGroup(plugins, args, seeds, worker_index=worker_index)
     return g, g.reset()
 
@@ -175,7 +175,7 @@ def worker(plan, monkeypatch, num_envs=2):
     monkeypatch.setattr(FaultyEnv, "fail", fail_on(plan))
     args = parse_args(["--config", "none", "--env_name", "fault_test_env", "--num_workers", "0",
                        "--num_envs_per_worker", str(num_envs), "--seed", "0"])
-    w = RolloutWorker(PluginSpec("fault_test_env", "ppo", "default_agent", args), worker_index=0)
+    w = RolloutWorker(run_spec(args), worker_index=0)
     sent = []
     send = w.agent.send_trajectory
     w.agent.send_trajectory = lambda trajectory: sent.append(trajectory) or send(trajectory)
@@ -325,7 +325,7 @@ def test_sac_agent_drops_invalid_transitions():
 def evaluator(*flags):
     args = parse_args(["--config", "none", "--user_dir", PLUGINS, "--env_name",
                        "flaky_cartpole", "--num_workers", "0", "--seed", "3", *flags])
-    return Evaluator(PluginSpec("flaky_cartpole", "ppo", "default_agent", args, PLUGINS), 3)
+    return Evaluator(run_spec(args), 3)
 
 
 @pytest.mark.contract
@@ -376,7 +376,7 @@ def test_actor_placement_rebuilds_an_env_actor_that_raised_or_died(ray_session, 
     args = parse_args(["--config", "none", "--user_dir", PLUGINS, "--env_name",
                        "flaky_cartpole", "--fail_prob", "0.3", "--max_env_errors", "50",
                        "--envs_per_actor", per_actor])
-    plugins = load_plugins(PluginSpec("flaky_cartpole", "ppo", "default_agent", args, PLUGINS))
+    plugins = load_plugins(run_spec(args))
     envs = EnvGroup(plugins, args, [21, 22], placement="actor", worker_index=0)
     try:
         envs.reset()

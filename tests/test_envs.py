@@ -4,11 +4,11 @@ import pytest
 from gymnasium import spaces
 
 from core.sampling.envs import EnvGroup, to_env_action
-from core.plugins import PluginSpec, load_plugins
+from core.plugins import load_plugins
 from core.registry import unwrap_actor_class
 from core.seeding import worker_envs as worker_seeds
 from envs import ENV_REGISTRY
-from options.options import parse_args
+from options.options import parse_args, run_spec
 
 pytestmark = pytest.mark.unit
 
@@ -152,7 +152,7 @@ def test_env_group_auto_resets_and_reports_final_observations(env_name, flags, p
         request.getfixturevalue("ray_session")
         flags = flags + ["--envs_per_actor", "2" if placement.endswith("2") else "1"]
     args = parse_args(["--env_name", env_name, *flags])
-    plugins = load_plugins(PluginSpec(env_name, "ppo", "default_agent", args))
+    plugins = load_plugins(run_spec(args))
     seeds = [11, 12]
     group = EnvGroup(plugins, args, seeds, placement=placement.split("-")[0])
     if placement != "worker":

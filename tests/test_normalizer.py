@@ -44,9 +44,9 @@ def test_the_fragment_holds_what_the_policy_saw():
     """Same seed, random warm-up actions (so the trajectories are the same): the normalizing
     worker stores exactly normalize(raw observations) and reports their raw moments."""
     statistics = (np.array([0.5, -0.2, 1.0], np.float32), np.array([4.0, 0.25, 9.0], np.float32))
-    common = ("--start_steps", "1000", "--num_envs_per_worker", "2")
-    plain = RolloutWorker(pendulum_spec(*common)[0])
-    normalizing = RolloutWorker(pendulum_spec(*common, "--normalize_obs")[0])
+    common = ("--num_envs_per_worker", "2")
+    plain = RolloutWorker(pendulum_spec(*common)[0], random_steps=1000)
+    normalizing = RolloutWorker(pendulum_spec(*common, "--normalize_obs")[0], random_steps=1000)
     plain_stats = plain.collect(None, 0, 16)
     stats = normalizing.collect(None, 0, 16, statistics)
     raw, seen = plain.agent.take_transitions(), normalizing.agent.take_transitions()

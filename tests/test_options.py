@@ -229,3 +229,14 @@ def test_help_lists_the_chosen_plugins_flags():
     assert "--custom_env_episode_steps" in proc.stdout
     assert "--trunk_width" in proc.stdout
     assert "--gym_id" not in proc.stdout
+
+
+def test_a_config_of_another_loop_written_before_the_ppo_flags_moved_still_parses(tmp_path):
+    """rollout_steps & co. were every run's flags (no-ops for SAC) before they became the PPO
+    loop's own: a SAC config.yaml of then still parses, and a PPO one keeps its values."""
+    old = "rollout_steps: 64\nsample_ahead: 'off'\ngrad_workers: auto\nnum_epochs: 3\n"
+    sac = parse_args(["--config", write(tmp_path, "model_name: sac\n" + old),
+                      "--gym_id", "Pendulum-v1"])
+    assert not hasattr(sac, "rollout_steps")
+    ppo = parse_args(["--config", write(tmp_path, old)])
+    assert (ppo.rollout_steps, ppo.sample_ahead, ppo.num_epochs) == (64, "off", 3)

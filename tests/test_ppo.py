@@ -10,12 +10,11 @@ from gymnasium import spaces
 from torch.distributions import Categorical, Normal
 
 from core.learning.learner import Learner, average_gradients
-from core.plugins import PluginSpec
 from core.algos.ppo_trainer import advantage_moments
 from core.sampling.rollout import RolloutWorker
 from core.types import GradientRequest
 from models.ppo import PPOBatch, PPOModel
-from options.options import parse_args
+from options.options import parse_args, run_spec
 
 pytestmark = pytest.mark.unit
 
@@ -173,7 +172,7 @@ def test_clip_range_follows_the_linear_schedule():
 def test_ratio_is_one_on_the_first_minibatch_and_differs_after_an_update():
     args = parse_args(["--config", "none", "--num_workers", "0", "--num_envs_per_worker",
                        "2", "--rollout_steps", "16", "--batch_size", "16", "--seed", "3"])
-    worker = RolloutWorker(PluginSpec("gym_env", "ppo", "default_agent", args))
+    worker = RolloutWorker(run_spec(args))
     torch.manual_seed(args.seed)
     learner = Learner(PPOModel(args, *worker.spaces()))
     rollout = worker.collect(learner.weights_for_workers(), learner.version, args.rollout_steps)

@@ -85,7 +85,8 @@ def test_ray_remote_env_unwraps_to_a_plain_class_runnable_in_process():
     assert hasattr(registered, "__ray_metadata__")  # gym_env carries @ray.remote
     cls = unwrap_actor_class(registered)
     assert not hasattr(cls, "__ray_metadata__")
-    env = cls(argparse.Namespace(gym_id="CartPole-v1", max_episode_steps=None), seed=0)
+    env = cls(argparse.Namespace(gym_id="CartPole-v1", max_episode_steps=None, render_mode=None,
+                                 evaluation=False), seed=0)
     obs, _ = env.reset(seed=0)
     assert obs.shape == (4,)
     assert len(env.step(0)) == 5

@@ -5,6 +5,8 @@ import os
 
 import pytest
 
+from options.options import run_spec
+
 from test_e2e import run_mains
 
 pytestmark = pytest.mark.e2e
@@ -121,12 +123,11 @@ def test_a_sampled_evaluation_is_seeded_and_leaves_the_training_generators_alone
     test worker shares the learner's process with --num_workers 0)."""
     import torch
     from core.sampling.evaluator import Evaluator
-    from core.plugins import PluginSpec
     from options.options import parse_args
 
     def evaluator(*flags):
         args = parse_args(["--config", "none", "--num_workers", "0", "--seed", "3", *flags])
-        return Evaluator(PluginSpec(args.env_name, args.model_name, args.agent_name, args), 4)
+        return Evaluator(run_spec(args), 4)
 
     sampled = evaluator("--no-eval_deterministic")
     weights = sampled.model.get_weights()

@@ -4,9 +4,8 @@ import pytest
 
 from core.learning.learner import Learner, average_gradients
 from core.learning.parameter_server import LearnerWorker, ParameterServer
-from core.plugins import PluginSpec
 from core.learning.replay_buffer import ReplayBuffer, Transitions
-from options.options import parse_args
+from options.options import parse_args, run_spec
 from test_e2e import read_run, run_main
 
 pytestmark = pytest.mark.contract
@@ -19,7 +18,7 @@ def pendulum_spec(*flags):
     args = parse_args(SAC + ["--num_workers", "0", "--sac_hidden_sizes", "32,32", *flags])
     import gymnasium as gym
     env = gym.make("Pendulum-v1")
-    return PluginSpec(args.env_name, args.model_name, args.agent_name, args), \
+    return run_spec(args), \
         (env.observation_space, env.action_space)
 
 
@@ -75,6 +74,20 @@ def test_utd_budget_holds_both_ways():
     # Workers wait for the learner: 100 warm-up + 10 updates / 0.5 + 2 x 64 slack = 248.
     assert trainer.may_collect(env_steps_submitted=247, updates_done=10)
     assert not trainer.may_collect(env_steps_submitted=248, updates_done=10)
+
+
+@pytest.mark.unit
+def test_a_warm_up_shorter_than_a_batch_still_collects_a_whole_batch():
+    """--learning_starts 100 with --batch_size 256: the first update waits for 256 transitions,
+    so the workers must be let past 100 + slack (before, both sides waited for ever)."""
+    from core.algos.sac_trainer import SACTrainer
+    trainer = SACTrainer.__new__(SACTrainer)
+    trainer.args = parse_args(SAC + ["--learning_starts", "100", "--start_steps", "100",
+                                     "--batch_size", "256"])
+    trainer.num_workers, trainer.fragment = 1, 64
+    assert trainer.updates_allowed(env_steps=192, replay_size=192) == 0
+    assert trainer.may_collect(env_steps_submitted=192, updates_done=0)
+    assert trainer.updates_allowed(env_steps=256, replay_size=256) > 0
 
 
 @pytest.mark.e2e

@@ -8,11 +8,10 @@ import pytest
 import torch
 
 from core.sampling.envs import EnvFailure
-from core.plugins import PluginSpec
 from core.sampling.rollout import RolloutWorker
 from core.sampling.sample_ahead import SampleAhead
 from core.types import GradientRequest
-from options.options import parse_args
+from options.options import parse_args, run_spec
 from tests.test_e2e import read_run, run_mains
 
 pytestmark = pytest.mark.contract
@@ -21,7 +20,7 @@ pytestmark = pytest.mark.contract
 def make_worker(*flags):
     args = parse_args(["--config", "none", "--num_workers", "0", "--num_envs_per_worker", "2",
                        "--seed", "3", *flags])
-    return RolloutWorker(PluginSpec(args.env_name, args.model_name, args.agent_name, args),
+    return RolloutWorker(run_spec(args),
                          worker_index=0)
 
 

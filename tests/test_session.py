@@ -11,11 +11,11 @@ import pytest
 from core.run.checkpoint import save_checkpoint
 from core.sampling.eval_runner import EvalRunner
 from core.faults import Faults
-from core.plugins import PluginSpec, load_plugins
+from core.plugins import load_plugins
 from core.registry import ConfigError
 from core.app.session import TrainingSession
 from models.ppo import PPOModel
-from options.options import parse_args
+from options.options import parse_args, run_spec
 
 pytestmark = pytest.mark.contract
 
@@ -33,7 +33,7 @@ def test_an_error_during_restore_keeps_its_own_message(tmp_path):
                      "updates": 1, "config": {}})
     args.restore = path
     session = TrainingSession(args, time.time())
-    session.spec = PluginSpec(args.env_name, args.model_name, args.agent_name, args)
+    session.spec = run_spec(args)
     session.plugins = load_plugins(session.spec)
     session.spaces = env.observation_space, env.action_space
 
@@ -44,6 +44,7 @@ def test_an_error_during_restore_keeps_its_own_message(tmp_path):
         session.restore()
 
     args.hidden_sizes = [8]  # a model the checkpoint does not fit: that is a ConfigError
+    session.spec = run_spec(args)
     with pytest.raises(ConfigError, match="does not fit this model"):
         session.restore()
 
@@ -54,7 +55,7 @@ def test_an_evaluation_whose_test_worker_died_is_run_again_on_a_replacement(ray_
     2.5-2.9 s."""
     args = parse_args(["--config", "none", "--num_workers", "1", "--eval_episodes", "2",
                        "--eval_interval", "100"])
-    spec = PluginSpec(args.env_name, args.model_name, args.agent_name, args)
+    spec = run_spec(args)
     run = SimpleNamespace(env_steps=0)
     faults = Faults(args, printer=lambda line: None)
     runner = EvalRunner(spec, run, faults, remote_available=lambda: True)
@@ -78,7 +79,7 @@ def test_an_evaluation_whose_test_worker_died_is_run_again_on_a_replacement(ray_
 def test_a_run_directory_named_after_an_atari_id_is_one_folder(tmp_path, monkeypatch):
     from core.app.session import default_run_dir
     monkeypatch.chdir(tmp_path)
-    args = SimpleNamespace(env_name="gym_env", gym_id="ALE/Breakout-v5", model_name="ppo")
-    path = default_run_dir(args)
+    args = SimpleNamespace(env_name="gym_env", model_name="ppo")
+    path = default_run_dir(args, "ALE/Breakout-v5")
     assert os.path.dirname(path) == "runs"
     assert os.path.basename(path).startswith("gym_env-ALE-Breakout-v5-ppo-")

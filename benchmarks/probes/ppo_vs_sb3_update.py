@@ -151,14 +151,13 @@ def compare_evaluation(checkpoint, episodes):
 
     from core.run.checkpoint import load_checkpoint
     from core.sampling.evaluator import Evaluator
-    from core.plugins import PluginSpec
-    from options.options import parse_args
+    from options.options import parse_args, run_spec
     from sb3_ppo import PRESETS, atari_env
     args = parse_args(["--config", os.path.join(REPO, "configs", "ppo-atari.yaml"),
                        "--eval_episodes", str(episodes)])
     payload, _ = load_checkpoint(checkpoint)
     t = time.time()
-    evaluator = Evaluator(PluginSpec(args.env_name, args.model_name, args.agent_name, args),
+    evaluator = Evaluator(run_spec(args),
                           episodes)
     result = evaluator.evaluate({k: v.numpy() for k, v in payload["model"].items()})
     print(f"ddrl's test worker: returns {result['returns']}, mean length "

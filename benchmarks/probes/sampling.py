@@ -55,8 +55,8 @@ def platform_args(gym_id, num_workers, num_envs, rollout_steps, env_placement="w
 
 
 def spec_of(args):
-    from core.plugins import PluginSpec
-    return PluginSpec(args.env_name, args.model_name, args.agent_name, args, None)
+    from options.options import run_spec
+    return run_spec(args)
 
 
 def initial_weights(args):

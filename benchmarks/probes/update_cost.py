@@ -26,10 +26,14 @@ def measure(threads, sizes, batch_size, n, precision):
     from core.learning.replay_buffer import Transitions
     from models.sac import SACModel
     env = gym.make("LunarLanderContinuous-v3")
-    args = argparse.Namespace(sac_hidden_sizes=sizes, actor_lr=7.3e-4, critic_lr=7.3e-4,
-                              alpha_lr=7.3e-4, tau=0.01, init_alpha=1.0, target_entropy="auto",
-                              sac_gamma=0.99, num_gpus=0, sac_precision=precision)
-    model = SACModel(args, env.observation_space, env.action_space)
+    from options.options import parse_args, run_spec
+    args = parse_args([
+        "--config", "none", "--model_name", "sac", "--gym_id", "LunarLanderContinuous-v3",
+        "--sac_hidden_sizes", ",".join(map(str, sizes)), "--actor_lr", "7.3e-4",
+        "--critic_lr", "7.3e-4", "--alpha_lr", "7.3e-4", "--tau", "0.01", "--init_alpha", "1.0",
+        "--target_entropy", "auto", "--sac_gamma", "0.99", "--num_gpus", "0",
+        "--sac_lr_schedule", "constant", "--sac_precision", precision])
+    model = SACModel(run_spec(args).model, env.observation_space, env.action_space)
     learner = Learner(model)
     rng = np.random.default_rng(0)
     batch = Transitions(rng.standard_normal((batch_size, 8)).astype(np.float32),

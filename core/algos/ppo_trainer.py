@@ -13,6 +13,7 @@ in-process worker (the classes of --num_workers 0) while Ray and the remote work
 the background; each remote worker joins at the first round after its envs are built, and the
 in-process worker steps out once all of them are up (--no-elastic_start waits instead).
 """
+import argparse
 import time
 from dataclasses import dataclass, field
 
@@ -30,6 +31,7 @@ from core.sampling.sample_ahead import SampleAhead
 from core import seeding
 from core.algos.trainer import Trainer
 from core.algos.trainers import register_trainer
+from core.argtypes import auto_or_nonnegative_int, positive_int
 from core.types import GradientRequest
 from core.sampling.worker_group import WorkerGroup
 
@@ -84,6 +86,41 @@ class Learned:
     policy_lags: list = field(default_factory=list)
 
 
+def add_args(parser):
+    group = parser.add_argument_group("the PPO loop (rounds of fragments and gradients)")
+    group.add_argument("--rollout_steps", type=positive_int, default=32,
+                       help="steps per env in each fragment a worker collects between updates "
+                            "(default: %(default)s)")
+    group.add_argument("--sample_ahead", choices=["auto", "on", "off"], default="auto",
+                       help="Ray workers sample their next fragment while the learner "
+                            "works on the current one, so slow envs never wait for gradients "
+                            "(the data are then one round of updates behind the learner, "
+                            "measured in metrics.csv's policy_lag; PPO's clipping bounds it). "
+                            "'auto': tried once all workers are up and kept only when it "
+                            "measures faster (default: %(default)s)")
+    group.add_argument("--grad_workers", type=auto_or_nonnegative_int, default="auto",
+                       help="how many of the rollout workers compute the gradients of a "
+                            "round, each on the fragments of several (the others send theirs "
+                            "along): every minibatch step is one call to each of them, so "
+                            "fewer calls per step when workers outnumber the CPUs. 0: none, "
+                            "the learner computes every minibatch step itself on the data all "
+                            "workers send (no call per step: for small networks and many "
+                            "minibatches). The update is the same (the gradient of the "
+                            "union). 'auto': one per CPU of the Ray cluster, at most "
+                            "--num_workers (default: %(default)s)")
+    group.add_argument("--compiled_graph", action="store_true",
+                       help="run the lock-step gradient round trip as a Ray Compiled Graph "
+                            "(shared-memory channels, lower overhead per minibatch step)")
+    group.add_argument("--elastic_start", action=argparse.BooleanOptionalAction, default=True,
+                       help="with Ray workers, learn at once in this process (an in-process "
+                            "worker) while Ray and the workers start; each worker joins when "
+                            "its envs are built and the in-process one steps out when all are "
+                            "up (--no-elastic_start waits for the workers first) "
+                            "(default: on)")
+    group.add_argument("--num_epochs", type=positive_int, default=10,
+                       help="K: passes over each round's data (default: %(default)s)")
+
+
 def slot_order(member):
     """Remote workers first (their calls overlap with the in-process one's), each kind by slot:
     the order calls are submitted and results reduced in, the same from round to round."""
@@ -113,6 +150,7 @@ class PPOTrainer(Trainer):
     """Gradient-collecting PPO: workers collect fragments and compute minibatch gradients, the
     learner averages and applies them, lock-step rounds (the module's docstring)."""
     metric_columns = METRIC_COLUMNS
+    add_args = staticmethod(add_args)
     #: learning can start before Ray is up (core/app/session.py starts it in the background)
     starts_without_ray = True
     agent_kind = OnPolicyAgent
@@ -126,7 +164,7 @@ class PPOTrainer(Trainer):
                                  lambda: run.env_steps, timeout=args.worker_timeout)
         self.pending_states = {}           # slot -> saved worker state, applied when it joins
         torch.manual_seed(args.seed)
-        self.model = plugins.model_cls(args, *spaces)
+        self.model = plugins.model_cls(spec.model, *spaces)
         # The learner stays on the CPU: its optimizer step takes ~0.1 ms; the workers compute
         # the gradients, on their GPU shares if any (core/distributed/devices.py).
         self.learner = Learner(self.model)
@@ -139,7 +177,7 @@ class PPOTrainer(Trainer):
                     f"worker sends) needs an agent that can take other agents' data: "
                     f"{agent_cls.__name__} (--agent_name {args.agent_name}) does not define "
                     f"adopt_data. Use --grad_workers auto or a number >= 1.")
-            own_agent = agent_cls(args, self.model, seed=seeding.learner_agent(args.seed))
+            own_agent = agent_cls(spec.agent, self.model, seed=seeding.learner_agent(args.seed))
             self.learner_gradients = LearnerGradients(own_agent)
         self.num_epochs = args.num_epochs
         self.sample_ahead = SampleAhead(args.sample_ahead, quiet=args.quiet)

@@ -21,9 +21,9 @@ import ray
 
 from agents.base import OffPolicyAgent
 from core.learning.allreduce import rendezvous_file
-from core.distributed.devices import LEARNERS, plan_gpus, plan_of
+from core.distributed.devices import LEARNERS, plan_gpus, plan_of, resolve_precision
 from core.faults import death_inside, short_error
-from core.learning.parameter_server import LearnerWorker, ParameterServer
+from core.learning.parameter_server import LearnerWorker, ParameterServer, learner_threads
 from core.distributed.placement import Placement, cpus_per_actor
 from core.registry import ConfigError
 from core.learning.replay_buffer import PrioritizedReplayBuffer, ReplayBuffer
@@ -115,12 +115,12 @@ def spawn_core(placement, spec, spaces):
 
 def spawn_buffer(placement, spec, spaces):
     """The replay buffer: numpy arrays only, no GPU (core/distributed/devices.py)."""
-    args = spec.args
+    args = spec.loop
     observation_space, action_space = spaces
     buffer_cls = PrioritizedReplayBuffer if args.prioritized_replay else ReplayBuffer
     # uint8 pixels are stored as uint8 (a quarter of float32's memory); normalized
     # observations and everything else as float32 (core/sampling/rollout.py makes the same choice).
-    pixels = observation_space.dtype == np.uint8 and not getattr(args, "normalize_obs", False)
+    pixels = observation_space.dtype == np.uint8 and not args.normalize_obs
     buffer_kwargs = dict(observation_dtype=np.uint8 if pixels else np.float32,
                          action_dtype=np.float32, seed=args.seed)
     if args.prioritized_replay:
@@ -174,6 +174,25 @@ class SACTrainer(Trainer):
     def gpu_plan(cls, args):
         return plan_gpus(cls.updates_computed_by, args.num_gpus, args.num_workers,
                          args.num_learners)
+
+    @classmethod
+    def check_plugins(cls, plugins, spec):
+        """A model that cannot learn from averaged gradients (CrossQ: its batch statistics are
+        per batch) says so with ``single_learner_only``; then --num_learners must be 1."""
+        reason = plugins.model_cls.single_learner_only
+        if reason and spec.loop.num_learners > 1:
+            raise ConfigError(f"--num_learners {spec.loop.num_learners} with --model_name "
+                              f"{spec.model_name}: {reason} Use --num_learners 1.")
+
+    def start_note(self):
+        """', update in bf16 (auto) on 2 threads' and the like: what --sac_precision auto chose
+        on this machine's CPU (a parameter server on another node decides by its own) and the
+        learner's torch threads (--learner_threads)."""
+        threads = learner_threads(self.args)
+        requested = self.spec.model.to_dict().get("sac_precision", "fp32")  # a model's own flag
+        chosen = resolve_precision(requested, "cuda" if self.args.num_gpus else "cpu")
+        return (f", update in {chosen}" + (" (auto)" if requested == "auto" else "")
+                + f" on {threads} thread{'s' if threads != 1 else ''}")
 
     def __init__(self, args, spec, plugins, spaces, run, faults, ray_starter=None):
         super().__init__(args, spec, plugins, spaces, run, faults, ray_starter)
@@ -241,8 +260,11 @@ class SACTrainer(Trainer):
         return spawn_learner(self.placement, self.spec, self.spaces, slot)
 
     def make_worker(self, slot, generation, local, node=None):
+        # The first workers share --start_steps of uniform random actions (the warm-up); a
+        # replacement comes after it.
+        random_steps = self.args.start_steps // self.num_workers if generation == 0 else 0
         return make_rollout_worker(self.spec, slot, generation, local,
-                                   cpus_per_actor(self.num_workers), node)
+                                   cpus_per_actor(self.num_workers), node, random_steps)
 
     def check_core(self, error):
         """Raise CoreActorLost if the replay buffer or the parameter server is gone."""
@@ -260,7 +282,9 @@ class SACTrainer(Trainer):
         return int(self.args.utd_ratio * max(0, env_steps - self.args.learning_starts)) + 1
 
     def may_collect(self, env_steps_submitted, updates_done):
-        warm_up = max(self.args.learning_starts, self.args.start_steps)
+        # The first update needs a whole batch in the buffer too (updates_allowed): without it
+        # in the warm-up, --learning_starts below --batch_size left both sides waiting.
+        warm_up = max(self.args.learning_starts, self.args.start_steps, self.args.batch_size)
         slack = self.num_workers * self.fragment
         return env_steps_submitted < warm_up + updates_done / self.args.utd_ratio + slack
 

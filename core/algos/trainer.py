@@ -75,6 +75,15 @@ class Trainer:
     updates_computed_by = ROLLOUT_WORKERS
 
     @classmethod
+    def check_plugins(cls, plugins, spec):
+        """Refuse, as a ConfigError, plugins this loop cannot drive with these configs (before
+        anything starts)."""
+
+    def start_note(self):
+        """What the run's first line adds about this loop (e.g. SAC's update precision)."""
+        return ""
+
+    @classmethod
     def gpu_plan(cls, args):
         """GPUs per kind of actor for a run with ``args`` (--num_gpus, --num_workers)."""
         return plan_gpus(cls.updates_computed_by, args.num_gpus, args.num_workers)

@@ -16,14 +16,15 @@ from core.sampling.envs import to_env_action
 from core import seeding
 from core.sampling.evaluator import Evaluator
 from core.learning.normalizer import ObsNormalizer, normalize
-from core.plugins import PluginSpec, load_plugins, make_env
+from core.plugins import load_plugins, make_env
+from options.options import run_spec
 from core.registry import ConfigError
 from core.run.state import from_payload
 
 
 def evaluate_saved_model(args):
     path, payload, meta = load_for_restore(saved_model_path(args.evaluate), args, "--evaluate")
-    spec = PluginSpec(args.env_name, args.model_name, args.agent_name, args, args.user_dir)
+    spec = run_spec(args)
     weights = {k: v.numpy() for k, v in payload["model"].items()}
     evaluator = Evaluator(spec, args.eval_episodes)
     check_model_fits(payload["model"], evaluator.model.get_weights(), path, "--evaluate")
@@ -56,9 +57,8 @@ def record_episode(spec, model, args, k, directory, obs_statistics=None):
     """One episode (actions as --eval_deterministic says), rendered to
     DIRECTORY/episode-<k>.gif; returns the path."""
     from PIL import Image
-    args.render_mode = "rgb_array"
-    env = make_env(load_plugins(spec), args, seed=seeding.evaluation_env(args.seed, k),
-                   evaluation=True)
+    env = make_env(load_plugins(spec), spec.env.replace(render_mode="rgb_array"),
+                   seed=seeding.evaluation_env(args.seed, k), evaluation=True)
     render = getattr(env, "render", None)
     if render is None:
         raise ConfigError(f"--record_video: env {args.env_name!r} has no render() method; its "

@@ -20,7 +20,8 @@ from core.distributed.devices import check_local_gpus
 from core.faults import Faults, short_error
 from core.atomic import atomic_write_text
 from core.distributed.placement import RayStarter
-from core.plugins import PluginSpec, load_plugins, make_env
+from core.plugins import env_label, load_plugins, make_env
+from options.options import run_spec
 from core.distributed.process import setup_process
 from core.registry import ConfigError
 from core.run.context import RUN_ONLY_KEYS, RunContext
@@ -38,16 +39,17 @@ RAY_NICENESS = 10
 EXIT_CODES = {"interrupted": 130, "terminated": 143, "error": 1}  # 128 + SIGINT / SIGTERM
 
 
-def run_label(args):
-    """<env>[-<gym id>]-<model>, one path component: an id's '/' (ALE/Breakout-v5) becomes '-'."""
-    env = args.env_name + (f"-{args.gym_id}" if getattr(args, "gym_id", None) else "")
+def run_label(args, label=None):
+    """<env>[-<env label>]-<model>, one path component: an id's '/' (ALE/Breakout-v5) becomes
+    '-'. ``label``: the env's own (core.plugins.env_label), e.g. gym_env's gymnasium id."""
+    env = args.env_name + (f"-{label}" if label else "")
     return f"{env}-{args.model_name}".replace("/", "-").replace(os.sep, "-")
 
 
-def default_run_dir(args):
+def default_run_dir(args, label=None):
     """runs/<env>-<model>-<time>, with a suffix when that name is taken (two runs started in
     the same second must not share a directory)."""
-    base = os.path.join("runs", f"{run_label(args)}-{time.strftime('%Y%m%d-%H%M%S')}")
+    base = os.path.join("runs", f"{run_label(args, label)}-{time.strftime('%Y%m%d-%H%M%S')}")
     path, k = base, 1
     while os.path.exists(path):
         k += 1
@@ -70,9 +72,9 @@ def check_run_dir(run_dir):
                           f"directory.")
 
 
-def probe_env(plugins, args):
+def probe_env(plugins, config):
     """Build one env in the driver to learn its spaces and reward threshold."""
-    env = make_env(plugins, args, seed=args.seed)
+    env = make_env(plugins, config, seed=config.seed)
     found = env.observation_space, env.action_space, getattr(env, "reward_threshold", None)
     getattr(env, "close", lambda: None)()
     return found
@@ -100,18 +102,20 @@ class TrainingSession:
         # First: it imports matplotlib while the run starts (core/run/plots.py).
         self.plotter = PlotProcess()
         setup_process(args)
-        spec = PluginSpec(args.env_name, args.model_name, args.agent_name, args, args.user_dir)
+        spec = run_spec(args)  # each component's typed config (core/config.py)
         self.plugins = load_plugins(spec)
-        observation_space, action_space, threshold = probe_env(self.plugins, args)
+        observation_space, action_space, threshold = probe_env(self.plugins, spec.env)
         self.spaces = observation_space, action_space
         self.plugins.model_cls.check_spaces(observation_space, action_space)
         trainer_cls = trainer_class(self.plugins.model_cls.trainer, self.plugins.model_cls)
         check_agent_kind(trainer_cls, self.plugins, args)
+        trainer_cls.check_plugins(self.plugins, spec)
         # Where GPUs go is the loop's to say; every actor reads it from the spec.
-        self.spec = dataclasses.replace(spec, gpus=trainer_cls.gpu_plan(args))
+        self.spec = dataclasses.replace(spec, gpus=trainer_cls.gpu_plan(spec.loop))
+        self.env_label = env_label(self.plugins.env_cls, spec.env)
         target = threshold if args.target_return == "auto" else args.target_return
         self.check_gpus()
-        self.run_dir = args.run_dir or default_run_dir(args)
+        self.run_dir = args.run_dir or default_run_dir(args, self.env_label)
         if not args.restore:
             check_run_dir(self.run_dir)
         if args.num_workers > 0:
@@ -125,35 +129,20 @@ class TrainingSession:
                                   list(trainer_cls.metric_columns), target, self.plotter)
         self.faults = Faults(args)
         self.save_resolved_config()
-        self.trainer = trainer_cls(args, self.spec, self.plugins, self.spaces, self.context,
-                                   self.faults, self.ray_starter)
+        self.trainer = trainer_cls(self.spec.loop, self.spec, self.plugins, self.spaces,
+                                   self.context, self.faults, self.ray_starter)
         self.checkpoints = CheckpointManager(os.path.join(self.run_dir, "checkpoints"),
                                              keep=args.keep_checkpoints)
         if args.restore:
             self.restore()
         self.next_checkpoint = 0
         if not args.quiet:
-            gym_id = getattr(args, "gym_id", None)
-            print(f"ddrl: {args.env_name}{'/' + gym_id if gym_id else ''} + {args.model_name} + "
+            label = self.env_label
+            print(f"ddrl: {args.env_name}{'/' + label if label else ''} + {args.model_name} + "
                   f"{args.agent_name}, {args.num_workers} workers x {args.num_envs_per_worker} "
                   f"envs, target {target}, run dir {self.run_dir}"
                   + (f", preset {os.path.relpath(args.config)}" if args.config else "")
-                  + self.precision_note(), flush=True)
-
-    def precision_note(self):
-        """', update in bf16 (auto) on 2 threads' and the like for SAC-family models: what
-        --sac_precision auto chose on this machine's CPU (a parameter server on another node
-        decides by its own) and the learner's torch threads (--learner_threads)."""
-        requested = getattr(self.args, "sac_precision", None)
-        if requested is None:
-            return ""
-        from core.distributed.devices import resolve_precision
-        device = "cuda" if self.args.num_gpus else "cpu"
-        chosen = resolve_precision(requested, device)
-        from core.learning.parameter_server import learner_threads
-        threads = learner_threads(self.args)
-        return (f", update in {chosen}" + (" (auto)" if requested == "auto" else "")
-                + f" on {threads} thread{'s' if threads != 1 else ''}")
+                  + self.trainer.start_note(), flush=True)
 
     def check_gpus(self):
         """A local run may ask only for GPUs torch sees here. With --address the cluster's GPUs
@@ -178,7 +167,7 @@ class TrainingSession:
         args, context = self.args, self.context
         return {"env_steps": context.env_steps, "wall_time_s": round(context.elapsed(), 3),
                 "env_name": args.env_name, "model_name": args.model_name,
-                "agent_name": args.agent_name, "gym_id": getattr(args, "gym_id", None),
+                "agent_name": args.agent_name, "gym_id": self.env_label,
                 "best_eval_return": context.best_eval_return,
                 "last_eval_return": context.last_eval_return, "run_dir": self.run_dir,
                 "faults": dict(self.faults.counts),
@@ -227,7 +216,7 @@ class TrainingSession:
         args = self.args
         path, payload, meta = load_for_restore(args.restore, args)
         with torch.random.fork_rng(devices=[]):  # the check must not move the training RNG
-            expected = self.plugins.model_cls(args, *self.spaces).get_weights()
+            expected = self.plugins.model_cls(self.spec.model, *self.spaces).get_weights()
         check_model_fits(payload["model"], expected, path)
         weights = {k: v.numpy() for k, v in payload["model"].items()}
         state = from_payload(payload.get("state") or {})

@@ -378,7 +378,10 @@ class Sweep:
 
 def default_sweep_dir(args):
     from core.app.session import run_label
-    return os.path.join("runs", f"sweep-{run_label(args)}-{time.strftime('%Y%m%d-%H%M%S')}")
+    from core.plugins import env_label
+    from envs import ENV_REGISTRY
+    label = run_label(args, env_label(ENV_REGISTRY.get(args.env_name), args))
+    return os.path.join("runs", f"sweep-{label}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
 class TrialRow:

@@ -18,8 +18,8 @@ def setup_process(args, threads=None):
     requests."""
     global _process_threads
     from core.distributed.placement import record_task_events
-    record_task_events(getattr(args, "ray_task_events", False))
-    wanted = int(threads or getattr(args, "torch_threads", 1) or 1)
+    record_task_events(args.ray_task_events)
+    wanted = int(threads or args.torch_threads)
     _process_threads = max(_process_threads, wanted)
     torch.set_num_threads(_process_threads)
     os.environ.setdefault("OMP_NUM_THREADS", str(_process_threads))

@@ -29,26 +29,26 @@ def learner_threads(args):
     """--learner_threads; 'auto' gives a process alone on the machine (--num_workers 0) two
     threads, as measured faster on 2 cores (BENCHMARKS.md, "Cost of one SAC update"); with
     Ray workers the other cores are theirs: --torch_threads. More than 2 is not measured."""
-    wanted = getattr(args, "learner_threads", None)
-    if wanted in (None, "auto"):
-        alone = getattr(args, "num_workers", 1) == 0 and (os.cpu_count() or 1) >= 2
-        return 2 if alone else getattr(args, "torch_threads", 1)
+    wanted = args.learner_threads
+    if wanted == "auto":
+        alone = args.num_workers == 0 and (os.cpu_count() or 1) >= 2
+        return 2 if alone else args.torch_threads
     return wanted
 
 
 class ParameterServer:
     def __init__(self, spec, observation_space, action_space):
-        setup_process(spec.args, learner_threads(spec.args))
+        setup_process(spec.loop, learner_threads(spec.loop))
         plugins = load_plugins(spec)
-        torch.manual_seed(seeding.server_torch(spec.args.seed))
-        self.model = plugins.model_cls(spec.args, observation_space, action_space)
+        torch.manual_seed(seeding.server_torch(spec.run.seed))
+        self.model = plugins.model_cls(spec.model, observation_space, action_space)
         self.device = resolve_device(plan_of(spec).parameter_server_gpus,
                                      "the parameter server")
         self.model.to(self.device)  # before the optimizer: its state lives beside the weights
         self.learner = Learner(self.model)
         # For --num_learners 1 the server is the learner as well: no weights travel per update.
-        self.agent = plugins.agent_cls(spec.args, self.model, seed=spec.args.seed)
-        self.seed = spec.args.seed
+        self.agent = plugins.agent_cls(spec.agent, self.model, seed=spec.run.seed)
+        self.seed = spec.run.seed
         self.group = None  # with --learner_sync allreduce: this process's AllreduceGroup
 
     def join_group(self, path, rank, shares):
@@ -152,15 +152,15 @@ class LearnerWorker:
     """Computes gradients on replay batches for the parameter server."""
 
     def __init__(self, spec, observation_space, action_space, learner_index=0):
-        setup_process(spec.args, learner_threads(spec.args))
+        setup_process(spec.loop, learner_threads(spec.loop))
         plugins = load_plugins(spec)
-        torch.manual_seed(seeding.learner_worker_torch(spec.args.seed, learner_index))
-        self.model = plugins.model_cls(spec.args, observation_space, action_space)
+        torch.manual_seed(seeding.learner_worker_torch(spec.run.seed, learner_index))
+        self.model = plugins.model_cls(spec.model, observation_space, action_space)
         self.device = resolve_device(plan_of(spec).learner_worker_gpus,
                                      f"learner worker {learner_index}")
         self.model.to(self.device)
         self.agent = plugins.agent_cls(
-            spec.args, self.model, seed=seeding.learner_worker_agent(spec.args.seed,
+            spec.agent, self.model, seed=seeding.learner_worker_agent(spec.run.seed,
                                                                      learner_index))
 
     def compute(self, weights, weights_version, batch, buffer=None):

@@ -162,8 +162,8 @@ def load_for_restore(path, args, flag="--restore"):
                           f"(e.g. checkpoints/best.pt) may still load.") from None
     if not isinstance(payload, dict) or "model" not in payload:
         raise ConfigError(f"{flag} {path}: not a ddrl checkpoint (no model state).")
-    for key in ("model_name", "agent_name"):
-        saved, wanted = meta.get(key), getattr(args, key, None)
+    for key, wanted in (("model_name", args.model_name), ("agent_name", args.agent_name)):
+        saved = meta.get(key)
         if saved is not None and saved != wanted:
             raise ConfigError(f"{flag} {path}: saved with --{key} {saved}, this run has "
                               f"--{key} {wanted}. Use the same {key.split('_')[0]}.")

@@ -80,14 +80,14 @@ class EnvGroup:
         self.plugins, self.args = plugins, args
         self.seeds = list(seeds)
         self.worker_index = worker_index
-        self.max_errors = int(getattr(args, "max_env_errors", 5))
+        self.max_errors = args.max_env_errors
         self.errors_in_a_row = [0] * len(self.seeds)   # reset by a successful step
         self.error_counts = [0] * len(self.seeds)      # all of them: the fresh seeds' counter
         # Errors survived by reset() / reset_all(), which return observations only; the
         # caller takes them with take_reset_errors().
         self.reset_errors = []
         if placement == "actor":
-            per_host = max(1, int(getattr(args, "envs_per_actor", 1) or 1))
+            per_host = args.envs_per_actor
             # env e lives in host e // per_host, at index e % per_host there
             self.where = [(e // per_host, e % per_host) for e in range(len(self.seeds))]
             self.host_seeds = [self.seeds[i:i + per_host]

@@ -21,7 +21,7 @@ class EvalRunner:
         self.next_eval = None        # set by begin(), once a restore has set the counters
 
     def _make(self, slot, generation, local, node=None):  # near the driver, always
-        return Placement(local).spawn(Evaluator, self.spec, self.spec.args.eval_episodes,
+        return Placement(local).spawn(Evaluator, self.spec, self.spec.run.eval_episodes,
                                       num_cpus=0)
 
     def prepare(self):
@@ -52,7 +52,7 @@ class EvalRunner:
     def begin(self):
         """Start the schedule at the run's env steps now: multiples of --eval_interval, also
         after a restore or an in-place recovery."""
-        interval = self.spec.args.eval_interval
+        interval = self.spec.run.eval_interval
         self.next_eval = (self.run.env_steps // interval + 1) * interval
 
     def poll(self, weights_and_version, obs_statistics=None):
@@ -60,7 +60,7 @@ class EvalRunner:
         ``weights_and_version()`` gives the weights to evaluate (called only then)."""
         result = self._result(wait=False)
         env_steps = self.run.env_steps
-        interval = self.spec.args.eval_interval
+        interval = self.spec.run.eval_interval
         if self.next_eval is None:
             self.begin()
         if self.pending is None and env_steps >= self.next_eval:

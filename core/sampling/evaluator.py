@@ -12,25 +12,25 @@ from core.distributed.process import setup_process
 
 class Evaluator:
     def __init__(self, spec, num_episodes):
-        args = spec.args
+        args = spec.run
         setup_process(args)
         plugins = load_plugins(spec)
         self.seed = args.seed
-        self.plugins, self.args = plugins, args
-        self.max_errors = int(getattr(args, "max_env_errors", 5))
+        self.plugins, self.env_config = plugins, spec.env
+        self.max_errors = args.max_env_errors
         self.error_count = 0  # every error survived, for the rebuilt envs' fresh seeds
-        self.envs = [make_env(plugins, args, seeding.evaluation_env(self.seed, k),
+        self.envs = [make_env(plugins, spec.env, seeding.evaluation_env(self.seed, k),
                               evaluation=True)
                      for k in range(num_episodes)]
         self.action_space = self.envs[0].action_space
         # Its initial weights are overwritten before use; drawing them must not advance the
         # training RNG when the test worker shares the driver's process (--num_workers 0).
         with torch.random.fork_rng(devices=[]):
-            self.model = plugins.model_cls(args, self.envs[0].observation_space,
+            self.model = plugins.model_cls(spec.model, self.envs[0].observation_space,
                                            self.action_space)
-        self.deterministic = bool(getattr(args, "eval_deterministic", True))
-        self.normalize_obs = bool(getattr(args, "normalize_obs", False))
-        self.obs_clip = float(getattr(args, "obs_clip", 10.0))
+        self.deterministic = args.eval_deterministic
+        self.normalize_obs = args.normalize_obs
+        self.obs_clip = args.obs_clip
 
     def _restart(self, k, seed, exc, failures):
         """Env k raised in this episode: count it, rebuild the env (a fresh constructor seed,
@@ -48,7 +48,7 @@ class Evaluator:
             except Exception:  # noqa: BLE001
                 pass
             try:
-                self.envs[k] = make_env(self.plugins, self.args,
+                self.envs[k] = make_env(self.plugins, self.env_config,
                                         seeding.rebuilt_env(seeding.evaluation_env(self.seed, k),
                                                             self.error_count),
                                         evaluation=True)

@@ -24,25 +24,27 @@ from core.types import RolloutStats, Trajectory
 
 
 class RolloutWorker:
-    def __init__(self, spec, worker_index=0, generation=0):
+    def __init__(self, spec, worker_index=0, generation=0, random_steps=0):
         """``generation`` counts replacements of this worker slot (core/sampling/worker_group.py): a
         replacement draws other seeds than the worker it replaces (never the same episodes
-        again) and takes no share of the random warm-up (that is done)."""
-        args = spec.args
+        again). ``random_steps``: env steps this worker acts uniformly at random first (its
+        share of an off-policy loop's warm-up; the loop gives a replacement none)."""
+        args = spec.run
         setup_process(args)
         plugins = load_plugins(spec)
         self.worker_index = worker_index
         torch.manual_seed(seeding.worker_torch(args.seed, worker_index, generation))
-        self.envs = EnvGroup(plugins, args, seeding.worker_envs(args.seed, worker_index,
+        self.envs = EnvGroup(plugins, spec.env, seeding.worker_envs(args.seed, worker_index,
                                                                 args.num_envs_per_worker,
                                                                 generation),
                              placement=args.env_placement, worker_index=worker_index)
-        self.model = plugins.model_cls(args, self.envs.observation_space, self.envs.action_space)
+        self.model = plugins.model_cls(spec.model, self.envs.observation_space,
+                                       self.envs.action_space)
         # Acting stays on the CPU; the agent learns on this worker's GPU share, if it has one
         # (core/distributed/devices.py: PPO's workers compute the gradients).
         device = resolve_device(plan_of(spec).rollout_worker_gpus,
                                 f"rollout worker {worker_index}")
-        self.agent = plugins.agent_cls(args, learning_model(self.model, device),
+        self.agent = plugins.agent_cls(spec.agent, learning_model(self.model, device),
                                        seed=seeding.worker_agent(args.seed, worker_index,
                                                                  generation))
         # Guarded like every reset (core/sampling/envs.py): an env that raises here is rebuilt; the
@@ -51,14 +53,12 @@ class RolloutWorker:
         num_envs = len(self.envs)
         self.episode_return = np.zeros(num_envs)
         self.episode_length = np.zeros(num_envs, dtype=np.int64)
-        # Uniform random actions for this worker's share of --start_steps (SAC's warm-up).
-        self.random_steps_left = (getattr(args, "start_steps", 0) // max(1, args.num_workers)
-                                  if generation == 0 else 0)
+        self.random_steps_left = int(random_steps)
         self.envs.action_space.seed(seeding.worker_torch(args.seed, worker_index, generation))
-        self.normalize_obs = bool(getattr(args, "normalize_obs", False))
+        self.normalize_obs = args.normalize_obs
         space_dtype = np.dtype(getattr(self.envs.observation_space, "dtype", None) or np.float32)
         self.obs_dtype = np.uint8 if space_dtype == np.uint8 else np.float32
-        self.obs_clip = float(getattr(args, "obs_clip", 10.0))
+        self.obs_clip = args.obs_clip
         # A model that can act without its values (PPO's choose_actions(..., values=False))
         # gets them for the whole fragment at once after it: a slow env's step starts with
         # cold caches, and a second network per step is a large part of what the step costs.
@@ -338,16 +338,17 @@ class RolloutWorker:
         self.envs.close()
 
 
-def make_rollout_worker(spec, slot, generation, local, num_cpus=1.0, node=None):
+def make_rollout_worker(spec, slot, generation, local, num_cpus=1.0, node=None,
+                        random_steps=0):
     """A rollout worker for a core.sampling.worker_group.WorkerGroup slot: in this process (a
     LocalHandle) or as a Ray actor reserving ``num_cpus`` (on Ray node ``node`` if it has room:
-    a replacement's)."""
+    a replacement's), acting at random for its first ``random_steps``."""
     from core.distributed.placement import LocalHandle, actor_options, remote_class, spread
     if local:
-        return LocalHandle(RolloutWorker(spec, slot))
+        return LocalHandle(RolloutWorker(spec, slot, 0, random_steps))
     # SPREAD: on a cluster, workers go to different nodes (one node lost costs the fewest);
     # on one machine it changes nothing.
     return remote_class(RolloutWorker).options(**actor_options(
         num_cpus=num_cpus, num_gpus=plan_of(spec).rollout_worker_gpus,
-        scheduling_strategy=spread(node))).remote(spec, slot, generation)
+        scheduling_strategy=spread(node))).remote(spec, slot, generation, random_steps)
 

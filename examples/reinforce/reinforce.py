@@ -24,7 +24,7 @@ from core.types import GradientRequest, GradientResult
 from core.sampling.worker_group import MISSING, WorkerGroup
 from models import register_model
 from models.ppo import PPOModel
-from core.argtypes import unit_interval
+from core.argtypes import positive_int, unit_interval
 
 
 @register_model("reinforce_mlp")
@@ -92,10 +92,15 @@ class ReinforceTrainer(Trainer):
                       "skipped_updates", "recoveries"]
     agent_kind = OnPolicyAgent
 
+    @staticmethod
+    def add_args(parser):
+        parser.add_argument("--rollout_steps", type=positive_int, default=32,
+                            help="steps per env in each fragment (default: %(default)s)")
+
     def __init__(self, args, spec, plugins, spaces, run, faults, ray_starter=None):
         super().__init__(args, spec, plugins, spaces, run, faults, ray_starter)
         torch.manual_seed(args.seed)
-        self.model = plugins.model_cls(args, *spaces)
+        self.model = plugins.model_cls(spec.model, *spaces)
         self.learner = Learner(self.model)
         self.group = WorkerGroup("rollout worker", self.make_worker, faults,
                                  lambda: run.env_steps)

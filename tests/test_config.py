@@ -1,0 +1,64 @@
+"""Typed configs (core/config.py, options/options.py run_spec): each component gets its own
+flags and the run-wide ones, frozen and typed; an actor's spec holds those configs and nothing
+of the command line besides."""
+import dataclasses
+import typing
+
+import pytest
+from ray import cloudpickle
+
+from core.config import annotation, flag_actions, make_config
+from options.options import APP_ONLY_KEYS, parse_args, run_spec
+
+pytestmark = pytest.mark.contract
+
+SPEC_FIELDS = {"env_name", "model_name", "agent_name", "run", "env", "model", "agent", "loop",
+               "user_dir", "gpus"}
+
+
+def spec_for(*flags):
+    return run_spec(parse_args(["--config", "none", *flags]))
+
+
+def test_the_pickled_spec_holds_only_the_components_configs():
+    spec = cloudpickle.loads(cloudpickle.dumps(spec_for("--num_workers", "0")))
+    assert {f.name for f in dataclasses.fields(spec)} == SPEC_FIELDS
+    for part in ("run", "env", "model", "agent", "loop"):
+        keys = set(getattr(spec, part).to_dict())
+        assert not keys & set(APP_ONLY_KEYS), (part, keys & set(APP_ONLY_KEYS))
+
+
+def test_each_component_sees_its_own_flags_and_the_run_wide_ones():
+    spec = spec_for("--gym_id", "Pendulum-v1", "--lr", "0.003", "--gamma", "0.9",
+                    "--rollout_steps", "8", "--seed", "5")
+    assert spec.env.gym_id == "Pendulum-v1" and spec.env.evaluation is False
+    assert spec.model.lr == 0.003 and spec.agent.gamma == 0.9 and spec.loop.rollout_steps == 8
+    assert {spec.run.seed, spec.env.seed, spec.model.seed, spec.agent.seed, spec.loop.seed} == {5}
+    with pytest.raises(AttributeError, match="ModelConfig has no flag 'gym_id'"):
+        _ = spec.model.gym_id
+    assert "lr" not in spec.env.to_dict() and "gym_id" not in spec.run.to_dict()
+    sac = spec_for("--model_name", "sac", "--gym_id", "Pendulum-v1", "--buffer_size", "500")
+    assert sac.loop.buffer_size == 500 and "rollout_steps" not in sac.loop.to_dict()
+
+
+def test_configs_are_frozen_and_typed():
+    spec = spec_for()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.model.lr = 1.0
+    assert spec.env.replace(evaluation=True).evaluation is True and spec.env.evaluation is False
+    types = {f.name: f.type for f in dataclasses.fields(spec.loop)}
+    assert types["num_epochs"] is int and types["elastic_start"] is bool
+    assert types["grad_workers"] is not typing.Any
+    assert {f.name: f.type for f in dataclasses.fields(spec.model)}["lr"] is float
+
+
+def test_a_config_class_is_made_from_what_add_args_adds():
+    def add_args(parser):
+        parser.add_argument("--width", type=int, default=4)
+        parser.add_argument("--noisy", action="store_true")
+        parser.add_argument("--name", default=None)
+    actions = flag_actions(add_args)
+    assert [annotation(a) for a in actions] == [int, bool, typing.Optional[str]]
+    config = make_config("ToyConfig", actions, {"width": 7, "noisy": True, "unrelated": 1})
+    assert (config.width, config.noisy, config.name) == (7, True, None)
+    assert type(config) is type(make_config("ToyConfig", actions, {}))  # one class, cached
