@@ -30,10 +30,9 @@ from core.run.state import from_payload
 from core.algos.trainer import LoopPartLost
 from core.algos.trainers import check_agent_kind, trainer_class
 
-# While PPO learns in this process, Ray's processes start at this niceness: on 2 cores the
-# first round came 1.4 s sooner (5.6-6.1 s against 6.8-8.0 s after process start) and the
-# median whole run to 475 fell from 27.2 s to 23.7 s (CartPole, seeds 0-1, 3 runs each, on a
-# slow day). The driver keeps niceness 0; Ray's processes, the workers included, keep 10.
+# While PPO learns in this process, Ray's processes start at this niceness, so that starting them
+# takes the CPUs the learning in the driver leaves (on 2 cores the first round came about 1.4 s
+# sooner when this was measured, CartPole, seeds 0-1). The driver keeps niceness 0; Ray's processes, the workers included, keep 10.
 RAY_NICENESS = 10
 
 EXIT_CODES = {"interrupted": 130, "terminated": 143, "error": 1}  # 128 + SIGINT / SIGTERM

@@ -6,7 +6,7 @@ import torch
 # The most torch threads any component of this process asked for. With --num_workers 0 the
 # learner, the rollout worker and the evaluator are objects in the driver's one process and
 # share its thread pool: the rollout worker, made after the learner, must not take the learner's
-# second thread away again (it did until 2026-11-23: "--learner_threads 2" ran on one thread).
+# second thread away again (then "--learner_threads 2" would run on one thread).
 _process_threads = 0
 
 

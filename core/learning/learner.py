@@ -12,7 +12,7 @@ def average_gradients(gradients: Sequence[Dict[str, np.ndarray]],
     """Per-parameter average, weighted by each contribution's sample count.
 
     Every parameter is averaged from its own gradients only: the actor's from the actor's, the
-    critic's from the critic's (the seed design averaged the critic from the actor's). With the
+    critic's from the critic's (never one from the other's). With the
     per-worker losses being means, weighting by sample count makes the average equal to the
     gradient of the mean loss over the union of the workers' minibatches.
     """

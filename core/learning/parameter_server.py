@@ -3,8 +3,8 @@
 Learner workers sample nothing themselves: each gets a batch from the replay buffer and the
 newest weights (both by object reference), returns gradients, and sends the new |TD errors| to
 the buffer as priorities. The parameter server holds the only optimizer: it averages the
-gradients of all learners for one version (never the last pusher's alone, the seed design's
-bug), applies them, and hands out the weights with their version number. With a single
+gradients of all learners for one version (never the last pusher's alone: every learner's
+share of the batch counts), applies them, and hands out the weights with their version number. With a single
 learner (--num_learners 1) the server computes the gradients itself (``update``): the weights
 then never travel per update, only when a rollout or test worker asks for them.
 

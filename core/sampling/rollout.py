@@ -272,7 +272,7 @@ class RolloutWorker:
     def collect_to_buffer(self, weights, weights_version, num_steps, buffer, prioritized=False,
                           obs_statistics=None):
         """Collect a fragment and add it to the replay buffer as one block (never one call per
-        step: the seed design's bug). With prioritized replay the worker computes the new data's
+        step: a call costs about a millisecond). With prioritized replay the worker computes the new data's
         initial priorities, |TD error| under its current weights, as in Ape-X."""
         stats = self.collect(weights, weights_version, num_steps, obs_statistics)
         transitions = self.agent.take_transitions()
