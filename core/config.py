@@ -87,3 +87,25 @@ def make_config(name, actions, values, extras=()):
 
 def _hashable(value):
     return tuple(value) if isinstance(value, list) else value
+
+
+def add_args_from(config_cls):
+    """An ``add_args(parser)`` generated from a dataclass of fields, each a flag ``--<name>``
+    with its default, its type (int, float, str; bool becomes --name / --no-name) and the
+    help text of ``field(metadata={"help": ...})``; ``metadata`` may also give ``type`` (an
+    argparse type such as core.argtypes.positive_int) and ``choices``. What a plugin gets by
+    declaring ``Config`` instead of writing add_args (fairseq's dataclass configs)."""
+    def add_args(parser):
+        for field in dataclasses.fields(config_cls):
+            default = (field.default if field.default is not dataclasses.MISSING
+                       else field.default_factory())
+            help_text = (field.metadata.get("help", "") + " (default: %(default)s)").strip()
+            if field.type is bool:
+                parser.add_argument(f"--{field.name}", action=argparse.BooleanOptionalAction,
+                                    default=default, help=help_text)
+                continue
+            kind = field.metadata.get("type", field.type if field.type in (int, float, str)
+                                      else None)
+            parser.add_argument(f"--{field.name}", type=kind, default=default,
+                                choices=field.metadata.get("choices"), help=help_text)
+    return add_args

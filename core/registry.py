@@ -8,6 +8,7 @@ a taken name is an error.
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import importlib
 import importlib.util
@@ -69,6 +70,9 @@ class Registry:
                 raise ConfigError(
                     f"cannot register {self.kind} {name!r}: {cls!r} must subclass "
                     f"{self.base_class.__module__}.{self.base_class.__qualname__}.")
+            declared = target.__dict__.get("Config")
+            if dataclasses.is_dataclass(declared) and "add_args" not in target.__dict__:
+                target.add_args = staticmethod(_generated_add_args(target, declared))
             if self.check is not None:
                 self.check(target)
             old = self.entries.get(name)
@@ -95,6 +99,20 @@ class Registry:
 
     def __contains__(self, name):
         return name in self.entries
+
+
+def _generated_add_args(cls, config_cls):
+    """add_args for a class that declares ``Config`` (core/config.py add_args_from): the flags
+    it inherits first, then the fields'."""
+    from core.config import add_args_from
+    inherited = getattr(super(cls, cls), "add_args", None)
+    own = add_args_from(config_cls)
+
+    def add_args(parser):
+        if inherited is not None:
+            inherited(parser)
+        own(parser)
+    return add_args
 
 
 def unknown_name_message(kind: str, name: str, known) -> str:

@@ -62,3 +62,44 @@ def test_a_config_class_is_made_from_what_add_args_adds():
     config = make_config("ToyConfig", actions, {"width": 7, "noisy": True, "unrelated": 1})
     assert (config.width, config.noisy, config.name) == (7, True, None)
     assert type(config) is type(make_config("ToyConfig", actions, {}))  # one class, cached
+
+
+PLUGIN = '''
+from dataclasses import dataclass, field
+
+from core.argtypes import positive_int
+from models import register_model
+from models.ppo import PPOModel
+
+
+@register_model("declared_ppo")
+class DeclaredPPO(PPOModel):
+    """PPO with a flag declared as a dataclass field instead of add_args."""
+
+    @dataclass
+    class Config:
+        width: int = field(default=4, metadata={"help": "a width", "type": positive_int})
+        noisy: bool = field(default=False, metadata={"help": "add noise"})
+'''
+
+
+def test_a_plugin_may_declare_its_flags_as_a_dataclass(tmp_path, capsys):
+    """fairseq's way: ``Config`` fields become flags (types, defaults, help), and the model's
+    config carries them; the parent's flags stay (PPOModel's add_args is inherited)."""
+    (tmp_path / "declared.py").write_text(PLUGIN)
+    argv = ["--config", "none", "--user_dir", str(tmp_path), "--model_name", "declared_ppo"]
+    args = parse_args(argv + ["--width", "7", "--noisy"])
+    spec = run_spec(args)
+    assert (spec.model.width, spec.model.noisy) == (7, True)
+    assert spec.model.lr == parse_args(["--config", "none"]).lr   # PPOModel's flags stay
+    import gymnasium as gym
+    from core.plugins import load_plugins
+    env = gym.make("CartPole-v1")
+    load_plugins(spec).model_cls(spec.model, env.observation_space, env.action_space)
+    assert not parse_args(argv).noisy and parse_args(argv).width == 4
+    from core.registry import ConfigError
+    with pytest.raises(ConfigError, match="--width"):
+        parse_args(argv + ["--width", "0"])            # the field's argparse type holds
+    with pytest.raises(SystemExit):
+        parse_args(argv + ["-h"])
+    assert "a width (default: 4)" in capsys.readouterr().out

@@ -131,8 +131,8 @@ class Placement:
     def share(self, weights):
         """Weights for many actors. Large ones go into the object store once and travel by
         reference. Small ones travel inline in each call: Ray inlines arguments under 100 KB,
-        and on our machines a ray.put costs 0.7 ms while inlining a 40 KB model into two calls
-        costs less (benchmarks/README.md, "weights transport")."""
+        and on our machines a ray.put cost more than inlining a 40 KB model into two calls
+        (BENCHMARKS.md, "Per-call costs behind the design"; benchmarks/probe.py overheads)."""
         if self.local:
             return LocalRef(weights)
         if sum(np.asarray(v).nbytes for v in weights.values()) <= INLINE_WEIGHTS_MAX_BYTES:
