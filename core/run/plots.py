@@ -138,7 +138,7 @@ class PlotProcess:
             [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "core.run.plots"], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, env=env, text=True, preexec_fn=lambda: os.nice(10))
+            stdout=subprocess.PIPE, env=env, text=True)
         self.pending = 0  # requests sent, replies not yet read
 
     def draw(self, path, rows, target_return, title, wait):
@@ -177,7 +177,9 @@ class PlotProcess:
 
 
 def serve():
-    """The plot process's loop (``python -m core.run.plots``)."""
+    """The plot process's loop (``python -m core.run.plots``). It lowers its own priority
+    (no preexec_fn in the parent: unsafe in a process with threads, as a sweep trial's is)."""
+    os.nice(10)
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401 - import now
     from matplotlib.figure import Figure  # noqa: F401 - while the run starts
     for line in sys.stdin:
