@@ -65,9 +65,7 @@ class ConfigBase:
 def config_class(name, fields):
     """A frozen dataclass ``name`` with ``fields``: a tuple of (name, type, default)."""
     return dataclasses.make_dataclass(
-        name, [(f, t, dataclasses.field(default=d)) if not isinstance(d, (list, dict))
-               else (f, t, dataclasses.field(default_factory=lambda d=d: type(d)(d)))
-               for f, t, d in fields],
+        name, [(f, t, dataclasses.field(default=d)) for f, t, d in fields],
         bases=(ConfigBase,), frozen=True)
 
 
@@ -86,6 +84,8 @@ def make_config(name, actions, values, extras=()):
 
 
 def _hashable(value):
+    """A list default as a tuple: the field list is the class cache's key, and a mutable
+    default is no dataclass default."""
     return tuple(value) if isinstance(value, list) else value
 
 

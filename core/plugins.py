@@ -40,7 +40,9 @@ class Plugins:
     agent_cls: type
 
 
-def load_plugins(spec: PluginSpec) -> Plugins:
+def load_plugins(spec) -> Plugins:
+    """The plugin classes ``spec`` names (anything with env_name, model_name, agent_name and
+    user_dir: a PluginSpec, or the parsed command line)."""
     if spec.user_dir:
         import_user_dir(spec.user_dir)
     from envs import ENV_REGISTRY

@@ -433,7 +433,7 @@ def run_spec(args, gpus=None):
     from core.plugins import PluginSpec, load_plugins
     values = vars(args)
     names = (args.env_name, args.model_name, args.agent_name)
-    plugins = load_plugins(PluginSpec(*names, None, None, None, None, None, args.user_dir))
+    plugins = load_plugins(args)  # (it reads the names and user_dir, which args has)
     run = run_wide_actions()
 
     def config(name, cls, extras=()):
