@@ -4,6 +4,7 @@ import torch
 
 from agents import register_agent
 from agents.base import OnPolicyAgent
+from core import spaces
 from core.types import GradientResult, Trajectory
 from models.ppo import PPOBatch
 from core.argtypes import unit_interval
@@ -31,8 +32,19 @@ def compute_gae(rewards, values, next_values, terminated, truncated, gamma, lam)
 
 
 def as_model_input(observations):
-    """uint8 pixels stay uint8 (the model's encoder scales them); anything else float32."""
+    """uint8 pixels stay uint8 (the model's encoder scales them), and so do the indices and
+    masks of a structured observation (core/spaces.py); float arrays become float32."""
+    if spaces.is_tree(observations):
+        return spaces.tree_map(lambda x: x.float() if x.is_floating_point() else x,
+                               observations)
     return observations if observations.dtype == torch.uint8 else observations.float()
+
+
+def cat(parts):
+    """Concatenate tensors, or trees of them leaf by leaf, along the first dimension."""
+    if spaces.is_tree(parts[0]):
+        return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+    return torch.cat(parts)
 
 
 @register_agent("default_agent")
@@ -85,6 +97,8 @@ class DefaultAgent(OnPolicyAgent):
         device = getattr(self.model, "device", "cpu")  # a GPU share of the worker's, if any
 
         def flat(x):
+            if spaces.is_tree(x):
+                return {k: flat(v) for k, v in x.items()}
             return torch.as_tensor(np.asarray(x).reshape(n, *np.asarray(x).shape[2:]))[keep].to(
                 device)
 
@@ -102,7 +116,7 @@ class DefaultAgent(OnPolicyAgent):
                 "advantage_count": int(valid.sum())}
 
     def export_data(self):
-        return {k: v.cpu().numpy() for k, v in self.data.items()}
+        return {k: spaces.tree_map(lambda t: t.cpu().numpy(), v) for k, v in self.data.items()}
 
     def absorb_data(self, others):
         """The union of this agent's data and ``others`` (their advantages were computed by
@@ -123,7 +137,7 @@ class DefaultAgent(OnPolicyAgent):
         def tensor(x):  # arrays from Ray's object store are read-only: copy them
             return x.to(device) if isinstance(x, torch.Tensor) else torch.tensor(x, device=device)
 
-        self.data = {k: torch.cat([tensor(p[k]) for p in parts]) for k in parts[0]}
+        self.data = {k: cat([spaces.tree_map(tensor, p[k]) for p in parts]) for k in parts[0]}
         self.order = None
         return len(self.data["returns"])
 
@@ -146,7 +160,7 @@ class DefaultAgent(OnPolicyAgent):
                               / (request.advantage_std + 1e-8))
             elif len(advantages) > 1:  # (one sample has no spread: left as it is, as SB3 does)
                 advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        batch = PPOBatch(self.data["observations"][idx], self.data["actions"][idx],
+        batch = PPOBatch(spaces.take(self.data["observations"], idx), self.data["actions"][idx],
                          self.data["old_log_probs"][idx], advantages,
                          self.data["returns"][idx], self.data["old_values"][idx])
         gradients, stats = self.model.step(batch, request.progress)

@@ -9,6 +9,7 @@ import numpy as np
 
 from agents import register_agent
 from agents.base import OffPolicyAgent
+from core import spaces
 from core.types import GradientResult, Trajectory
 
 
@@ -35,24 +36,33 @@ class SACAgent(OffPolicyAgent):
         (``trajectory.valid`` False) are not transitions and are dropped.
         """
         from core.learning.replay_buffer import Transitions  # imported here: only SAC runs need it
-        observations = np.asarray(trajectory.observations)
-        if observations.dtype != np.uint8:  # uint8 pixels stay uint8 into the replay buffer
-            observations = observations.astype(np.float32, copy=False)
-        num_steps, num_envs = observations.shape[:2]
+        observations = trajectory.observations
+        if not spaces.is_tree(observations):  # uint8 pixels stay uint8 into the replay buffer
+            observations = np.asarray(observations)
+            if observations.dtype != np.uint8:
+                observations = observations.astype(np.float32, copy=False)
+        num_steps, num_envs = np.shape(trajectory.rewards)
         n = num_steps * num_envs
-        next_observations = np.empty_like(observations)
-        next_observations[:-1] = observations[1:]
-        next_observations[-1] = trajectory.last_observations
-        if len(trajectory.truncated_index):
-            t, e = np.asarray(trajectory.truncated_index).T
-            next_observations[t, e] = trajectory.truncated_observations
+        truncated = len(trajectory.truncated_index)
+        t, e = np.asarray(trajectory.truncated_index).T if truncated else (None, None)
+
+        def next_of(obs, last, final):  # one array (a leaf of a structured observation)
+            following = np.empty_like(obs)
+            following[:-1] = obs[1:]
+            following[-1] = last
+            if truncated:
+                following[t, e] = final
+            return following
+
+        next_observations = spaces.tree_map(next_of, observations, trajectory.last_observations,
+                                            trajectory.truncated_observations)
         actions = np.asarray(trajectory.actions, dtype=np.float32)
 
         keep = (slice(None) if trajectory.valid is None
                 else np.asarray(trajectory.valid, dtype=bool).reshape(n))
 
         def flat(x):
-            return x.reshape(n, *x.shape[2:])[keep]
+            return spaces.tree_map(lambda a: a.reshape(n, *a.shape[2:])[keep], x)
 
         return Transitions(
             observations=flat(observations),

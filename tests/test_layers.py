@@ -13,7 +13,8 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: bottom to top: (layer, the module prefixes in it)
 LAYERS = [
     ("foundation", ("core.types", "core.registry", "core.argtypes", "core.atomic", "core.faults",
-                    "core.seeding", "core.process_tree", "core.plugins", "core.config")),
+                    "core.seeding", "core.process_tree", "core.plugins", "core.config",
+                    "core.spaces")),
     ("distribution", ("core.distributed",)),
     ("run records", ("core.run",)),
     ("sampling and learning", ("core.sampling", "core.learning")),

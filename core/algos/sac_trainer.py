@@ -27,6 +27,7 @@ from core.learning.parameter_server import LearnerWorker, ParameterServer, learn
 from core.distributed.placement import Placement, cpus_per_actor
 from core.registry import ConfigError
 from core.learning.replay_buffer import PrioritizedReplayBuffer, ReplayBuffer
+from core.spaces import carried
 from core.sampling.rollout import make_rollout_worker
 from core import seeding
 from core.algos.trainer import Iteration, LoopPartLost, Trainer
@@ -118,16 +119,14 @@ def spawn_buffer(placement, spec, spaces):
     args = spec.loop
     observation_space, action_space = spaces
     buffer_cls = PrioritizedReplayBuffer if args.prioritized_replay else ReplayBuffer
-    # uint8 pixels are stored as uint8 (a quarter of float32's memory); normalized
-    # observations and everything else as float32 (core/sampling/rollout.py makes the same choice).
-    pixels = observation_space.dtype == np.uint8 and not args.normalize_obs
-    buffer_kwargs = dict(observation_dtype=np.uint8 if pixels else np.float32,
-                         action_dtype=np.float32, seed=args.seed)
+    # Stored as the rollout workers carry them (core/spaces.py carried): uint8 pixels as uint8
+    # (a quarter of float32's memory), indices and masks in their dtypes, the rest float32.
+    shapes, dtypes = carried(observation_space, args.normalize_obs)
+    buffer_kwargs = dict(observation_dtype=dtypes, action_dtype=np.float32, seed=args.seed)
     if args.prioritized_replay:
         buffer_kwargs.update(alpha=args.priority_alpha, beta0=args.priority_beta,
                              beta_steps=max(1, int(args.total_steps * args.utd_ratio)))
-    return placement.spawn(buffer_cls, args.buffer_size, observation_space.shape,
-                           action_space.shape, num_cpus=0,
+    return placement.spawn(buffer_cls, args.buffer_size, shapes, action_space.shape, num_cpus=0,
                            num_gpus=plan_of(spec).replay_buffer_gpus, **buffer_kwargs)
 
 

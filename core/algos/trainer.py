@@ -100,7 +100,7 @@ class Trainer:
         None when the run has no Ray workers (core/distributed/placement.py)."""
         self.args, self.spec, self.plugins, self.spaces = args, spec, plugins, spaces
         self.run, self.faults, self.ray_starter = run, faults, ray_starter
-        self.obs_normalizer = (ObsNormalizer(spaces[0].shape, clip=args.obs_clip)
+        self.obs_normalizer = (ObsNormalizer(spaces[0], clip=args.obs_clip)
                                if args.normalize_obs else None)
         self.iteration = 0
         self.evaluations = EvalRunner(spec, run, faults, self.remote_evaluation)

@@ -18,6 +18,7 @@ from core.sampling.evaluator import Evaluator
 from core.learning.normalizer import ObsNormalizer, normalize
 from core.plugins import load_plugins, make_env
 from options.options import run_spec
+from core import spaces
 from core.registry import ConfigError
 from core.run.state import from_payload
 
@@ -35,7 +36,7 @@ def evaluate_saved_model(args):
         if saved is None:
             raise ConfigError(f"--evaluate {path}: the run used --normalize_obs but this "
                               f"checkpoint holds no normalizer statistics.")
-        normalizer = ObsNormalizer(evaluator.envs[0].observation_space.shape, args.obs_clip)
+        normalizer = ObsNormalizer(evaluator.envs[0].observation_space, args.obs_clip)
         normalizer.load_state_dict(from_payload(saved))
         statistics = normalizer.statistics()
     result = evaluator.evaluate(None, meta.get("updates", 0), meta.get("env_steps", 0),
@@ -63,6 +64,7 @@ def record_episode(spec, model, args, k, directory, obs_statistics=None):
     if render is None:
         raise ConfigError(f"--record_video: env {args.env_name!r} has no render() method; its "
                           f"wrapper must render rgb_array frames (see envs/gym_env.py).")
+    encode = spaces.layout_of(env.observation_space).encode
     obs, _ = env.reset(seed=seeding.evaluation_env(args.seed, k))
     frames = [render()]
     if frames[0] is None:
@@ -70,7 +72,7 @@ def record_episode(spec, model, args, k, directory, obs_statistics=None):
                           f"accept render_mode='rgb_array' (gymnasium's) and return frames.")
     done = False
     while not done:
-        seen = np.asarray(obs)[None]
+        seen = spaces.stack([encode(obs)])  # a batch of one
         if obs_statistics is not None:
             seen = normalize(seen, obs_statistics, args.obs_clip)
         action, _ = model.choose_actions(seen, deterministic=args.eval_deterministic)

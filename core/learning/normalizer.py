@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from core import spaces
+
 
 @dataclass
 class Moments:
@@ -38,41 +40,89 @@ class Moments:
 
 
 class ObsNormalizer:
-    def __init__(self, shape, clip=10.0, epsilon=1e-8):
-        self.moments = Moments(0.0, np.zeros(shape), np.zeros(shape))
+    """The running statistics of an observation space: one Moments for a Box, one per float Box
+    leaf for a structured space (core/spaces.py); images, indices and masks are never
+    normalized."""
+
+    def __init__(self, space_or_shape, clip=10.0, epsilon=1e-8):
+        layout = (None if isinstance(space_or_shape, (tuple, list))
+                  else spaces.layout_of(space_or_shape))
+        if layout is None or not layout.structured:
+            shape = space_or_shape if layout is None else space_or_shape.shape
+            self.paths = None
+            self.moments = Moments(0.0, np.zeros(shape), np.zeros(shape))
+        else:
+            self.paths = [leaf.path for leaf in layout.feature_leaves() if leaf.is_float]
+            self.moments = {path: Moments(0.0, np.zeros(layout.leaves[path].shape),
+                                          np.zeros(layout.leaves[path].shape))
+                            for path in self.paths}
         self.clip = clip
         self.epsilon = epsilon
 
+    @staticmethod
+    def _var(moments):
+        return (moments.m2 / max(moments.count, 1.0) if moments.count
+                else np.ones_like(moments.mean))
+
     @property
     def mean(self):
-        return self.moments.mean
+        return spaces.tree_map(lambda m: m.mean, self.moments)
 
     @property
     def var(self):
-        return self.moments.m2 / max(self.moments.count, 1.0) if self.moments.count else \
-            np.ones_like(self.moments.mean)
+        return spaces.tree_map(self._var, self.moments)
 
     def update(self, moments):
-        self.moments = self.moments.merge(moments)
+        if self.paths is None:
+            self.moments = self.moments.merge(moments)
+        else:
+            self.moments = {path: self.moments[path].merge(moments[path]) for path in self.paths}
 
     def statistics(self):
-        """(mean, var) as float32 arrays: what workers and the test worker are handed."""
-        return self.mean.astype(np.float32), self.var.astype(np.float32)
+        """(mean, var) as float32 arrays, or {path: (mean, var)} for a structured space: what
+        workers and the test worker are handed."""
+        return spaces.tree_map(lambda m: (m.mean.astype(np.float32),
+                                          self._var(m).astype(np.float32)), self.moments)
 
     def state_dict(self):
-        return {"count": self.moments.count, "mean": self.moments.mean.copy(),
-                "m2": self.moments.m2.copy(), "clip": self.clip}
+        def plain(m):
+            return {"count": m.count, "mean": m.mean.copy(), "m2": m.m2.copy()}
+        if self.paths is None:
+            return {**plain(self.moments), "clip": self.clip}
+        return {"leaves": {path: plain(m) for path, m in self.moments.items()}, "clip": self.clip}
 
     def load_state_dict(self, state):
-        self.moments = Moments(float(state["count"]), np.asarray(state["mean"], np.float64),
-                               np.asarray(state["m2"], np.float64))
+        def moments(s):
+            return Moments(float(s["count"]), np.asarray(s["mean"], np.float64),
+                           np.asarray(s["m2"], np.float64))
+        if self.paths is None:
+            self.moments = moments(state)
+        else:
+            self.moments = {path: moments(state["leaves"][path]) for path in self.paths}
+
+
+def moments_of(batch):
+    """The Moments of a batch [N, ...] of observations: of the array, or {path: Moments} of
+    each float leaf of a tree."""
+    if not spaces.is_tree(batch):
+        return Moments.of(batch)
+    return {path: Moments.of(leaf) for path, leaf in batch.items()
+            if np.issubdtype(leaf.dtype, np.floating)}
 
 
 def normalize(obs, statistics, clip=10.0, epsilon=1e-8):
     """obs normalized with (mean, var), clipped to [-clip, clip]; obs itself if statistics is
-    None (normalization off)."""
+    None (normalization off). A tree's float leaves are normalized with their own statistics
+    ({path: (mean, var)}); its other leaves pass as they are."""
     if statistics is None:
         return obs
+    if spaces.is_tree(obs):
+        return {path: (_normalize(leaf, statistics[path], clip, epsilon)
+                       if path in statistics else leaf) for path, leaf in obs.items()}
+    return _normalize(obs, statistics, clip, epsilon)
+
+
+def _normalize(obs, statistics, clip, epsilon):
     mean, var = statistics
     out = (np.asarray(obs, dtype=np.float32) - mean) / np.sqrt(var + epsilon)
     return np.clip(out, -clip, clip).astype(np.float32)

@@ -15,6 +15,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from core import spaces
+
 
 class Transitions(NamedTuple):
     """A block of N transitions; every array's first dimension is N."""
@@ -34,7 +36,8 @@ class ReplayBatch(NamedTuple):
     def rows(self, start, end) -> "ReplayBatch":
         """Rows [start, end) of this batch (views, no copies)."""
         cut = slice(start, end)
-        return ReplayBatch(Transitions(*(column[cut] for column in self.transitions)),
+        return ReplayBatch(Transitions(*(spaces.take(column, cut)
+                                         for column in self.transitions)),
                            self.indices[cut], self.generations[cut], self.weights[cut])
 
 
@@ -46,13 +49,25 @@ class ReplayBuffer:
         if capacity < 1:
             raise ValueError(f"capacity must be positive, got {capacity}")
         self._capacity = int(capacity)
-        observation_shape, action_shape = tuple(observation_shape), tuple(action_shape)
+        action_shape = tuple(action_shape)
+        # A structured observation space (core/spaces.py) gives {path: shape} and
+        # {path: dtype}: a column per leaf, each in its own dtype (uint8 images stay uint8).
+        if spaces.is_tree(observation_shape):
+            dtypes = (observation_dtype if spaces.is_tree(observation_dtype)
+                      else dict.fromkeys(observation_shape, observation_dtype))
+
+            def observation_column():
+                return {path: np.zeros((capacity, *shape), dtypes[path])
+                        for path, shape in observation_shape.items()}
+        else:
+            def observation_column():
+                return np.zeros((capacity, *tuple(observation_shape)), observation_dtype)
         # np.zeros maps untouched pages lazily: memory is committed as the ring fills.
         self._columns = Transitions(
-            observations=np.zeros((capacity, *observation_shape), observation_dtype),
+            observations=observation_column(),
             actions=np.zeros((capacity, *action_shape), action_dtype),
             rewards=np.zeros(capacity, np.float32),
-            next_observations=np.zeros((capacity, *observation_shape), observation_dtype),
+            next_observations=observation_column(),
             terminated=np.zeros(capacity, np.float32))
         self._total_added = 0
         self.rng = np.random.default_rng(seed)
@@ -70,7 +85,7 @@ class ReplayBuffer:
         return min(self._total_added, self._capacity)
 
     def nbytes(self) -> int:
-        return sum(column.nbytes for column in self._columns)
+        return sum(spaces.nbytes(column) for column in self._columns)
 
     def add(self, transitions: Transitions, priorities=None) -> int:
         """Store a block (ring order, oldest overwritten first); returns how many were stored.
@@ -83,7 +98,11 @@ class ReplayBuffer:
         kept = min(n, self._capacity)
         start = (self._total_added + n - kept) % self._capacity
         for column, data in zip(self._columns, transitions):
-            self._write(column, np.asarray(data)[n - kept:], start)
+            if spaces.is_tree(column):
+                for path, leaf in column.items():
+                    self._write(leaf, np.asarray(data[path])[n - kept:], start)
+            else:
+                self._write(column, np.asarray(data)[n - kept:], start)
         self._total_added += n
         return kept
 
@@ -114,7 +133,7 @@ class ReplayBuffer:
     def state_dict(self) -> dict:
         """The stored rows (slot order) and counters, for checkpoints. The RNG state is not kept."""
         size = len(self)
-        state = {name: column[:size].copy()
+        state = {name: spaces.tree_map(lambda c: c[:size].copy(), column)
                  for name, column in zip(Transitions._fields, self._columns)}
         state.update(capacity=self._capacity, total_added=self._total_added)
         return state
@@ -124,11 +143,17 @@ class ReplayBuffer:
             raise ValueError(f"checkpoint capacity {state['capacity']} != {self._capacity}")
         size = min(int(state["total_added"]), self._capacity)
         for name, column in zip(Transitions._fields, self._columns):
-            data = np.asarray(state[name])
-            if data.shape != (size, *column.shape[1:]):
-                raise ValueError(f"checkpoint {name} has shape {data.shape}, "
-                                 f"expected {(size, *column.shape[1:])}")
-            column[:size] = data
+            if spaces.is_tree(column) != spaces.is_tree(state[name]) or (
+                    spaces.is_tree(column) and set(column) != set(state[name])):
+                raise ValueError(f"checkpoint {name} holds other observation leaves than this "
+                                 f"env's")
+            for leaf, saved in zip(spaces.leaves(column), spaces.leaves(
+                    spaces.tree_map(lambda _, saved: saved, column, state[name]))):
+                data = np.asarray(saved)
+                if data.shape != (size, *leaf.shape[1:]):
+                    raise ValueError(f"checkpoint {name} has shape {data.shape}, "
+                                     f"expected {(size, *leaf.shape[1:])}")
+                leaf[:size] = data
         self._total_added = int(state["total_added"])
 
     # -- helpers ---------------------------------------------------------------------------
@@ -136,9 +161,14 @@ class ReplayBuffer:
     def _check_block(self, transitions: Transitions) -> int:
         n = len(transitions.rewards)
         for name, column, data in zip(Transitions._fields, self._columns, transitions):
-            shape, expected = np.shape(data), (n, *column.shape[1:])
-            if shape != expected:
-                raise ValueError(f"{name} has shape {shape}, expected {expected}")
+            if spaces.is_tree(column) and (not spaces.is_tree(data) or set(data) != set(column)):
+                raise ValueError(f"{name} has other leaves than {sorted(column)}")
+            if spaces.is_tree(column):
+                data = {path: data[path] for path in column}  # the buffer's leaf order
+            for leaf, values in zip(spaces.leaves(column), spaces.leaves(data)):
+                shape, expected = np.shape(values), (n, *leaf.shape[1:])
+                if shape != expected:
+                    raise ValueError(f"{name} has shape {shape}, expected {expected}")
         return n
 
     def _write(self, column: np.ndarray, data: np.ndarray, start: int):
@@ -152,7 +182,8 @@ class ReplayBuffer:
             raise ValueError("cannot sample from an empty replay buffer")
 
     def _batch(self, indices: np.ndarray, weights: np.ndarray) -> ReplayBatch:
-        return ReplayBatch(transitions=Transitions(*(column[indices] for column in self._columns)),
+        return ReplayBatch(transitions=Transitions(*(spaces.take(column, indices)
+                                                     for column in self._columns)),
                            indices=indices, generations=self.generations(indices),
                            weights=weights)
 

@@ -15,15 +15,34 @@ reset, its episode is cut (``StepResult.failed``), and the others go on. Only an
 """
 import numpy as np
 import ray
-from gymnasium import spaces
+from gymnasium import spaces as gym_spaces
 
-from core import seeding
+from core import seeding, spaces
 from core.sampling.env_host import EnvHost
 from core.plugins import make_env
 
 
 class EnvFailure(RuntimeError):
     """One env raised --max_env_errors times in a row: broken, not flaky; the run stops."""
+
+
+class NoValidAction(EnvFailure):
+    """An env's action mask allowed no action (for some sub-action): the env is wrong."""
+
+
+def check_valid_actions(observations, action_space, where):
+    """NoValidAction naming the env and step (``where(row)``) when a row's action mask
+    (core/spaces.py ACTION_MASK) leaves nothing to choose."""
+    stuck = spaces.rows_without_valid_action(observations, action_space)
+    if len(stuck):
+        row = int(stuck[0])
+        mask = spaces.action_mask(observations)[row].astype(int).tolist()
+        raise NoValidAction(
+            f"{where(row)} offered no valid action: its "
+            f"{spaces.ACTION_MASK!r} is {mask} for the action space {action_space} (every "
+            f"action, or every choice of one sub-action, is masked out). An env must leave at "
+            f"least one valid action in every state it does not end; end the episode there "
+            f"instead.")
 
 
 def describe_error(exc):
@@ -66,11 +85,16 @@ class StepResult:
 
 
 def to_env_action(action_space, action):
-    if isinstance(action_space, spaces.Box):
+    """What the env gets for one env's action from the model."""
+    if isinstance(action_space, gym_spaces.Box):
         # The Gaussian is unbounded; the env gets the action clipped to its bounds, the agent
         # keeps the sampled one for the log-probability (as SB3 does). (np.minimum/np.maximum:
         # np.clip costs several times more on a few numbers.)
         return np.minimum(np.maximum(action, action_space.low), action_space.high)
+    if isinstance(action_space, (gym_spaces.Discrete, gym_spaces.MultiDiscrete)):
+        # models choose indices from 0; a space may start elsewhere
+        start = action_space.start
+        return action + start if np.any(start) else action
     return action
 
 
@@ -99,6 +123,11 @@ class EnvGroup:
             self.envs = [make_env(plugins, args, s) for s in self.seeds]
             self.observation_space = self.envs[0].observation_space
             self.action_space = self.envs[0].action_space
+        # Observations leave the group as core/spaces.py carries them (an array for a Box
+        # space, a tree of arrays for any other); a space that cannot be carried fails here.
+        self.layout = spaces.layout_of(self.observation_space)
+        spaces.check_action_mask(self.layout, self.action_space)
+        self.encode = self.layout.encode
 
     def __len__(self):
         return len(self.seeds)
@@ -179,7 +208,7 @@ class EnvGroup:
                             pass
                         self.hosts[h], self.host_dead[h] = self._new_host(self.host_seeds[h]), False
                     try:
-                        return ray.get(self.hosts[h].rebuild.remote(index, seed))
+                        return self.encode(ray.get(self.hosts[h].rebuild.remote(index, seed)))
                     except ray.exceptions.RayActorError:
                         self.host_dead[h] = True
                         raise
@@ -188,7 +217,7 @@ class EnvGroup:
                 except Exception:  # noqa: BLE001
                     pass
                 self.envs[e] = make_env(self.plugins, self.args, seed)
-                return self.envs[e].reset(seed=seed)[0]
+                return self.encode(self.envs[e].reset(seed=seed)[0])
             except Exception as exc:  # noqa: BLE001 - counts as another error of env e
                 self._record(e, "reset", exc, errors)
 
@@ -200,7 +229,7 @@ class EnvGroup:
         observations = []
         for i, (result, exc) in zip(indices, outcomes):
             if exc is None:
-                observations.append(result[0])
+                observations.append(self.encode(result[0]))
             else:
                 self._record(i, "reset", exc, errors)
                 observations.append(self._rebuild(i, errors))
@@ -209,11 +238,11 @@ class EnvGroup:
     # -- the group's API -----------------------------------------------------------------------
     def reset(self):
         """First reset, seeded: env e of this group gets seeds[e]."""
-        return np.stack(self._reset(range(len(self.seeds)), self.seeds, self.reset_errors))
+        return spaces.stack(self._reset(range(len(self.seeds)), self.seeds, self.reset_errors))
 
     def reset_all(self, seeds):
         """Reset every env with these seeds; the new first observations, stacked."""
-        return np.stack(self._reset(range(len(self.seeds)), list(seeds), self.reset_errors))
+        return spaces.stack(self._reset(range(len(self.seeds)), list(seeds), self.reset_errors))
 
     def take_reset_errors(self):
         """The errors reset() and reset_all() survived since the last call, cleared."""
@@ -243,7 +272,7 @@ class EnvGroup:
                 self._record(e, "step", exc, errors)
                 continue
             self.errors_in_a_row[e] = 0
-            observations[e] = result[0]
+            observations[e] = self.encode(result[0])
             rewards[e], terminated[e], truncated[e] = result[1], result[2], result[3]
         ended = [e for e in range(num_envs) if not failed[e] and (terminated[e] or truncated[e])]
         final = {e: observations[e] for e in ended}
@@ -253,13 +282,13 @@ class EnvGroup:
         for e in ended if self.placement == "actor" else ():
             reset = outcomes[e][2]
             if isinstance(reset, tuple):
-                observations[e] = reset[0]
+                observations[e] = self.encode(reset[0])
             else:  # the reset in the host raised
                 self._record(e, "reset", reset, errors)
                 observations[e] = self._rebuild(e, errors)
         for e in np.flatnonzero(failed):
             observations[e] = self._rebuild(int(e), errors)
-        return StepResult(np.stack(observations), rewards, terminated, truncated, final,
+        return StepResult(spaces.stack(observations), rewards, terminated, truncated, final,
                           failed, errors)
 
     def get_state(self):

@@ -13,11 +13,11 @@ import numpy as np
 import torch
 
 from core.distributed.devices import learning_model, plan_of, resolve_device
-from core.sampling.envs import EnvGroup
-from core.learning.normalizer import Moments, normalize
+from core.sampling.envs import EnvGroup, check_valid_actions
+from core.learning.normalizer import moments_of, normalize
 from core.distributed.placement import resolve
 from core.plugins import load_plugins
-from core import seeding
+from core import seeding, spaces
 from core.distributed.process import setup_process
 from core.run.state import generator_state, set_generator_state
 from core.types import RolloutStats, Trajectory
@@ -56,8 +56,9 @@ class RolloutWorker:
         self.random_steps_left = int(random_steps)
         self.envs.action_space.seed(seeding.worker_torch(args.seed, worker_index, generation))
         self.normalize_obs = args.normalize_obs
-        space_dtype = np.dtype(getattr(self.envs.observation_space, "dtype", None) or np.float32)
-        self.obs_dtype = np.uint8 if space_dtype == np.uint8 else np.float32
+        self.has_mask = self.envs.layout.has_mask
+        # the dtypes of the observation arrays in a fragment (core/spaces.py carried)
+        self.carried_dtypes = spaces.carried(self.envs.observation_space, args.normalize_obs)[1]
         self.obs_clip = args.obs_clip
         # A model that can act without its values (PPO's choose_actions(..., values=False))
         # gets them for the whole fragment at once after it: a slow env's step starts with
@@ -165,8 +166,8 @@ class RolloutWorker:
     def fragment_values(self, model, obs_buf):
         """The acting model's values of a whole fragment in one batch: the same numbers as one
         call per step, for a fraction of the cost (see ``values_later``)."""
-        num_steps, num_envs = obs_buf.shape[:2]
-        return model.predict_values(obs_buf.reshape(num_steps * num_envs, *obs_buf.shape[2:])
+        num_steps, num_envs = spaces.leaves(obs_buf)[0].shape[:2]
+        return model.predict_values(spaces.reshape_leading(obs_buf, 2, (num_steps * num_envs,))
                                     ).reshape(num_steps, num_envs)
 
     def sample(self, num_steps, obs_statistics=None):
@@ -177,10 +178,11 @@ class RolloutWorker:
         acting_weights = self.acting_weights if model is not self.agent.model else None
         start = time.perf_counter()
         num_envs = len(self.envs)
-        # Observations keep their dtype (uint8 pixels: 4x less memory and transfer than
-        # float32); normalized ones are float32.
-        obs_dtype = np.float32 if self.normalize_obs else self.obs_dtype
-        obs_buf = np.empty((num_steps, *self.observations.shape), dtype=obs_dtype)
+        # Observations as core/spaces.py carries them (uint8 pixels stay uint8: 4x less
+        # memory and transfer than float32); float ones, and normalized ones, are float32.
+        carried = self.carried_dtypes
+        obs_buf = spaces.tree_map(lambda a, dtype: np.empty((num_steps, *a.shape), dtype),
+                                  self.observations, carried)
         rewards = np.empty((num_steps, num_envs), dtype=np.float32)
         terminated = np.empty((num_steps, num_envs), dtype=bool)
         truncated = np.empty((num_steps, num_envs), dtype=bool)
@@ -188,7 +190,7 @@ class RolloutWorker:
         actions, log_probs, values = [], [], []
         truncated_index, truncated_obs = [], []
         finished_returns, finished_lengths = [], []
-        raw_seen = np.empty_like(obs_buf) if self.normalize_obs else None
+        raw_seen = (spaces.tree_map(np.empty_like, obs_buf) if self.normalize_obs else None)
         env_errors = [dict(worker=self.worker_index, **error, step=None)  # initial reset etc.
                       for error in self.envs.take_reset_errors()]
 
@@ -201,16 +203,21 @@ class RolloutWorker:
 
         for t in range(num_steps):
             if raw_seen is not None:
-                raw_seen[t] = self.observations
-            obs_buf[t] = seen(self.observations)
+                spaces.assign(raw_seen, t, self.observations)
+            spaces.assign(obs_buf, t, seen(self.observations))
+            if self.has_mask:
+                check_valid_actions(self.observations, self.envs.action_space,
+                                    lambda e: f"env {e} of rollout worker {self.worker_index}, "
+                                              f"at step {self.episode_length[e]} of its episode,")
+            obs_t = spaces.take(obs_buf, t)
             if self.random_steps_left > 0:  # warm-up with uniform random actions (SAC)
                 action = np.stack([self.envs.action_space.sample() for _ in range(num_envs)])
                 extras = {}
                 self.random_steps_left -= num_envs
             elif self.values_later:
-                action, extras = model.choose_actions(obs_buf[t], values=False)
+                action, extras = model.choose_actions(obs_t, values=False)
             else:
-                action, extras = model.choose_actions(obs_buf[t])
+                action, extras = model.choose_actions(obs_t)
             result = self.envs.step(action)
             actions.append(action)
             if "log_probs" in extras:
@@ -225,11 +232,11 @@ class RolloutWorker:
                 valid[t, e] = False
                 rewards[t, e], terminated[t, e], truncated[t, e] = 0.0, False, True
                 truncated_index.append((t, e))
-                truncated_obs.append(obs_buf[t, e])
+                truncated_obs.append(spaces.take(obs_buf, (t, e)))
                 if t > 0 and not (terminated[t - 1, e] or truncated[t - 1, e]):
                     truncated[t - 1, e] = True
                     truncated_index.append((t - 1, e))
-                    truncated_obs.append(obs_buf[t, e])
+                    truncated_obs.append(spaces.take(obs_buf, (t, e)))
                 # At t = 0 the step before is in the last fragment, whose last observation was
                 # obs_buf[0, e]: it bootstraps from the real state already.
             self.episode_return += result.rewards
@@ -254,10 +261,13 @@ class RolloutWorker:
             values=(np.stack(values) if len(values) == num_steps else
                     self.fragment_values(model, obs_buf) if len(log_probs) == num_steps
                     and self.values_later else None),
-            last_observations=np.asarray(seen(self.observations), dtype=obs_dtype),
+            last_observations=spaces.tree_map(lambda a, dtype: np.asarray(a, dtype),
+                                              seen(self.observations), carried),
             truncated_index=np.array(truncated_index, dtype=np.int64).reshape(-1, 2),
-            truncated_observations=np.array(truncated_obs, dtype=obs_dtype).reshape(
-                len(truncated_obs), *self.observations.shape[1:]),
+            truncated_observations=(
+                spaces.tree_map(lambda a, dtype: np.asarray(a, dtype),
+                                spaces.stack(truncated_obs), carried) if truncated_obs
+                else spaces.allocate(spaces.take(obs_buf, (0, 0)), (0,))),
             weights_version=weights_version, valid=valid)
         return trajectory, RolloutStats(
             env_steps=trajectory.num_steps, episode_returns=finished_returns,
@@ -265,7 +275,7 @@ class RolloutWorker:
             # them, core/types.py WEIGHTS_VERSION_KEY), not the one the caller named
             episode_lengths=finished_lengths, weights_version=model.weights_version,
             sample_time_s=time.perf_counter() - start,
-            obs_moments=(Moments.of(raw_seen.reshape(-1, *obs_buf.shape[2:]))
+            obs_moments=(moments_of(spaces.reshape_leading(raw_seen, 2, (-1,)))
                          if raw_seen is not None else None),
             env_errors=env_errors), acting_weights
 
@@ -290,7 +300,7 @@ class RolloutWorker:
         so a restore from here leaves it out, as a fragment never sampled)."""
         if self.ahead is not None:
             futures_wait([self.ahead])
-        return {"observations": self.observations.copy(),
+        return {"observations": spaces.copy(self.observations),
                 "episode_return": self.episode_return.copy(),
                 "episode_length": self.episode_length.copy(),
                 "random_steps_left": int(self.random_steps_left),
@@ -315,7 +325,7 @@ class RolloutWorker:
         self.random_steps_left = int(state["random_steps_left"])
         if state["envs"] is not None and len(state["envs"]) == len(self.envs):
             self.envs.set_state(state["envs"])
-            self.observations = np.asarray(state["observations"])
+            self.observations = spaces.tree_map(np.asarray, state["observations"])
             self.episode_return = np.asarray(state["episode_return"], dtype=np.float64).copy()
             self.episode_length = np.asarray(state["episode_length"], dtype=np.int64).copy()
             return True
