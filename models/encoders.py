@@ -1,12 +1,23 @@
-"""Observation encoders: the Nature DQN CNN for images, flattening for vectors.
+"""Observation encoders: CNNs for images, one-hots for indices, flattening for vectors, and one
+encoder per leaf for structured observations (core/spaces.py).
 
-``--encoder auto`` (the default) picks from the observation space: a uint8 Box of 2 to 4
-dimensions whose two image sides are at least 36 pixels (what the CNN's strides need) is an
-image, anything else Box is a vector. The built-in models (ppo, sac) and plugin models build
-theirs with ``make_encoder(args, observation_space)``:
+The built-in models (ppo, sac) and plugin models build theirs with
+``make_encoder(args, observation_space)``:
 
     encoder = make_encoder(args, observation_space)   # an nn.Module with .features_dim
-    features = encoder(obs)                           # obs: [B, *shape] uint8 or float
+    features = encoder(obs)                           # float [B, features_dim]
+
+``obs`` is what core/spaces.py makes of the space: for a Box, a tensor [B, *shape] (uint8 or
+float); for anything else a dict {leaf path: tensor [B, *leaf shape]}, which
+``MultiInputEncoder`` encodes leaf by leaf (the action mask aside: it is no feature) and
+concatenates in leaf order.
+
+``--encoder auto`` (the default) picks by the space: a uint8 Box with an image layout (below) is
+an image, encoded by the Nature DQN CNN when both its sides are at least 36 pixels (what that
+CNN's strides need) and by ``SmallCNN`` below that (MiniGrid's 7x7 views, 16x16 grids); any
+other Box is flattened; in a structured space the same holds per leaf, and Discrete and
+MultiDiscrete leaves are one-hot, MultiBinary bits floats. ``--encoder_for path=kind`` sets a
+leaf's encoder by hand.
 
 Images stay uint8 from the env to the model (4x less memory and transfer than float32 in
 fragments, replay and Ray's object store) and are scaled to [0, 1] here. Layouts: [H, W] (one
@@ -14,26 +25,75 @@ channel), [C, H, W] (channels first: a frame stack of grayscale frames), [H, W, 
 last, RGB, told apart by a last side of 1, 3 or 4), [S, H, W, C] (a stack of RGB frames: S * C
 channels).
 """
+import argparse
+from typing import Tuple
+
 import numpy as np
 import torch
 from gymnasium import spaces
 from torch import nn
 
+from core import spaces as observations
 from core.argtypes import positive_int
 from core.registry import ConfigError
 
-ENCODERS = ("auto", "mlp", "nature_cnn")
+ENCODERS = ("auto", "mlp", "nature_cnn", "small_cnn")
+LEAF_ENCODERS = ("flatten", "onehot", "small_cnn", "nature_cnn")  # --encoder_for's kinds
 MIN_IMAGE_SIDE = 36  # 8x8 stride 4, 4x4 stride 2, 3x3 stride 1 leave a 1x1 map at 36
+# Smallest sides --encoder auto takes for an image: a uint8 [N, 2] or [N, 1] is likelier a
+# table of bytes than a picture (SmallCNN itself takes any size, by --encoder small_cnn).
+MIN_SMALL_IMAGE_SIDE = 3
+
+
+def encoder_overrides(text) -> Tuple[str, ...]:
+    """'image=small_cnn,direction=onehot' -> ('image=small_cnn', 'direction=onehot'); '' or
+    'none' -> (). Kept as 'path=kind' strings, not pairs: a run's config.yaml and checkpoint
+    store a tuple as a list, and a preset's list comes back to this function joined by
+    commas, which strings survive. ``overrides()`` makes them a mapping."""
+    text = str(text).strip()
+    if text.lower() in ("", "none"):
+        return ()
+    items = []
+    for item in text.split(","):
+        path, sep, kind = item.strip().rpartition("=")
+        path, kind = path.strip(), kind.strip()
+        if not sep or not path or kind not in LEAF_ENCODERS:
+            raise argparse.ArgumentTypeError(
+                f"{item.strip()!r} is not path=kind: write e.g. image=small_cnn,direction=onehot"
+                f" (paths as core/spaces.py names the observation's leaves; kinds: "
+                f"{', '.join(LEAF_ENCODERS)})")
+        items.append(f"{path}={kind}")
+    return tuple(items)
+
+
+def overrides(args):
+    """--encoder_for as {path: kind} (empty for a config without the flag)."""
+    return dict(item.rsplit("=", 1) for item in getattr(args, "encoder_for", ()) or ())
 
 
 def add_encoder_args(parser):
     parser.add_argument("--encoder", choices=ENCODERS, default="auto",
                         help="how observations become features: nature_cnn (the Nature DQN "
-                             "CNN, for images), mlp (flattened, into the MLP), auto (nature_cnn "
-                             "for uint8 image spaces, else mlp) (default: %(default)s)")
+                             "CNN, for images of 36 pixels a side and more), small_cnn (3x3 "
+                             "convolutions, for small images and grids), mlp (flattened, into "
+                             "the MLP), auto (a CNN for uint8 images, by their size, else mlp); "
+                             "in a Dict or Tuple observation it chooses for the image leaves "
+                             "(default: %(default)s)")
     parser.add_argument("--cnn_features", type=positive_int, default=512,
                         help="width of the Nature CNN's last (fully connected) layer "
                              "(default: %(default)s)")
+    parser.add_argument("--small_cnn_features", type=positive_int, default=128,
+                        help="width of SmallCNN's last (fully connected) layer: a quarter of "
+                             "the Nature CNN's, for images that hold far fewer bits (a 7x7 "
+                             "MiniGrid view is 147 bytes), which keeps a 16x16 grid's layer "
+                             "(6400 inputs) at 0.8M weights (default: %(default)s)")
+    parser.add_argument("--encoder_for", type=encoder_overrides, default=(),
+                        help="the encoder of single leaves of a Dict/Tuple observation, as "
+                             "path=kind pairs separated by commas, e.g. image=small_cnn,"
+                             "direction=onehot; paths as core/spaces.py names them (Dict keys "
+                             "and Tuple positions joined by /), kinds flatten, onehot "
+                             "(Discrete, MultiDiscrete), small_cnn, nature_cnn (image Boxes) "
+                             "(default: each leaf's --encoder auto choice)")
 
 
 def image_layout(shape):
@@ -51,37 +111,67 @@ def image_layout(shape):
     return None
 
 
+def _min_side(space):
+    layout = image_layout(space.shape) if isinstance(space, spaces.Box) else None
+    return 0 if layout is None else min(layout[1], layout[2])
+
+
 def is_image_space(space):
-    if not isinstance(space, spaces.Box) or space.dtype != np.uint8:
-        return False
-    layout = image_layout(space.shape)
-    return layout is not None and min(layout[1], layout[2]) >= MIN_IMAGE_SIDE
+    """A uint8 image big enough for the Nature CNN."""
+    return (isinstance(space, spaces.Box) and space.dtype == np.uint8
+            and _min_side(space) >= MIN_IMAGE_SIDE)
+
+
+def is_small_image_space(space):
+    """A uint8 image too small for the Nature CNN: SmallCNN's, by --encoder auto."""
+    return (isinstance(space, spaces.Box) and space.dtype == np.uint8
+            and MIN_SMALL_IMAGE_SIDE <= _min_side(space) < MIN_IMAGE_SIDE)
 
 
 def resolve_encoder(args, observation_space):
-    """The encoder --encoder names for this space ('mlp' or 'nature_cnn'), or a ConfigError
-    that says which spaces each one takes."""
+    """The encoder --encoder names for this Box space ('mlp', 'nature_cnn' or 'small_cnn'), or
+    a ConfigError that says which spaces each one takes."""
     if not isinstance(observation_space, spaces.Box):
         raise ConfigError(
-            f"the observation space {observation_space} is not a Box: the built-in encoders "
-            f"take Box observations (nature_cnn: uint8 images [H, W], [C, H, W], [H, W, C] or "
-            f"[S, H, W, C]; mlp: any Box, flattened). Flatten or encode the observation in the "
-            f"env wrapper (gymnasium.wrappers.FlattenObservation for a Dict), or write a model "
-            f"for this space.")
+            f"the observation space {observation_space} is not a Box: --encoder chooses among "
+            f"the encoders of a Box (nature_cnn: uint8 images [H, W], [C, H, W], [H, W, C] or "
+            f"[S, H, W, C]; small_cnn: small images; mlp: any Box, flattened). A structured "
+            f"observation gets one encoder per leaf from make_encoder (MultiInputEncoder, "
+            f"--encoder_for), in a model that takes it.")
     choice = args.encoder
     if choice == "auto":
-        return "nature_cnn" if is_image_space(observation_space) else "mlp"
-    if choice == "nature_cnn":
-        layout = image_layout(observation_space.shape)
-        if layout is None or min(layout[1], layout[2]) < MIN_IMAGE_SIDE:
-            raise ConfigError(
-                f"--encoder nature_cnn takes image observations of at least "
-                f"{MIN_IMAGE_SIDE}x{MIN_IMAGE_SIDE} pixels ([H, W], [C, H, W], [H, W, C] or "
-                f"[S, H, W, C]); this env's observation space is {observation_space}. Use "
-                f"--encoder mlp (or auto) for vector observations.")
+        if is_image_space(observation_space):
+            return "nature_cnn"
+        return "small_cnn" if is_small_image_space(observation_space) else "mlp"
+    if choice == "nature_cnn" and _min_side(observation_space) < MIN_IMAGE_SIDE:
+        raise ConfigError(
+            f"--encoder nature_cnn takes image observations of at least "
+            f"{MIN_IMAGE_SIDE}x{MIN_IMAGE_SIDE} pixels ([H, W], [C, H, W], [H, W, C] or "
+            f"[S, H, W, C]); this env's observation space is {observation_space}. Use "
+            f"--encoder small_cnn for smaller images, mlp (or auto) for vector observations.")
+    if choice == "small_cnn" and image_layout(observation_space.shape) is None:
+        raise ConfigError(
+            f"--encoder small_cnn takes image observations ([H, W], [C, H, W], [H, W, C] or "
+            f"[S, H, W, C]); this env's observation space is {observation_space}. Use "
+            f"--encoder mlp (or auto) for vector observations.")
     if choice not in ENCODERS:
         raise ConfigError(f"--encoder {choice!r} is not one of {', '.join(ENCODERS)}.")
     return choice
+
+
+def _as_images(obs, permutation, channels, scale):
+    """A batch [B, *shape] of images as float [B, C, H, W], scaled."""
+    if permutation is not None:
+        obs = obs.permute(*permutation)
+    return obs.reshape(obs.shape[0], channels, *obs.shape[-2:]).float() * scale
+
+
+def _orthogonal(module):
+    """Orthogonal weights with gain sqrt(2), zero biases (as SB3 and the PPO paper's code)."""
+    for layer in module.modules():
+        if isinstance(layer, (nn.Conv2d, nn.Linear)):
+            nn.init.orthogonal_(layer.weight, np.sqrt(2))
+            nn.init.zeros_(layer.bias)
 
 
 class Flatten(nn.Module):
@@ -114,23 +204,169 @@ class NatureCNN(nn.Module):
         self.linear = nn.Sequential(nn.Linear(flat, features_dim), nn.ReLU())
         self.features_dim = features_dim
         self.channels = channels
-        for module in self.modules():
-            if isinstance(module, (nn.Conv2d, nn.Linear)):
-                nn.init.orthogonal_(module.weight, np.sqrt(2))
-                nn.init.zeros_(module.bias)
+        _orthogonal(self)
 
     def forward(self, obs):
-        if self.permutation is not None:
-            obs = obs.permute(*self.permutation)
-        x = obs.reshape(obs.shape[0], self.channels, *obs.shape[-2:]).float() * self.scale
+        x = _as_images(obs, self.permutation, self.channels, self.scale)
         # Channels-last input: oneDNN's convolutions, forward and backward, run 1.2-1.4x faster
         # on it (measured on the 2-core CPU, batch 256 of 4x84x84); the weights keep the
         # default layout, so they travel and load as before.
         return self.linear(self.cnn(x.contiguous(memory_format=torch.channels_last)))
 
 
+class SmallCNN(nn.Module):
+    """For images too small for the Nature CNN's strides (MiniGrid's 7x7x3 view, 16x16 grids):
+    three 3x3 convolutions of stride 1 without padding, 16, 32 and 64 channels (the MiniGrid
+    baseline's widths, lcswillems/rl-starter-files), then a fully connected ``features_dim``
+    layer, ReLU after each; uint8 scaled by 1/255 first, initialized as NatureCNN.
+
+    Stride 1 and no pooling: on a 7x7 grid every cell is an object, and a stride would merge
+    neighbours before the network sees them apart (7x7 ends as a 1x1 map of 64 features). A
+    map side below 3 takes a kernel as wide as it is, so any size down to 1x1 works."""
+
+    def __init__(self, observation_space, features_dim=128):
+        super().__init__()
+        channels, height, width, self.permutation = image_layout(observation_space.shape)
+        self.scale = 1.0 / 255.0 if observation_space.dtype == np.uint8 else 1.0
+        layers, last = [], channels
+        for out in (16, 32, 64):
+            kernel = (min(3, height), min(3, width))
+            layers += [nn.Conv2d(last, out, kernel), nn.ReLU()]
+            height, width, last = height - kernel[0] + 1, width - kernel[1] + 1, out
+        self.cnn = nn.Sequential(*layers, nn.Flatten())
+        self.linear = nn.Sequential(nn.Linear(last * height * width, features_dim), nn.ReLU())
+        self.features_dim = features_dim
+        self.channels = channels
+        _orthogonal(self)
+
+    def forward(self, obs):
+        return self.linear(self.cnn(_as_images(obs, self.permutation, self.channels,
+                                               self.scale)))
+
+
+class OneHot(nn.Module):
+    """Discrete and MultiDiscrete indices as concatenated one-hot vectors (a Discrete(n) index
+    is a category, not a magnitude: index 3 is not 'more' than index 1)."""
+
+    def __init__(self, space):
+        super().__init__()
+        nvec = ([int(space.n)] if isinstance(space, spaces.Discrete)
+                else [int(n) for n in np.asarray(space.nvec).reshape(-1)])
+        self.features_dim = sum(nvec)
+        # the column where each component's one-hot starts: one scatter sets them all
+        offsets = torch.as_tensor(np.cumsum([0] + nvec[:-1]), dtype=torch.long)
+        self.register_buffer("offsets", offsets, persistent=False)
+
+    def forward(self, obs):
+        index = obs.reshape(obs.shape[0], -1).long() + self.offsets  # float leaves too
+        out = torch.zeros(obs.shape[0], self.features_dim, device=obs.device)
+        return out.scatter_(1, index, 1.0)
+
+
+def leaf_kinds(leaf):
+    """The --encoder_for kinds that fit a leaf."""
+    space = leaf.space
+    kinds = ["flatten"]
+    if isinstance(space, (spaces.Discrete, spaces.MultiDiscrete)):
+        kinds.append("onehot")
+    if isinstance(space, spaces.Box) and image_layout(space.shape) is not None:
+        kinds.append("small_cnn")
+        if _min_side(space) >= MIN_IMAGE_SIDE:
+            kinds.append("nature_cnn")
+    return kinds
+
+
+def _auto_kind(leaf, encoder):
+    """A leaf's encoder when --encoder_for does not name it."""
+    space = leaf.space
+    if is_image_space(space) or is_small_image_space(space):
+        if encoder == "mlp":
+            return "flatten"
+        if encoder == "auto":
+            return "nature_cnn" if is_image_space(space) else "small_cnn"
+        return encoder  # checked against leaf_kinds by the caller
+    if isinstance(space, (spaces.Discrete, spaces.MultiDiscrete)):
+        return "onehot"
+    return "flatten"
+
+
+def leaf_encoder(kind, leaf, args):
+    if kind == "nature_cnn":
+        return NatureCNN(leaf.space, args.cnn_features)
+    if kind == "small_cnn":
+        return SmallCNN(leaf.space, getattr(args, "small_cnn_features", 128))
+    if kind == "onehot":
+        return OneHot(leaf.space)
+    return Flatten(leaf.space)
+
+
+class MultiInputEncoder(nn.Module):
+    """One encoder per leaf of a structured observation (all but the action mask), their
+    features concatenated in leaf order: a CNN per image, one-hots for indices, the rest
+    flattened (SB3's CombinedExtractor, per leaf of any nesting). ``kinds`` holds each leaf's
+    choice; ``has_cnn`` tells whether one of them is a CNN."""
+
+    def __init__(self, args, observation_space):
+        super().__init__()
+        layout = observations.layout_of(observation_space)
+        leaves = layout.feature_leaves()
+        chosen = overrides(args)
+        for path in chosen:
+            if path not in layout.leaves or path == observations.ACTION_MASK:
+                what = ("is the action mask, which is not a feature"
+                        if path == observations.ACTION_MASK else "is not a leaf of it")
+                raise ConfigError(
+                    f"--encoder_for {path}={chosen[path]}: {path!r} {what}; the observation "
+                    f"{observation_space} has the leaves "
+                    f"{', '.join(leaf.path for leaf in leaves) or '(none)'}.")
+        if not leaves:
+            raise ConfigError(f"the observation {observation_space} has nothing to encode "
+                              f"besides its {observations.ACTION_MASK!r}.")
+        encoder = getattr(args, "encoder", "auto")
+        self.paths, self.kinds, encoders = [], [], []
+        for leaf in leaves:
+            kind = chosen.get(leaf.path) or _auto_kind(leaf, encoder)
+            if kind not in leaf_kinds(leaf):
+                flag = (f"--encoder_for {leaf.path}={kind}" if leaf.path in chosen
+                        else f"--encoder {kind}")
+                raise ConfigError(
+                    f"{flag}: the leaf {leaf.path!r} is {leaf.space}, which {kind} cannot "
+                    f"encode; it takes {', '.join(leaf_kinds(leaf))} (nature_cnn needs an "
+                    f"image of at least {MIN_IMAGE_SIDE} pixels a side, small_cnn an image, "
+                    f"onehot a Discrete or MultiDiscrete). Set this leaf's encoder with "
+                    f"--encoder_for {leaf.path}=<kind>.")
+            self.paths.append(leaf.path)
+            self.kinds.append(kind)
+            encoders.append(leaf_encoder(kind, leaf, args))
+        if encoder in ("nature_cnn", "small_cnn") and encoder not in self.kinds:
+            raise ConfigError(
+                f"--encoder {encoder}: no leaf of the observation {observation_space} is an "
+                f"image it encodes (a uint8 Box [H, W], [C, H, W], [H, W, C] or [S, H, W, C]). "
+                f"Use --encoder auto, or --encoder_for <path>={encoder} for a leaf that is an "
+                f"image in another dtype.")
+        self.encoders = nn.ModuleList(encoders)  # a list: Dict keys may hold '.', names not
+        self.features_dim = sum(e.features_dim for e in encoders)
+        self.has_cnn = any(kind.endswith("_cnn") for kind in self.kinds)
+
+    def forward(self, obs):
+        return torch.cat([encoder(obs[path]) for path, encoder in zip(self.paths, self.encoders)],
+                         dim=-1)
+
+
 def make_encoder(args, observation_space):
-    """The encoder module for ``observation_space`` (``.features_dim`` wide)."""
-    if resolve_encoder(args, observation_space) == "nature_cnn":
+    """The encoder module for ``observation_space`` (``.features_dim`` wide): for a Box, a
+    NatureCNN, a SmallCNN or a Flatten (PPO and SAC tell images from vectors by that class);
+    for any other space a MultiInputEncoder."""
+    if observations.layout_of(observation_space).structured:
+        return MultiInputEncoder(args, observation_space)
+    if overrides(args):
+        raise ConfigError(
+            f"--encoder_for sets the encoders of the leaves of a Dict or Tuple observation; "
+            f"this env's observation is the single Box {observation_space}, whose encoder "
+            f"--encoder chooses.")
+    choice = resolve_encoder(args, observation_space)
+    if choice == "nature_cnn":
         return NatureCNN(observation_space, args.cnn_features)
+    if choice == "small_cnn":
+        return SmallCNN(observation_space, getattr(args, "small_cnn_features", 128))
     return Flatten(observation_space)

@@ -1,0 +1,237 @@
+"""Observation encoders (models/encoders.py): the encoder of each leaf of a structured
+observation, one-hots worked out by hand, --encoder_for and its errors, small images through
+--encoder auto, and the state-dict names of the Box encoders that checkpoints hold."""
+import argparse
+import typing
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+from core.config import flag_actions, make_config
+from core.registry import ConfigError
+from models.encoders import (Flatten, MultiInputEncoder, NatureCNN, OneHot, SmallCNN,
+                             add_encoder_args, encoder_overrides, make_encoder, resolve_encoder)
+
+pytestmark = pytest.mark.unit
+
+MINIGRID = spaces.Dict({"image": spaces.Box(0, 255, (7, 7, 3), np.uint8),
+                        "direction": spaces.Discrete(4),
+                        "pos": spaces.Box(-1, 1, (3,), np.float32)})
+
+
+def args_for(*flags):
+    parser = argparse.ArgumentParser()
+    add_encoder_args(parser)
+    return parser.parse_args(list(flags))
+
+
+def batch(space, size=5, seed=0):
+    """``size`` samples of ``space`` as core/spaces.py carries them, as tensors."""
+    from core import spaces as observations
+    space.seed(seed)
+    layout = observations.layout_of(space)
+    trees = [layout.encode(space.sample()) for _ in range(size)]
+    return {k: torch.as_tensor(v) for k, v in observations.stack(trees).items()}
+
+
+def test_each_leaf_gets_its_encoder():
+    encoder = make_encoder(args_for(), MINIGRID)
+    assert isinstance(encoder, MultiInputEncoder) and encoder.has_cnn
+    # gymnasium's Dict sorts its keys: the leaves come in that order
+    assert encoder.paths == ["direction", "image", "pos"]
+    assert encoder.kinds == ["onehot", "small_cnn", "flatten"]
+    assert [type(e) for e in encoder.encoders] == [OneHot, SmallCNN, Flatten]
+    assert encoder.features_dim == 4 + 128 + 3
+    obs = batch(MINIGRID)
+    assert obs["image"].dtype == torch.uint8 and obs["direction"].dtype == torch.int64
+    out = encoder(obs).detach()
+    assert out.shape == (5, 135) and out.dtype == torch.float32
+    np.testing.assert_array_equal(out[:, :4].numpy(), np.eye(4)[obs["direction"].numpy()])
+    torch.testing.assert_close(out[:, 132:], obs["pos"])
+    # indices that arrive as floats (a float32 batch) give the same one-hots
+    torch.testing.assert_close(encoder({**obs, "direction": obs["direction"].float()}).detach(),
+                               out)
+
+
+def test_one_hots_by_hand():
+    discrete = OneHot(spaces.Discrete(4))
+    assert discrete(torch.tensor([0, 3, 1])).tolist() == [[1, 0, 0, 0], [0, 0, 0, 1],
+                                                          [0, 1, 0, 0]]
+    multi = OneHot(spaces.MultiDiscrete([3, 2]))
+    assert multi.features_dim == 5
+    assert multi(torch.tensor([[2, 1], [0, 0]])).tolist() == [[0, 0, 1, 0, 1],
+                                                              [1, 0, 0, 1, 0]]
+    grid = OneHot(spaces.MultiDiscrete([[2, 3], [1, 2]]))  # C order: 2, 3, 1, 2 columns
+    assert grid(torch.tensor([[[1, 2], [0, 0]]])).tolist() == [[0, 1, 0, 0, 1, 1, 1, 0]]
+    assert OneHot(spaces.Discrete(3)).state_dict() == {}  # the offsets are no weights
+
+
+def test_a_tuple_with_multi_discrete_and_multi_binary_leaves():
+    space = spaces.Tuple([spaces.Discrete(3), spaces.MultiDiscrete([[2, 3], [4, 2]]),
+                          spaces.MultiBinary(3), spaces.Box(0, 1, (2, 2), np.float32)])
+    encoder = make_encoder(args_for(), space)
+    assert encoder.paths == ["0", "1", "2", "3"]
+    assert encoder.kinds == ["onehot", "onehot", "flatten", "flatten"]
+    assert not encoder.has_cnn
+    assert encoder.features_dim == 3 + 11 + 3 + 4
+    obs = batch(space)
+    out = encoder(obs)
+    assert out.shape == (5, 21)
+    assert (out[:, 3:14].sum(-1) == 4).all()  # one hot per MultiDiscrete component
+    torch.testing.assert_close(out[:, 14:17], obs["2"].float())  # the bits, as 0./1.
+    torch.testing.assert_close(out[:, 17:], obs["3"].reshape(5, 4))
+
+
+def test_a_single_discrete_observation_is_one_hot():
+    encoder = make_encoder(args_for(), spaces.Discrete(16))  # FrozenLake's
+    assert encoder.paths == ["obs"] and encoder.features_dim == 16
+    assert encoder({"obs": torch.tensor([5])})[0].argmax().item() == 5
+
+
+def test_the_action_mask_is_no_feature():
+    space = spaces.Dict({"action_mask": spaces.MultiBinary(4),
+                         "pos": spaces.Box(-1, 1, (3,), np.float32)})
+    encoder = make_encoder(args_for(), space)
+    assert encoder.paths == ["pos"] and encoder.features_dim == 3
+    assert encoder(batch(space)).shape == (5, 3)
+    with pytest.raises(ConfigError, match="nothing to encode"):
+        make_encoder(args_for(), spaces.Dict({"action_mask": spaces.MultiBinary(4)}))
+
+
+def test_encoder_for_sets_single_leaves():
+    encoder = make_encoder(args_for("--encoder_for", "image=flatten, direction=flatten"),
+                           MINIGRID)
+    assert encoder.kinds == ["flatten", "flatten", "flatten"] and not encoder.has_cnn
+    assert encoder.features_dim == 1 + 147 + 3
+    big = spaces.Dict({"pixels": spaces.Box(0, 255, (84, 84, 3), np.uint8)})
+    assert make_encoder(args_for(), big).kinds == ["nature_cnn"]
+    assert make_encoder(args_for("--encoder_for", "pixels=small_cnn"), big).kinds == ["small_cnn"]
+    floats = spaces.Dict({"depth": spaces.Box(0, 1, (8, 8), np.float32)})
+    assert make_encoder(args_for(), floats).kinds == ["flatten"]  # auto: uint8 only
+    assert make_encoder(args_for("--encoder_for", "depth=small_cnn"), floats).kinds == [
+        "small_cnn"]
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("image=nature_cnn", r"--encoder_for image=nature_cnn: the leaf 'image' is Box\(0, 255, "
+                         r"\(7, 7, 3\), uint8\).* takes flatten, small_cnn"),
+    ("pos=onehot", r"'pos' is Box.* takes flatten \("),
+    ("direction=small_cnn", r"'direction' is Discrete\(4\).* takes flatten, onehot"),
+    ("nope=flatten", r"'nope' is not a leaf of it.* leaves direction, image, pos"),
+])
+def test_encoder_for_errors_name_the_leaf_and_what_it_takes(flag, message):
+    with pytest.raises(ConfigError, match=message):
+        make_encoder(args_for("--encoder_for", flag), MINIGRID)
+
+
+def test_encoder_for_errors_on_the_mask_and_on_a_box():
+    space = spaces.Dict({"action_mask": spaces.MultiBinary(2), "x": spaces.Discrete(2)})
+    with pytest.raises(ConfigError, match="is the action mask, which is not a feature"):
+        make_encoder(args_for("--encoder_for", "action_mask=flatten"), space)
+    with pytest.raises(ConfigError, match="single Box"):
+        make_encoder(args_for("--encoder_for", "obs=flatten"), spaces.Box(-1, 1, (3,)))
+
+
+@pytest.mark.parametrize("text", ["image", "image=cnn", "=flatten", "image=flatten,"])
+def test_encoder_for_parse_errors(text):
+    with pytest.raises(argparse.ArgumentTypeError, match="is not path=kind"):
+        encoder_overrides(text)
+
+
+def test_encoder_for_is_frozen_and_survives_a_config_file():
+    value = encoder_overrides("image=small_cnn,direction=onehot")
+    assert value == ("image=small_cnn", "direction=onehot")
+    # config.yaml and checkpoints store it as a list, which a preset hands back comma-joined
+    assert encoder_overrides(",".join(list(value))) == value
+    assert encoder_overrides("none") == encoder_overrides("") == ()
+    actions = flag_actions(add_encoder_args)
+    config = make_config("EncoderConfig", actions, vars(args_for("--encoder_for",
+                                                                 "image=flatten")))
+    assert config.encoder_for == ("image=flatten",) and config.small_cnn_features == 128
+    hash(config)  # frozen, with hashable values
+    field = {f.name: f.type for f in config.__dataclass_fields__.values()}
+    assert field["encoder_for"] == typing.Tuple[str, ...]
+
+
+def test_the_global_encoder_chooses_for_image_leaves():
+    assert make_encoder(args_for("--encoder", "mlp"), MINIGRID).kinds == [
+        "onehot", "flatten", "flatten"]
+    assert make_encoder(args_for("--encoder", "small_cnn"), MINIGRID).kinds == [
+        "onehot", "small_cnn", "flatten"]
+    with pytest.raises(ConfigError, match=r"--encoder nature_cnn: the leaf 'image'"):
+        make_encoder(args_for("--encoder", "nature_cnn"), MINIGRID)
+    with pytest.raises(ConfigError, match="no leaf of the observation .* is an image"):
+        make_encoder(args_for("--encoder", "small_cnn"),
+                     spaces.Dict({"x": spaces.Discrete(3)}))
+
+
+@pytest.mark.parametrize("shape", [(16, 16), (16, 16, 1), (7, 7, 3), (3, 3), (2, 16, 16)])
+def test_a_small_uint8_image_box_takes_the_small_cnn(shape):
+    space = spaces.Box(0, 255, shape, np.uint8)
+    assert resolve_encoder(args_for(), space) == "small_cnn"
+    encoder = make_encoder(args_for(), space)
+    assert type(encoder) is SmallCNN and encoder.features_dim == 128
+    pixels = torch.randint(0, 256, (4, *shape), dtype=torch.uint8)
+    out = encoder(pixels)
+    assert out.shape == (4, 128) and out.dtype == torch.float32 and (out >= 0).all()
+
+
+def test_small_cnn_scales_uint8_to_unit_range():
+    grid = SmallCNN(spaces.Box(0, 255, (16, 16), np.uint8))
+    pixels = torch.randint(0, 256, (3, 16, 16), dtype=torch.uint8)
+    torch.testing.assert_close(grid(pixels),
+                               grid.linear(grid.cnn(pixels.unsqueeze(1).float() / 255.0)))
+    view = SmallCNN(spaces.Box(0, 255, (7, 7, 3), np.uint8))  # channels last
+    pixels = torch.randint(0, 256, (3, 7, 7, 3), dtype=torch.uint8)
+    torch.testing.assert_close(view(pixels), view.linear(view.cnn(
+        pixels.permute(0, 3, 1, 2).float() / 255.0)))
+
+
+def test_small_cnn_sizes():
+    def convs(shape):
+        cnn = SmallCNN(spaces.Box(0, 255, shape, np.uint8), 32)
+        return [m.kernel_size for m in cnn.cnn if isinstance(m, torch.nn.Conv2d)], \
+            cnn.linear[0].in_features
+    assert convs((7, 7, 3)) == ([(3, 3)] * 3, 64)           # 7 -> 5 -> 3 -> 1
+    assert convs((16, 16)) == ([(3, 3)] * 3, 64 * 10 * 10)  # 16 -> 14 -> 12 -> 10
+    assert convs((4, 4)) == ([(3, 3), (2, 2), (1, 1)], 64)  # a side below 3: its own width
+    assert convs((2, 1)) == ([(2, 1), (1, 1), (1, 1)], 64)  # by --encoder small_cnn only
+    assert resolve_encoder(args_for(), spaces.Box(0, 255, (2, 16), np.uint8)) == "mlp"
+    assert make_encoder(args_for("--small_cnn_features", "32"),
+                        spaces.Box(0, 255, (8, 8), np.uint8)).features_dim == 32
+
+
+def test_box_encoders_and_their_state_dict_names_are_unchanged():
+    vector = make_encoder(args_for(), spaces.Box(-1, 1, (8,), np.float32))
+    assert type(vector) is Flatten and vector.features_dim == 8 and vector.state_dict() == {}
+    assert type(make_encoder(args_for(), spaces.Box(0, 255, (128,), np.uint8))) is Flatten
+    cnn = make_encoder(args_for(), spaces.Box(0, 255, (4, 84, 84), np.uint8))
+    assert type(cnn) is NatureCNN
+    assert list(cnn.state_dict()) == ["cnn.0.weight", "cnn.0.bias", "cnn.2.weight",
+                                      "cnn.2.bias", "cnn.4.weight", "cnn.4.bias",
+                                      "linear.0.weight", "linear.0.bias"]
+    assert [tuple(v.shape) for v in cnn.state_dict().values()] == [
+        (32, 4, 8, 8), (32,), (64, 32, 4, 4), (64,), (64, 64, 3, 3), (64,), (512, 3136), (512,)]
+    assert type(make_encoder(args_for("--encoder", "mlp"),
+                             spaces.Box(0, 255, (16, 16), np.uint8))) is Flatten
+
+
+def test_ppo_on_a_small_uint8_grid_acts_and_learns():
+    """The issue's crash: a 16x16 uint8 grid reached the MLP as bytes ('mat1 and mat2 must have
+    the same dtype'); --encoder auto now gives it the SmallCNN, which scales it."""
+    from models.ppo import PPOBatch, PPOModel
+    parser = argparse.ArgumentParser()
+    PPOModel.add_args(parser)
+    space = spaces.Box(0, 255, (16, 16), np.uint8)
+    model = PPOModel(parser.parse_args([]), space, spaces.Discrete(4))
+    assert isinstance(model.encoder, SmallCNN)
+    obs = np.random.default_rng(0).integers(0, 256, (6, 16, 16), dtype=np.uint8)
+    actions, extras = model.choose_actions(obs)
+    assert actions.shape == (6,) and extras["values"].shape == (6,)
+    zeros = torch.zeros(6)
+    gradients, stats = model.step(PPOBatch(torch.as_tensor(obs), torch.as_tensor(actions),
+                                           torch.as_tensor(extras["log_probs"]), zeros, zeros,
+                                           zeros))
+    assert np.isfinite(stats["policy_loss"]) and any(k.startswith("encoder.") for k in gradients)
