@@ -168,6 +168,11 @@ class CrossQModel(SACModel):
             return BatchRenorm(features, momentum=args.bn_momentum, eps=args.bn_eps,
                                warmup_steps=args.renorm_warmup_steps)
 
+        if self.layout.structured:
+            raise ConfigError(
+                f"model crossq takes vector (Box) observations: its batch-renormalized networks "
+                f"have no per-key encoders, and this env's observation space is "
+                f"{self.observation_space}. Use --model_name sac for structured observations.")
         if resolve_encoder(args, self.observation_space) != "mlp":
             raise ConfigError(
                 f"model crossq has no image encoder: its batch-renormalized networks take "

@@ -25,11 +25,21 @@ from torch.distributions import Categorical, Normal
 from core.argtypes import non_negative_float, positive_float, positive_float_or_none
 from core.registry import ConfigError
 from models import register_model
-from models.base import BaseModel, require_box_observations
-from models.encoders import Flatten, add_encoder_args, make_encoder
+from core.spaces import ACTION_MASK, is_tree, layout_of
+from models.base import BaseModel
+from models.distributions import action_head
+from models.encoders import Flatten, MultiInputEncoder, add_encoder_args, make_encoder
 from models.numpy_mlp import NumpyMLP, log_softmax
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
+HEAD_SPACES = (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+
+
+def action_mask_of(observations):
+    """The bool action mask of a batch of observations (tensors), or None (core/spaces.py)."""
+    if is_tree(observations) and ACTION_MASK in observations:
+        return observations[ACTION_MASK].bool()
+    return None
 
 # validate_args=False on every distribution built here: torch's argument checks cost more than
 # a 64x64 forward pass, and the inputs come from our own networks. Per distribution, not
@@ -137,22 +147,26 @@ class PPOModel(BaseModel):
 
     @classmethod
     def check_spaces(cls, observation_space, action_space):
-        require_box_observations(cls, observation_space)
-        if isinstance(action_space, spaces.Box):
-            if len(action_space.shape) != 1:
-                raise ConfigError(f"model {cls.__name__} takes 1-D Box actions, got "
-                                  f"{action_space}.")
-        elif not isinstance(action_space, spaces.Discrete):
-            raise ConfigError(f"model {cls.__name__} takes Discrete or 1-D Box actions; this "
-                              f"env's action space is {action_space}.")
+        layout_of(observation_space)  # a ConfigError for a leaf it cannot carry
+        if not isinstance(action_space, (spaces.Box, *HEAD_SPACES)):
+            raise ConfigError(f"model {cls.__name__} takes Discrete, MultiDiscrete, MultiBinary "
+                              f"or Box actions; this env's action space is {action_space}.")
 
     def __init__(self, args, observation_space, action_space):
         super().__init__(args, observation_space, action_space)
-        self.obs_dim = int(np.prod(observation_space.shape))
+        self.layout = layout_of(observation_space)
+        # a structured observation (core/spaces.py) always goes through an encoder
+        self.obs_dim = (None if self.layout.structured
+                        else int(np.prod(observation_space.shape)))
         self.discrete = isinstance(action_space, spaces.Discrete)
-        self.action_dim = int(action_space.n) if self.discrete else int(action_space.shape[0])
+        # Discrete, MultiDiscrete, MultiBinary: an action head (models/distributions.py); a
+        # Box of any shape: a Gaussian over its flattened entries
+        self.head = None if isinstance(action_space, spaces.Box) else action_head(action_space)
+        self.action_shape = tuple(action_space.shape)
+        self.action_dim = (self.head.param_dim if self.head is not None
+                           else int(np.prod(action_space.shape)))
         self.use_sde = args.use_sde
-        if self.use_sde and self.discrete:
+        if self.use_sde and self.head is not None:
             raise ConfigError(
                 f"--use_sde (state-dependent exploration) is for Box actions; this env's action "
                 f"space is {action_space}. Drop --use_sde for discrete actions.")
@@ -169,8 +183,9 @@ class PPOModel(BaseModel):
         # Acting on the CPU goes through numpy when the actor is a plain MLP (models/numpy_mlp.py
         # says why), with a generator of its own seeded from torch's (so a seed still fixes a
         # run; rollout workers keep its state in checkpoints). gSDE acts through torch.
-        self.numpy_actor = (None if self.use_sde or self.encoder is not None
-                            else NumpyMLP.of(self.actor))
+        numpy_acting = self.head is None or self.discrete
+        self.numpy_actor = (None if self.use_sde or self.encoder is not None or not numpy_acting
+                            or self.layout.has_mask else NumpyMLP.of(self.actor))
         # With a shared encoder (a CNN) the values come from the features the action was drawn
         # from, nearly free; without one a second network per step costs more than a pass over
         # the fragment afterwards (core/sampling/rollout.py, values_later).
@@ -184,23 +199,24 @@ class PPOModel(BaseModel):
         """The actor and the critic (and on images the CNN they share, ``self.encoder``); a
         subclass overrides this to change the network."""
         encoder = make_encoder(args, self.observation_space)
-        image = not isinstance(encoder, Flatten)
+        image = not isinstance(encoder, (Flatten, MultiInputEncoder))
         sizes = args.hidden_sizes if args.hidden_sizes is not None else ([] if image else [64, 64])
-        self.encoder = encoder if image else None
+        self.encoder = None if isinstance(encoder, Flatten) else encoder
         self.actor = mlp(encoder.features_dim, sizes, self.action_dim, args.activation, 0.01)
         self.critic = mlp(encoder.features_dim, sizes, 1, args.activation, 1.0)
         if self.use_sde:  # one log std per entry of the exploration matrix (SB3's full_std)
             latent_dim = self.actor[-1].in_features
             self.log_std = nn.Parameter(torch.full((latent_dim, self.action_dim),
                                                    args.log_std_init))
-        elif not self.discrete:
+        elif self.head is None:
             self.log_std = nn.Parameter(torch.full((self.action_dim,), args.log_std_init))
 
     # -- policy -------------------------------------------------------------------------------
     def features(self, obs):
         """What the heads take: the shared encoder's features of ``obs`` (images), or ``obs``
         itself (vectors, already float32 [B, obs_dim])."""
-        return obs if self.encoder is None else self.encoder(obs)
+        # (.float(): uint8 pixels flattened into the MLP with --encoder mlp; free on float32)
+        return obs.float() if self.encoder is None else self.encoder(obs)
 
     def latent_and_mean(self, features):
         """gSDE: the actor's last hidden layer phi(s) (detached: the noise scale does not train
@@ -243,6 +259,17 @@ class PPOModel(BaseModel):
     def entropy(self, dist):
         return dist.entropy() if self.discrete else dist.entropy().sum(-1)
 
+    def policy_terms(self, features, actions, mask=None):
+        """(log-probabilities of ``actions``, entropies) under the policy at ``features``; the
+        action mask, if any, applies to both (invalid actions have probability 0)."""
+        if self.head is not None:
+            params = self.actor(features)
+            return (self.head.log_prob(params, actions, mask),
+                    self.head.entropy(params, mask))
+        dist = self.distribution(features)
+        flat = actions.reshape(actions.shape[0], -1)  # a Box of any shape: its entries
+        return self.log_prob(dist, flat), self.entropy(dist)
+
     def values(self, features):
         return self.critic(features).squeeze(-1)
 
@@ -253,7 +280,11 @@ class PPOModel(BaseModel):
 
     def flat_obs(self, obs):
         """A batch as the model takes it: float32 [B, obs_dim] for vectors; for an encoder,
-        [B, *obs_shape] in the observations' own dtype (uint8 pixels are scaled inside)."""
+        [B, *obs_shape] in the observations' own dtype (uint8 pixels are scaled inside); for a
+        structured observation, {path: tensor} in the leaves' dtypes."""
+        if self.layout.structured:
+            return {path: torch.tensor(np.asarray(leaf), device=self.device)
+                    for path, leaf in obs.items()}
         if self.encoder is None:
             return torch.as_tensor(np.asarray(obs), dtype=torch.float32,
                                    device=self.device).reshape(-1, self.obs_dim)
@@ -271,8 +302,11 @@ class PPOModel(BaseModel):
                 -1, self.obs_dim), deterministic)
             features = None
         else:
-            features = self.features(self.flat_obs(obs))
-            actions, log_prob = self.act_torch(features, deterministic)
+            batch = self.flat_obs(obs)
+            features = self.features(batch)
+            actions, log_prob = self.act_torch(features, deterministic, action_mask_of(batch))
+        if self.head is None and len(self.action_shape) != 1:
+            actions = actions.reshape(len(actions), *self.action_shape)
         extras = {"log_probs": log_prob}
         if values:
             extras["values"] = (self.predict_values(obs) if features is None
@@ -297,12 +331,15 @@ class PPOModel(BaseModel):
         log_prob = (-0.5 * noise ** 2 - log_std - np.float32(0.5 * math.log(2 * math.pi)))
         return actions.astype(np.float32), log_prob.sum(-1).astype(np.float32)
 
-    def act_torch(self, features, deterministic):
+    def act_torch(self, features, deterministic, mask=None):
         # Sampling by hand: building a torch.distributions object costs more than the forward
         # pass on small batches (measured: 100 us against 55 us per call, batch of 4).
         if self.use_sde:
             return self.act_sde(features, deterministic)
         out = self.actor(features)
+        if self.head is not None and (mask is not None or not self.discrete):
+            actions, log_prob = self.head.sample(out, mask, deterministic)
+            return actions.cpu().numpy(), log_prob.cpu().numpy()
         if self.discrete:
             log_probs = torch.log_softmax(out, -1)
             if deterministic:
@@ -343,8 +380,8 @@ class PPOModel(BaseModel):
     def step(self, batch: PPOBatch, progress: float = 0.0):
         clip_range = schedule(self.args.clip_range, self.args.clip_schedule, progress)
         features = self.features(batch.observations)  # one encoder pass for both heads
-        dist = self.distribution(features)
-        log_prob = self.log_prob(dist, batch.actions)
+        log_prob, entropy = self.policy_terms(features, batch.actions,
+                                              action_mask_of(batch.observations))
         values = self.values(features)
 
         log_ratio = log_prob - batch.old_log_probs
@@ -357,7 +394,7 @@ class PPOModel(BaseModel):
             values = batch.old_values + (values - batch.old_values).clamp(
                 -self.args.clip_range_vf, self.args.clip_range_vf)
         value_loss = ((batch.returns - values) ** 2).mean()
-        entropy = self.entropy(dist).mean()
+        entropy = entropy.mean()
 
         loss = policy_loss + self.args.vf_coef * value_loss - self.args.ent_coef * entropy
         self.zero_grad(set_to_none=True)

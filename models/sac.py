@@ -25,7 +25,8 @@ from core.argtypes import non_negative_float, positive_float, unit_interval
 from core.distributed.devices import resolve_precision
 from core.registry import ConfigError
 from models import register_model
-from models.base import BaseModel, require_box_observations
+from models.base import BaseModel
+from core.spaces import layout_of
 from models.encoders import Flatten, add_encoder_args, make_encoder
 from models.numpy_mlp import NumpyMLP
 from models.ppo import hidden_sizes
@@ -187,15 +188,13 @@ class SACModel(BaseModel):
 
     @classmethod
     def check_spaces(cls, observation_space, action_space):
-        require_box_observations(cls, observation_space)
+        layout_of(observation_space)  # a ConfigError for a leaf it cannot carry
         if not isinstance(action_space, spaces.Box):
             raise ConfigError(
                 f"model {cls.__name__} (SAC) needs continuous (Box) actions: its actor is a "
                 f"squashed Gaussian and its critics take the action as an input. This env's "
                 f"action space is {action_space}. For discrete actions use --model_name ppo, "
                 f"or pick a continuous env (e.g. --gym_id Pendulum-v1).")
-        if len(action_space.shape) != 1:
-            raise ConfigError(f"model {cls.__name__} takes 1-D Box actions, got {action_space}.")
         if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
             raise ConfigError(
                 f"model {cls.__name__} squashes actions into the Box bounds, which must be "
@@ -203,10 +202,15 @@ class SACModel(BaseModel):
 
     def __init__(self, args, observation_space, action_space):
         super().__init__(args, observation_space, action_space)
-        self.obs_dim = int(np.prod(observation_space.shape))
-        self.action_dim = int(action_space.shape[0])
-        low = np.asarray(action_space.low, dtype=np.float32)
-        high = np.asarray(action_space.high, dtype=np.float32)
+        self.layout = layout_of(observation_space)
+        # a structured observation (core/spaces.py) always goes through an encoder
+        self.obs_dim = (None if self.layout.structured
+                        else int(np.prod(observation_space.shape)))
+        # a Box of any shape: the networks act on its flattened entries
+        self.action_shape = tuple(action_space.shape)
+        self.action_dim = int(np.prod(self.action_shape))
+        low = np.asarray(action_space.low, dtype=np.float32).reshape(-1)
+        high = np.asarray(action_space.high, dtype=np.float32).reshape(-1)
         # Not persistent: the bounds come from the env, not from weights or checkpoints.
         self.register_buffer("action_scale", torch.as_tensor((high - low) / 2.0),
                              persistent=False)
@@ -215,7 +219,7 @@ class SACModel(BaseModel):
         self.action_scale_np, self.action_bias_np = (high - low) / 2.0, (high + low) / 2.0
         self.target_entropy = (-float(self.action_dim) if args.target_entropy == "auto"
                                else float(args.target_entropy))
-        self.image_input = False  # build_networks sets it when it builds a CNN encoder
+        self.image_input = False  # build_networks sets it when it builds an encoder
         self.build_networks(args)
         # Acting on the CPU goes through numpy when the actor is the built-in one with a plain
         # MLP trunk (models/numpy_mlp.py says why), with a generator of its own seeded from
@@ -252,7 +256,12 @@ class SACModel(BaseModel):
     # -- policy -------------------------------------------------------------------------------
     def flat_obs(self, obs):
         """A batch as the networks take it: float32 [B, obs_dim], or with a CNN encoder
-        [B, *obs_shape] in the observations' dtype (uint8 pixels are scaled in the encoder)."""
+        [B, *obs_shape] in the observations' dtype (uint8 pixels are scaled in the encoder),
+        or for a structured observation {path: tensor} in the leaves' dtypes."""
+        if self.layout.structured:
+            return {path: (leaf.to(self.device) if isinstance(leaf, torch.Tensor)
+                           else torch.tensor(np.asarray(leaf), device=self.device))
+                    for path, leaf in obs.items()}
         if self.image_input:  # a copy: arrays from Ray's object store are read-only
             tensor = (obs.to(self.device) if isinstance(obs, torch.Tensor)
                       else torch.tensor(np.asarray(obs), device=self.device))
@@ -276,15 +285,17 @@ class SACModel(BaseModel):
 
     @torch.no_grad()
     def choose_actions(self, obs, deterministic=False):
-        if (self.numpy_actor is not None and self.device.type == "cpu"
+        if (self.numpy_actor is not None and self.device.type == "cpu" and self.obs_dim
                 and not torch.is_autocast_enabled("cpu")):
             obs = np.asarray(obs, dtype=np.float32).reshape(-1, self.obs_dim)
             mu, log_std = self.numpy_actor(obs)
             u = mu if deterministic else mu + np.exp(log_std) * self.acting_rng.standard_normal(
                 mu.shape, np.float32)
-            return (np.tanh(u) * self.action_scale_np + self.action_bias_np).astype(np.float32), {}
+            actions = (np.tanh(u) * self.action_scale_np + self.action_bias_np).astype(np.float32)
+            return actions.reshape(len(actions), *self.action_shape), {}
         actions, _ = self.sample(self.flat_obs(obs), deterministic)
-        return self.to_env_actions(actions).cpu().numpy(), {}
+        actions = self.to_env_actions(actions).cpu().numpy()
+        return actions.reshape(len(actions), *self.action_shape), {}
 
     # -- learning -----------------------------------------------------------------------------
     @property
@@ -328,8 +339,9 @@ class SACModel(BaseModel):
         current weights, by parameter name; plus statistics ("td_errors": numpy [B] |Q1 - target|
         for priority updates, the rest floats)."""
         obs, actions, rewards, next_obs, terminated, weights = self.unpack(batch)
-        with torch.autocast(obs.device.type, dtype=torch.bfloat16,
-                            enabled=self.update_precision(obs.device.type) == "bf16"):
+        device_type = self.device.type
+        with torch.autocast(device_type, dtype=torch.bfloat16,
+                            enabled=self.update_precision(device_type) == "bf16"):
             return self.losses_and_gradients(obs, actions, rewards, next_obs, terminated,
                                              weights)
 

@@ -132,13 +132,16 @@ def test_encoder_choice_and_its_errors():
         resolve_encoder(args_for(), spaces.Dict({"a": vector}))
 
 
-def test_a_dict_observation_space_is_a_clear_error_for_the_models():
+def test_a_text_leaf_is_a_clear_error_for_the_models():
+    """Dict observations are taken (core/spaces.py); a leaf that cannot become an array is
+    one paragraph naming its key and the way out."""
     from models.ppo import PPOModel
     from models.sac import SACModel
-    dict_space = spaces.Dict({"pixels": spaces.Box(0, 255, (84, 84), np.uint8)})
+    dict_space = spaces.Dict({"pixels": spaces.Box(0, 255, (84, 84), np.uint8),
+                              "mission": spaces.Text(20)})
     for model, actions in ((PPOModel, spaces.Discrete(3)),
                            (SACModel, spaces.Box(-1, 1, (2,), np.float32))):
-        with pytest.raises(ConfigError, match="Box observations"):
+        with pytest.raises(ConfigError, match="key 'mission' is a Text space.*--drop_keys mission"):
             model.check_spaces(dict_space, actions)
 
 

@@ -98,10 +98,10 @@ def test_check_spaces():
     SACModel.check_spaces(OBS, ACT)
     with pytest.raises(ConfigError, match=r"continuous \(Box\) actions.*--model_name ppo"):
         SACModel.check_spaces(OBS, spaces.Discrete(3))
-    with pytest.raises(ConfigError, match="1-D Box actions"):
-        SACModel.check_spaces(OBS, spaces.Box(-1, 1, shape=(2, 2)))
-    with pytest.raises(ConfigError, match="Box observations"):
-        SACModel.check_spaces(spaces.Discrete(4), ACT)
+    SACModel.check_spaces(OBS, spaces.Box(-1, 1, shape=(2, 2)))  # any shape: flattened
+    SACModel.check_spaces(spaces.Dict({"a": OBS, "b": spaces.Discrete(4)}), ACT)
+    with pytest.raises(ConfigError, match="Graph space"):
+        SACModel.check_spaces(spaces.Graph(spaces.Box(-1, 1, (2,)), None), ACT)
     with pytest.raises(ConfigError, match="finite"):
         SACModel.check_spaces(OBS, spaces.Box(-np.inf, np.inf, shape=(2,)))
 
