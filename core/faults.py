@@ -1,5 +1,6 @@
 """What a run survives, counted and logged: one line per fault, counters in metrics.csv and
-summary.json (``worker_restarts``, ``env_errors``, ``skipped_updates``, ``recoveries``).
+summary.json (``worker_restarts``, ``env_errors``, ``skipped_updates``, ``recoveries``;
+``eval_episodes_lost`` in summary.json).
 
 The limits (--max_worker_restarts, --max_env_errors, --max_bad_updates, --max_failures) turn a
 fault that keeps coming back into ``RunFailure``: the run then stops with that one-paragraph
@@ -10,7 +11,8 @@ import sys
 
 import ray
 
-COUNTERS = ("worker_restarts", "env_errors", "skipped_updates", "recoveries")
+COUNTERS = ("worker_restarts", "env_errors", "skipped_updates", "recoveries",
+            "eval_episodes_lost")
 
 
 class RunFailure(RuntimeError):
@@ -47,10 +49,27 @@ class Faults:
                      f"cut, env rebuilt", env_steps)
 
     def eval_env_errors(self, count, env_steps):
-        """Errors the test worker survived (the episode was run again)."""
+        """Errors the test worker survived (the episode was run again, or given up)."""
         self.counts["env_errors"] += count
         self.log(f"{count} env error(s) in the test worker's evaluation; each episode hit was "
-                 f"run again from its start", env_steps)
+                 f"run again from its start, up to --max_env_errors times", env_steps)
+
+    def eval_episodes_lost(self, result, env_steps):
+        """Evaluation episodes the test worker gave up (each raised --max_env_errors times,
+        with progress between; core/sampling/evaluator.py): one line each, and one more when
+        none finished (the evaluation has no return). Never a limit: a lost episode is the
+        flaky env's cost, a broken env is EnvFailure in the test worker."""
+        lost = result.get("lost_episodes") or []
+        where = f"the evaluation at env step {result.get('env_steps', env_steps):,}"
+        for record in lost:
+            self.counts["eval_episodes_lost"] += 1
+            self.log(f"the test worker's env {record.get('env')} could not finish its episode "
+                     f"of {where}: it raised {record.get('failures')} times, each time rebuilt "
+                     f"and run again from its start (--max_env_errors); the last error: "
+                     f"{record.get('error')}; left out of the mean", env_steps)
+        if lost and result.get("eval_return") is None:
+            self.log(f"no episode of {where} finished ({len(lost)} lost): it has no return, "
+                     f"and the run goes on to the next", env_steps)
 
     def update_skipped(self, why, env_steps):
         """A loss or gradient with NaN or inf: the update was not applied."""

@@ -1,7 +1,10 @@
 """The test worker's schedule, shared by both training loops: one evaluation at a time at
 multiples of --eval_interval env steps, on the test worker (core/sampling/evaluator.py) as a Ray actor, or
 in this process while Ray is not (yet) up. A test worker that dies is replaced and its
-evaluation run again with the same weights; env errors it survived are counted.
+evaluation run again with the same weights; env errors it survived are counted, and the
+episodes it gave up (core/sampling/evaluator.py) counted and named. An evaluation whose every
+episode was given up has no return: it is logged and not handed to the loop (no eval_return
+in the metrics row, no best checkpoint, no target check), as if it had not been due.
 """
 import ray
 
@@ -97,5 +100,9 @@ class EvalRunner:
             survived = value.get("env_errors", 0)
             if survived:
                 self.faults.eval_env_errors(survived, self.run.env_steps)
+            if value.get("eval_episodes_lost"):
+                self.faults.eval_episodes_lost(value, self.run.env_steps)
+            if value.get("eval_return") is None:
+                return None
             return value
         return None

@@ -1,14 +1,46 @@
 """Test worker: its own envs, one episode per env, batched inference; deterministic actions, or
 sampled ones with --no-eval_deterministic (drawn from generators seeded per evaluation, apart
-from the training's)."""
+from the training's).
+
+An env that raises (in reset or step) is rebuilt with a fresh constructor seed and its episode
+run again from its start, with the episode's own reset seed, so that every evaluation compares
+the same starts. Two limits, both --max_env_errors (``n`` below):
+
+- **Broken**: an env that raises ``n`` times in a row, with no progress between, stops the run
+  with EnvFailure (core/sampling/envs.py ``env_failure``), as a rollout worker's env does.
+  Progress is one successful ``step`` since the last error, the training side's rule
+  (EnvGroup resets its count on every successful step), so that both sides of a run call the
+  same env broken. One step is enough: it shows the rebuilt env can be constructed, reset and
+  stepped, which an env that cannot run at all (a dead simulator, a wrong binary) never does;
+  an env that raises on every reset or on every first step still fails in ``n`` attempts.
+  Requiring more steps would call broken an env that is merely very flaky, which training
+  survives. The count follows the env from one evaluation to the next.
+- **Lost episode**: an episode that raised ``n`` times in this evaluation (with progress
+  between: else it is broken) is given up: it is counted in ``eval_episodes_lost``, named in
+  ``lost_episodes`` (env, failures, last error), left out of the mean, and its env is rebuilt
+  before the next evaluation. A flaky env's faults do not depend on the policy, but a long
+  episode has more steps to raise in: the mean of the finished ones leans toward the short
+  episodes' returns (low ones in CartPole), and the count says how much is missing. Without
+  the cap an env that raises at a fixed step of every episode would rerun for
+  ever; with it, an env that raises with probability p per step loses an episode of L steps
+  with probability about (1 - (1 - p)**L)**n (p = 0.002, L = 500, n = 5: 0.1). When every
+  episode is lost the evaluation has no return: ``eval_return`` and its spread are None.
+"""
 import numpy as np
 import torch
 
 from core import seeding
-from core.sampling.envs import describe_error, env_failure, to_env_action
+from core import spaces
+from core.sampling.envs import (check_valid_actions, describe_error, env_failure,
+                                to_env_action)
 from core.learning.normalizer import normalize
 from core.plugins import load_plugins, make_env
 from core.distributed.process import setup_process
+
+
+class EpisodeLost(Exception):
+    """Internal: episode k of this evaluation raised --max_env_errors times; it is given up."""
+
 
 class Evaluator:
     def __init__(self, spec, num_episodes):
@@ -22,7 +54,12 @@ class Evaluator:
         self.envs = [make_env(plugins, spec.env, seeding.evaluation_env(self.seed, k),
                               evaluation=True)
                      for k in range(num_episodes)]
+        # Per env, across evaluations: errors since its last successful step (see the module's
+        # docstring), and whether it raised last (an episode given up): rebuilt before use.
+        self.errors_in_a_row = [0] * num_episodes
+        self.needs_rebuild = [False] * num_episodes
         self.action_space = self.envs[0].action_space
+        self.encode = spaces.layout_of(self.envs[0].observation_space).encode
         # Its initial weights are overwritten before use; drawing them must not advance the
         # training RNG when the test worker shares the driver's process (--num_workers 0).
         with torch.random.fork_rng(devices=[]):
@@ -32,29 +69,42 @@ class Evaluator:
         self.normalize_obs = args.normalize_obs
         self.obs_clip = args.obs_clip
 
-    def _restart(self, k, seed, exc, failures):
-        """Env k raised in this episode: count it, rebuild the env (a fresh constructor seed,
-        so a fault drawn from it is not replayed) and start the episode again with its seed
-        ``seed`` (so the rerun is the episode the others are compared with). EnvFailure after
-        --max_env_errors failures of one episode. The new first observation."""
+    def _failed(self, k, exc, failures, last_errors):
+        """Env k raised in this evaluation's episode: count it. EnvFailure when it is the env's
+        --max_env_errors-th error without progress (broken); EpisodeLost when it is the
+        episode's --max_env_errors-th (the episode is given up); else the caller reruns it."""
+        failures[k] += 1
+        self.error_count += 1
+        self.errors_in_a_row[k] += 1
+        self.needs_rebuild[k] = True
+        last_errors[k] = describe_error(exc)
+        if self.errors_in_a_row[k] >= self.max_errors:
+            raise env_failure(f"the test worker's env {k}", self.errors_in_a_row[k],
+                              last_errors[k]) from exc
+        if failures[k] >= self.max_errors:
+            raise EpisodeLost(k)
+
+    def _start(self, k, seed, failures, last_errors):
+        """Episode k from its start (reset with ``seed``, so that a rerun is the episode the
+        others are compared with), on a rebuilt env (a fresh constructor seed, so a fault drawn
+        from it is not replayed) if the env raised last. Its first observation; EpisodeLost or
+        EnvFailure from ``_failed``."""
         while True:
-            failures[k] += 1
-            self.error_count += 1
-            if failures[k] >= self.max_errors:
-                raise env_failure(f"the test worker's env {k}", failures[k],
-                                  describe_error(exc)) from exc
-            try:  # best effort: the env is broken already
-                getattr(self.envs[k], "close", lambda: None)()
-            except Exception:  # noqa: BLE001
-                pass
             try:
-                self.envs[k] = make_env(self.plugins, self.env_config,
-                                        seeding.rebuilt_env(seeding.evaluation_env(self.seed, k),
-                                                            self.error_count),
-                                        evaluation=True)
-                return self.envs[k].reset(seed=seed)[0]
-            except Exception as again:  # noqa: BLE001 - another failure of this episode
-                exc = again
+                if self.needs_rebuild[k]:
+                    try:  # best effort: the env is broken already
+                        getattr(self.envs[k], "close", lambda: None)()
+                    except Exception:  # noqa: BLE001
+                        pass
+                    self.envs[k] = make_env(
+                        self.plugins, self.env_config,
+                        seeding.rebuilt_env(seeding.evaluation_env(self.seed, k),
+                                            self.error_count),
+                        evaluation=True)
+                    self.needs_rebuild[k] = False
+                return self.encode(self.envs[k].reset(seed=seed)[0])
+            except Exception as exc:  # noqa: BLE001 - another failure of this episode
+                self._failed(k, exc, failures, last_errors)
 
     @torch.no_grad()
     def evaluate(self, weights, weights_version=0, env_steps=0, obs_statistics=None):
@@ -72,10 +122,12 @@ class Evaluator:
             return self._evaluate(weights, weights_version, env_steps, obs_statistics)
 
     def _evaluate(self, weights, weights_version, env_steps, obs_statistics):
-        """Mean, spread and list of the returns of one episode per env; with
-        --normalize_obs, observations normalized with ``obs_statistics`` (never updated here).
-        An env that raises is rebuilt and its episode run again from the start with the same
-        seed; "env_errors" counts the errors survived."""
+        """Mean, spread and list of the returns of one episode per env, over the episodes that
+        finished; with --normalize_obs, observations normalized with ``obs_statistics`` (never
+        updated here). An env that raises is rebuilt and its episode run again from the start
+        with the same seed; "env_errors" counts the errors survived, "eval_episodes_lost" the
+        episodes given up ("lost_episodes": [{"env", "failures", "error"}]), see the module's
+        docstring. Every return statistic is None when no episode finished."""
         if weights is not None:
             self.model.set_weights(weights)
         # Each evaluation draws fresh starts, a function of the env-step count only, so a
@@ -84,17 +136,23 @@ class Evaluator:
                  for k in range(len(self.envs))]
         errors_before = self.error_count
         failures = [0] * len(self.envs)  # of the episode now running in env k
-        observations = []
-        for k, s in enumerate(seeds):
-            try:
-                observations.append(self.envs[k].reset(seed=s)[0])
-            except Exception as exc:  # noqa: BLE001 - survived: rebuilt, reset again
-                observations.append(self._restart(k, s, exc, failures))
+        last_errors = [None] * len(self.envs)
+        lost = []
+        observations = [None] * len(self.envs)
         returns = np.zeros(len(self.envs))
         lengths = np.zeros(len(self.envs), dtype=np.int64)
-        running = list(range(len(self.envs)))
+        running = []
+        for k, s in enumerate(seeds):
+            try:
+                observations[k] = self._start(k, s, failures, last_errors)
+                running.append(k)
+            except EpisodeLost:
+                lost.append(k)
         while running:
-            batch = np.stack([observations[i] for i in running])
+            batch = spaces.stack([observations[i] for i in running])
+            check_valid_actions(batch, self.action_space,
+                                lambda row, envs=running: f"the test worker's env {envs[row]}, "
+                                f"at step {lengths[envs[row]]} of its episode,")
             if self.normalize_obs:
                 batch = normalize(batch, obs_statistics, self.obs_clip)
             actions, _ = self.model.choose_actions(batch, deterministic=self.deterministic)
@@ -104,18 +162,36 @@ class Evaluator:
                     obs, reward, terminated, truncated, _ = self.envs[i].step(
                         to_env_action(self.action_space, action))
                 except Exception as exc:  # noqa: BLE001 - the episode is run again
-                    observations[i] = self._restart(i, seeds[i], exc, failures)
                     returns[i], lengths[i] = 0.0, 0
+                    try:
+                        self._failed(i, exc, failures, last_errors)
+                        observations[i] = self._start(i, seeds[i], failures, last_errors)
+                    except EpisodeLost:
+                        lost.append(i)
+                        continue
                     still_running.append(i)
                     continue
+                self.errors_in_a_row[i] = 0   # progress: see the module's docstring
                 returns[i] += reward
                 lengths[i] += 1
-                observations[i] = obs
+                observations[i] = self.encode(obs)
                 if not (terminated or truncated):
                     still_running.append(i)
             running = still_running
-        return {"eval_return": float(returns.mean()), "eval_return_std": float(returns.std()),
-                "eval_return_min": float(returns.min()), "eval_return_max": float(returns.max()),
-                "eval_length": float(lengths.mean()), "returns": returns.tolist(),
+        finished = np.array(sorted(set(range(len(self.envs))) - set(lost)), dtype=np.int64)
+        done_returns, done_lengths = returns[finished], lengths[finished]
+
+        def statistic(fn, values):
+            return float(fn(values)) if len(values) else None
+        return {"eval_return": statistic(np.mean, done_returns),
+                "eval_return_std": statistic(np.std, done_returns),
+                "eval_return_min": statistic(np.min, done_returns),
+                "eval_return_max": statistic(np.max, done_returns),
+                "eval_length": statistic(np.mean, done_lengths),
+                "returns": done_returns.tolist(),
                 "weights_version": weights_version, "env_steps": env_steps,
-                "env_errors": self.error_count - errors_before}
+                "env_errors": self.error_count - errors_before,
+                "eval_episodes": len(self.envs),
+                "eval_episodes_lost": len(lost),
+                "lost_episodes": [{"env": k, "failures": failures[k], "error": last_errors[k]}
+                                  for k in sorted(lost)]}
