@@ -42,6 +42,14 @@ def evaluate_saved_model(args):
     result = evaluator.evaluate(None, meta.get("updates", 0), meta.get("env_steps", 0),
                                 statistics)
     returns = np.asarray(result["returns"])
+    lost = result.get("eval_episodes_lost", 0)
+    if lost:  # an episode whose env kept raising (core/sampling/evaluator.py)
+        print(f"ddrl: {lost} episode(s) could not finish (the env kept raising) and are left "
+              f"out", flush=True)
+    if not len(returns):
+        print(f"ddrl: {path}: no episode finished, so there is no return to report",
+              flush=True)
+        return result
     print(f"ddrl: {path} ({meta.get('env_steps', '?')} env steps): "
           f"{len(returns)} {'deterministic' if args.eval_deterministic else 'sampled'} "
           f"episodes, return {returns.mean():.2f} "
