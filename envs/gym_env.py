@@ -1,4 +1,22 @@
-"""gym_env: any gymnasium id (--gym_id) with Discrete or Box actions and Box observations.
+"""gym_env: any gymnasium id (--gym_id). Observations: any nesting of Box, Discrete,
+MultiDiscrete, MultiBinary, Dict and Tuple (core/spaces.py says how ddrl carries them); actions:
+Discrete, MultiDiscrete, MultiBinary and Box. step() hands the env a Discrete action as an int,
+a MultiDiscrete one as int64 and a MultiBinary one as int8 arrays of the space's shape, a Box one
+as a float32 array of the space's shape (whatever shape the model gave: flat or shaped).
+
+Dict observations: ``--drop_keys`` drops top-level keys a model cannot take (MiniGrid's Text
+``mission``: ``--gym_id MiniGrid-DoorKey-5x5-v0 --drop_keys mission``). Action masks end up under
+the observation's top-level key ``action_mask`` (core/spaces.py ACTION_MASK; 1 = valid): an env
+that gives its mask under another observation key names it with ``--action_mask_key KEY`` (it is
+renamed). An env that gives it in ``info[KEY]`` instead (seen in the info of a reset made once
+when the env is built, for Discrete and MultiDiscrete action spaces only) is wrapped so that its
+observation becomes a Dict: its own keys (a Dict observation) or its observation under the key
+``observation`` (any other), plus ``action_mask`` (Box(0, 1, (n,), int8); n = the Discrete's n
+or the sum of the MultiDiscrete's nvec) read from the info of every reset and step (every action
+valid at a step whose info lacks it). A mask in the observation wins over one in ``info``.
+``--action_mask_key none`` turns masks off: a top-level ``action_mask`` key is dropped.
+The MiniGrid ids (minigrid, in requirements.txt) and the toy ids of envs/toys.py
+(``ddrl/MaskedChoice-v0``, ...) are registered with gymnasium here and there.
 
 Atari (any ``ALE/...`` id, from ale-py with its ROMs) gets the standard preprocessing by default
 (Mnih et al. 2015; Machado et al. 2018): up to 30 no-op starts, every action repeated for 4
@@ -23,13 +41,14 @@ from core.argtypes import (non_negative_int, positive_int, positive_int_or_none,
 from core.registry import ConfigError
 from core.run.state import (generator_state, plain_attributes, set_attributes,
                         set_generator_state)
+from core.spaces import ACTION_MASK
 from envs import register_env, OBSERVATION
 
 
 @register_env("gym_env")
 @ray.remote
 class GymEnv:
-    """Wraps gymnasium.make(--gym_id); Box observations, Discrete or Box actions."""
+    """Wraps gymnasium.make(--gym_id); structured observations, any array action space."""
 
     @staticmethod
     def label(config):
@@ -43,6 +62,15 @@ class GymEnv:
                                  "LunarLanderContinuous-v3 (default: %(default)s)")
         parser.add_argument("--max_episode_steps", type=positive_int_or_none, default=None,
                             help="override the id's time limit (default: the id's own)")
+        parser.add_argument("--drop_keys", type=key_list, default=(),
+                            help="comma-separated top-level keys to drop from a Dict "
+                                 "observation, e.g. mission for MiniGrid's text (default: "
+                                 "none)")
+        parser.add_argument("--action_mask_key", default=ACTION_MASK,
+                            help="where the env gives its action mask (1 = valid action): a "
+                                 "top-level key of a Dict observation, else the same key of "
+                                 "the info of reset and step; either becomes the observation's "
+                                 "action_mask key. 'none': no mask (default: %(default)s)")
         atari = parser  # the env's own argument group (argparse deprecates nesting groups)
         atari.add_argument("--atari_preprocessing", action=argparse.BooleanOptionalAction,
                            default=True,
@@ -106,11 +134,15 @@ class GymEnv:
                               f"ALE/Breakout-v5 or HalfCheetah-v5.") from exc
         if preprocess:
             self.env = wrap_atari(self.env, args, evaluation=args.evaluation)
+        if args.drop_keys:
+            self.env = DropKeys(self.env, args.drop_keys, flag="--drop_keys")
+        self.env = wrap_action_mask(self.env, args.action_mask_key)
         self.observation_space = self.env.observation_space
         self.action_space = self.env.action_space
         spec = self.env.spec
         # The default --target_return: the id's own "solved" threshold (475 for CartPole-v1).
         self.reward_threshold = spec.reward_threshold if spec is not None else None
+        self.convert_action = action_converter(self.action_space)
 
     def reset(self, seed=None, options=None):
         obs, info = self.env.reset(seed=seed, options=options)
@@ -119,24 +151,24 @@ class GymEnv:
         return obs, info
 
     def step(self, action):
-        if isinstance(self.action_space, gym.spaces.Discrete):
-            action = int(np.asarray(action).reshape(()))
-        obs, reward, terminated, truncated, info = self.env.step(action)
+        obs, reward, terminated, truncated, info = self.env.step(self.convert_action(action))
         return OBSERVATION(obs, float(reward), bool(terminated), bool(truncated), info)
 
     # -- exact resume ----------------------------------------------------------------------
     # A checkpoint can hold an env's state only if it is plain data. For gymnasium's classic
-    # control envs it is (CartPole's `state` array, the time limit's step count, the RNG), and
-    # for MuJoCo's (the simulator's qpos, qvel and time, besides those). Box2D keeps its state
+    # control envs it is (CartPole's `state` array, the time limit's step count, the RNG), for
+    # the toys of envs/toys.py (their arrays and counters), and for MuJoCo's (the simulator's qpos, qvel and time, besides those). Box2D keeps its state
     # in a physics world of C++ bodies and ALE in an emulator whose saved states are opaque
     # bytes of the emulator build, so those return None and a restored run starts their
-    # episodes afresh.
+    # episodes afresh. The wrappers below hold only plain settings (a key, a size) or nothing:
+    # the info mask is read from the env's info at every step, never kept.
     def get_state(self):
         """The env's state as plain data, or None where it cannot be captured."""
         base = self.env.unwrapped
         module = type(base).__module__
         mujoco = module.startswith("gymnasium.envs.mujoco")
-        if not (module.startswith("gymnasium.envs.classic_control") or mujoco):
+        plain = module.startswith("gymnasium.envs.classic_control") or module == TOYS_MODULE
+        if not (plain or mujoco):
             return None
         layers, env = [], self.env
         while True:
@@ -173,6 +205,132 @@ class GymEnv:
 
     def close(self):
         self.env.close()
+
+
+TOYS_MODULE = "envs.toys"
+
+
+# -- structured spaces ----------------------------------------------------------------------------
+def key_list(text):
+    """--drop_keys: comma-separated keys as a tuple ('' or 'none': no key)."""
+    if str(text).strip().lower() in ("", "none"):
+        return ()
+    return tuple(key.strip() for key in str(text).split(",") if key.strip())
+
+
+def action_converter(space):
+    """The function that turns the action a model hands over (an int, a flat or shaped array)
+    into what the env's action space holds (the module docstring)."""
+    if isinstance(space, gym.spaces.Discrete):
+        return lambda action: int(np.asarray(action).reshape(()))
+    shape = tuple(space.shape) if space.shape is not None else None
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return lambda action: np.asarray(action).astype(np.int64, copy=False).reshape(shape)
+    if isinstance(space, gym.spaces.MultiBinary):
+        return lambda action: np.asarray(action).astype(np.int8, copy=False).reshape(shape)
+    if isinstance(space, gym.spaces.Box):
+        dtype = np.float32 if np.issubdtype(space.dtype, np.floating) else space.dtype
+        return lambda action: np.asarray(action).astype(dtype, copy=False).reshape(shape)
+    return lambda action: action
+
+
+class DropKeys(gym.ObservationWrapper):
+    """A Dict observation without some of its top-level keys."""
+
+    def __init__(self, env, keys, flag="--drop_keys"):
+        super().__init__(env)
+        space = env.observation_space
+        if not isinstance(space, gym.spaces.Dict):
+            raise ConfigError(f"{flag} {','.join(keys)}: the observation space {space} is not a "
+                              f"Dict, so it has no keys to drop. Leave {flag} out for this env.")
+        unknown = [key for key in keys if key not in space.spaces]
+        if unknown:
+            raise ConfigError(f"{flag}: the observation has no key "
+                              f"{', '.join(map(repr, unknown))}; its keys are "
+                              f"{', '.join(map(str, space.spaces))}.")
+        self.keys = tuple(keys)
+        self.observation_space = gym.spaces.Dict(
+            {k: s for k, s in space.spaces.items() if k not in self.keys}, sort_keys=False)
+
+    def observation(self, observation):
+        return {k: v for k, v in observation.items() if k not in self.keys}
+
+
+class RenameKey(gym.ObservationWrapper):
+    """A Dict observation with its key ``old`` named ``new`` (in the same place)."""
+
+    def __init__(self, env, old, new):
+        super().__init__(env)
+        self.old, self.new = old, new
+        self.observation_space = gym.spaces.Dict(
+            {(new if k == old else k): s for k, s in env.observation_space.spaces.items()},
+            sort_keys=False)
+
+    def observation(self, observation):
+        return {(self.new if k == self.old else k): v for k, v in observation.items()}
+
+
+class InfoActionMask(gym.Wrapper):
+    """The action mask of ``info[key]`` (each reset and step) as the observation's
+    ``action_mask`` key (the module docstring)."""
+
+    def __init__(self, env, key):
+        super().__init__(env)
+        self.key = key
+        actions = env.action_space
+        self.size = (int(actions.n) if isinstance(actions, gym.spaces.Discrete)
+                     else int(np.sum(actions.nvec)))
+        space = env.observation_space
+        self.is_dict = isinstance(space, gym.spaces.Dict)
+        inner = dict(space.spaces) if self.is_dict else {"observation": space}
+        inner[ACTION_MASK] = gym.spaces.Box(0, 1, (self.size,), np.int8)
+        self.observation_space = gym.spaces.Dict(inner, sort_keys=False)
+
+    def with_mask(self, observation, info):
+        mask = info.get(self.key)
+        if mask is None:
+            mask = np.ones(self.size, dtype=np.int8)
+        else:
+            mask = np.asarray(mask).astype(np.int8).reshape(-1)
+            if mask.size != self.size:
+                raise ValueError(f"info[{self.key!r}] holds {mask.size} action-mask entries; the "
+                                 f"action space {self.env.action_space} needs {self.size}.")
+        out = dict(observation) if self.is_dict else {"observation": observation}
+        out[ACTION_MASK] = mask
+        return out
+
+    def reset(self, **kwargs):
+        observation, info = self.env.reset(**kwargs)
+        return self.with_mask(observation, info), info
+
+    def step(self, action):
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        return self.with_mask(observation, info), reward, terminated, truncated, info
+
+
+def wrap_action_mask(env, key):
+    """``env`` with its action mask where core/spaces.py looks for it (--action_mask_key)."""
+    space = env.observation_space
+    keys = space.spaces if isinstance(space, gym.spaces.Dict) else {}
+    if str(key).lower() == "none":
+        return DropKeys(env, (ACTION_MASK,)) if ACTION_MASK in keys else env
+    if key in keys:
+        if key == ACTION_MASK:
+            return env
+        if ACTION_MASK in keys:
+            raise ConfigError(f"--action_mask_key {key}: the observation has both {key!r} and "
+                              f"{ACTION_MASK!r}, and ddrl reads the mask from {ACTION_MASK!r}. "
+                              f"Drop the other one with --drop_keys {ACTION_MASK}, or use "
+                              f"--action_mask_key {ACTION_MASK}.")
+        return RenameKey(env, key, ACTION_MASK)
+    if ACTION_MASK in keys:  # a mask in the observation wins over one in info
+        return env
+    if not isinstance(env.action_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+        return env
+    _, info = env.reset()  # unseeded: the caller's seeded reset comes next
+    if isinstance(info, dict) and key in info:
+        return InfoActionMask(env, key)
+    return env
 
 
 # -- Atari ----------------------------------------------------------------------------------------
@@ -251,4 +409,10 @@ try:  # registers the ALE/... ids with gymnasium (ale-py is in requirements.txt)
     # errors only: not the emulator's banner from every process that makes an env
     ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
 except ImportError:  # pragma: no cover - a partial install: is_atari ids fail in gym.make
+    pass
+
+try:  # registers the MiniGrid-... ids with gymnasium (minigrid is in requirements.txt)
+    import minigrid
+    gym.register_envs(minigrid)
+except ImportError:  # pragma: no cover - a partial install: MiniGrid ids fail in gym.make
     pass

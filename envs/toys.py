@@ -1,0 +1,300 @@
+"""Toy gymnasium envs, one per space ddrl carries (issue 30): each small, fast (pure numpy),
+deterministic given ``reset(seed=...)``, and registered with gymnasium at import under the
+``ddrl/`` namespace with a ``reward_threshold`` (the default --target_return) and a time limit.
+Run them through gym_env: ``--env_name gym_env --gym_id ddrl/MaskedChoice-v0``. This module
+registers no ddrl plugin; envs/__init__.py imports every module of the package, so the ids exist
+wherever ddrl runs, Ray's workers included.
+
+Returns per episode, of a hand-written optimal policy and of uniform random actions (means over
+2,000 seeded episodes, 200 for DictCartPole; tests/test_toy_envs.py checks that the optimal
+policy reaches each threshold and the random one does not):
+
+    id                          actions              optimal  random   threshold
+    ddrl/MaskedChoice-v0        Discrete(8), masked   20.0    -7.5       18
+    ddrl/MaskedChoiceInfo-v0    (the same, info mask) 20.0    -7.5       18
+    ddrl/TinyGrid-v0            Discrete(4)           0.90   -0.39       0.8
+    ddrl/MultiButton-v0         MultiDiscrete(3,3,3)  10.0    3.3         9
+    ddrl/BitMatch-v0            MultiBinary(6)        10.0    5.0         9
+    ddrl/PointReach-v0          Box(-1, 1, (2,))     -5.0    -52        -8
+    ddrl/PointReachGrid-v0      Box(-1, 1, (1, 2))   -5.0    -52        -8
+    ddrl/DictCartPole-v0        Discrete(2)           500     22        475
+
+**MaskedChoice** (20 steps): at every step a random 4 of the 8 actions are valid
+(``action_mask``, 1 = valid, int8). The observation (Box float32 [16]) one-hot encodes a
+*preferred* action (any of the 8; valid 3 times in 7) and a *fallback* (always valid); the
+target is the preferred action when it is valid, else the fallback. Reward +1 for the target, 0
+for another valid action, -1 for an invalid one, which the env counts in
+``info["invalid_actions"]`` (the episode's running count) and otherwise plays as a step. The
+mask is not in the Box, so only a policy whose choice respects the mask can score more than
+20 * 4/7 = 11.4 (always the fallback); a masked uniform choice gets 5, an unmasked one -7.5.
+``MaskedChoiceInfo`` gives the mask in ``info["action_mask"]`` (of every reset and step) instead
+of the observation, which is then the Box alone: gym_env's --action_mask_key lifts it into the
+observation.
+
+**TinyGrid** (50 steps): a 16x16 grid as a uint8 image [16, 16, 1] (channels last), the agent a
+255 pixel, the goal a 128 pixel, both placed at random; actions up, down, left, right (a move
+into a wall stays). Reward +1 on reaching the goal (the episode ends), else -0.01 a step. The
+shortest path returns 1 - 0.01 (d - 1) for a Manhattan distance d (0.71 to 1.0).
+
+**MultiButton** (10 steps): three 3-way buttons; the observation one-hot encodes a fresh random
+target setting every step (Box float32 [9]); reward: the fraction of buttons set as the target.
+
+**BitMatch** (10 steps): six bits; the observation gives a fresh random target as +-1 (Box
+float32 [6]); reward: the fraction of bits matched.
+
+**PointReach** (50 steps): a point and a goal in [-1, 1]^2 (Dict {"position", "goal"}, float32);
+an action in [-1, 1]^2 moves the point by 0.1 times it (clipped to the square); reward: minus
+the distance to the goal after the move. ``PointReachGrid`` takes the same action shaped
+[1, 2] (a Box of more than one dimension).
+
+**DictCartPole** (500 steps): CartPole-v1 with its observation as Dict {"cart": [x, x_dot],
+"pole": [theta, theta_dot]}, the same dynamics and threshold: the structured path's cost
+against the plain one is measured on it.
+"""
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.envs.classic_control import CartPoleEnv
+
+NAMESPACE = "ddrl"
+
+
+class MaskedChoiceEnv(gym.Env):
+    """Choose the preferred action when it is valid, else the fallback (the module docstring)."""
+
+    metadata = {"render_modes": []}
+    num_actions = 8
+    num_valid = 4
+
+    def __init__(self, mask_in_info=False, render_mode=None):
+        n = self.num_actions
+        self.mask_in_info = mask_in_info
+        self.render_mode = render_mode
+        box = spaces.Box(0.0, 1.0, (2 * n,), np.float32)
+        mask = spaces.Box(0, 1, (n,), np.int8)
+        self.observation_space = (box if mask_in_info else
+                                  spaces.Dict({"observation": box, "action_mask": mask},
+                                              sort_keys=False))
+        self.action_space = spaces.Discrete(n)
+        self.mask = np.ones(n, dtype=np.int8)
+        self.preferred = 0
+        self.fallback = 0
+        self.target = 0
+        self.invalid_actions = 0
+
+    def _draw(self):
+        n, rng = self.num_actions, self.np_random
+        valid = rng.permutation(n)[:self.num_valid]
+        self.mask = np.zeros(n, dtype=np.int8)
+        self.mask[valid] = 1
+        self.fallback = int(rng.choice(valid))
+        others = [a for a in range(n) if a != self.fallback]
+        self.preferred = int(others[rng.integers(n - 1)])
+        self.target = self.preferred if self.mask[self.preferred] else self.fallback
+
+    def _observation(self):
+        n = self.num_actions
+        box = np.zeros(2 * n, dtype=np.float32)
+        box[self.preferred] = 1.0
+        box[n + self.fallback] = 1.0
+        if self.mask_in_info:
+            return box
+        return {"observation": box, "action_mask": self.mask.copy()}
+
+    def _info(self):
+        info = {"invalid_actions": self.invalid_actions}
+        if self.mask_in_info:
+            info["action_mask"] = self.mask.copy()
+        return info
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.invalid_actions = 0
+        self._draw()
+        return self._observation(), self._info()
+
+    def step(self, action):
+        action = int(np.asarray(action).reshape(()))
+        if not self.mask[action]:
+            reward = -1.0
+            self.invalid_actions += 1
+        else:
+            reward = 1.0 if action == self.target else 0.0
+        self._draw()
+        return self._observation(), reward, False, False, self._info()
+
+
+class TinyGridEnv(gym.Env):
+    """Walk a pixel to the goal pixel on a 16x16 uint8 image (the module docstring)."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
+    size = 16
+    agent_value, goal_value = 255, 128
+    moves = np.array([[-1, 0], [1, 0], [0, -1], [0, 1]])  # up, down, left, right (row, col)
+    step_cost = 0.01
+
+    def __init__(self, render_mode=None):
+        self.render_mode = render_mode
+        self.observation_space = spaces.Box(0, 255, (self.size, self.size, 1), np.uint8)
+        self.action_space = spaces.Discrete(4)
+        self.agent = np.zeros(2, dtype=np.int64)
+        self.goal = np.zeros(2, dtype=np.int64)
+
+    def _observation(self):
+        image = np.zeros((self.size, self.size, 1), dtype=np.uint8)
+        image[self.goal[0], self.goal[1], 0] = self.goal_value
+        image[self.agent[0], self.agent[1], 0] = self.agent_value
+        return image
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        cells = self.np_random.choice(self.size * self.size, size=2, replace=False)
+        self.agent = np.array(divmod(int(cells[0]), self.size), dtype=np.int64)
+        self.goal = np.array(divmod(int(cells[1]), self.size), dtype=np.int64)
+        return self._observation(), {}
+
+    def step(self, action):
+        move = self.moves[int(np.asarray(action).reshape(()))]
+        self.agent = np.clip(self.agent + move, 0, self.size - 1)
+        reached = bool(np.array_equal(self.agent, self.goal))
+        reward = 1.0 if reached else -self.step_cost
+        return self._observation(), reward, reached, False, {}
+
+    def render(self):
+        if self.render_mode != "rgb_array":
+            return None
+        gray = self._observation()[:, :, 0]
+        return np.repeat(np.repeat(np.repeat(gray[:, :, None], 3, axis=2), 8, axis=0), 8, axis=1)
+
+
+class MultiButtonEnv(gym.Env):
+    """Set three 3-way buttons as the observation's target (the module docstring)."""
+
+    metadata = {"render_modes": []}
+    nvec = (3, 3, 3)
+
+    def __init__(self, render_mode=None):
+        self.render_mode = render_mode
+        self.observation_space = spaces.Box(0.0, 1.0, (sum(self.nvec),), np.float32)
+        self.action_space = spaces.MultiDiscrete(self.nvec)
+        self.target = np.zeros(len(self.nvec), dtype=np.int64)
+        self.offsets = np.cumsum((0,) + self.nvec[:-1])
+
+    def _draw(self):
+        self.target = self.np_random.integers(0, self.nvec).astype(np.int64)
+        obs = np.zeros(sum(self.nvec), dtype=np.float32)
+        obs[self.offsets + self.target] = 1.0
+        return obs
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self._draw(), {}
+
+    def step(self, action):
+        action = np.asarray(action).reshape(len(self.nvec))
+        reward = float(np.mean(action == self.target))
+        return self._draw(), reward, False, False, {}
+
+
+class BitMatchEnv(gym.Env):
+    """Set six bits as the observation's +-1 target (the module docstring)."""
+
+    metadata = {"render_modes": []}
+    num_bits = 6
+
+    def __init__(self, render_mode=None):
+        self.render_mode = render_mode
+        self.observation_space = spaces.Box(-1.0, 1.0, (self.num_bits,), np.float32)
+        self.action_space = spaces.MultiBinary(self.num_bits)
+        self.bits = np.zeros(self.num_bits, dtype=np.int8)
+
+    def _draw(self):
+        self.bits = self.np_random.integers(0, 2, self.num_bits).astype(np.int8)
+        return (2.0 * self.bits - 1.0).astype(np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self._draw(), {}
+
+    def step(self, action):
+        action = np.asarray(action).reshape(self.num_bits)
+        reward = float(np.mean(action == self.bits))
+        return self._draw(), reward, False, False, {}
+
+
+class PointReachEnv(gym.Env):
+    """Move a point to a goal in [-1, 1]^2 (the module docstring)."""
+
+    metadata = {"render_modes": []}
+    speed = 0.1
+
+    def __init__(self, action_shape=(2,), render_mode=None):
+        self.render_mode = render_mode
+        point = spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.observation_space = spaces.Dict({"position": point, "goal": point},
+                                             sort_keys=False)
+        self.action_space = spaces.Box(-1.0, 1.0, tuple(action_shape), np.float32)
+        self.position = np.zeros(2, dtype=np.float32)
+        self.goal = np.zeros(2, dtype=np.float32)
+
+    def _observation(self):
+        return {"position": self.position.copy(), "goal": self.goal.copy()}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.position = self.np_random.uniform(-1.0, 1.0, 2).astype(np.float32)
+        self.goal = self.np_random.uniform(-1.0, 1.0, 2).astype(np.float32)
+        return self._observation(), {}
+
+    def step(self, action):
+        move = np.clip(np.asarray(action, dtype=np.float32).reshape(2), -1.0, 1.0)
+        self.position = np.clip(self.position + self.speed * move, -1.0, 1.0).astype(np.float32)
+        reward = -float(np.linalg.norm(self.position - self.goal))
+        return self._observation(), reward, False, False, {}
+
+
+class DictObservation(gym.ObservationWrapper):
+    """CartPole's [x, x_dot, theta, theta_dot] as {"cart": [x, x_dot], "pole": [theta,
+    theta_dot]}."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        low, high = env.observation_space.low, env.observation_space.high
+        self.observation_space = spaces.Dict(
+            {"cart": spaces.Box(low[:2], high[:2], dtype=np.float32),
+             "pole": spaces.Box(low[2:], high[2:], dtype=np.float32)}, sort_keys=False)
+
+    def observation(self, observation):
+        observation = np.asarray(observation, dtype=np.float32)
+        return {"cart": observation[:2].copy(), "pole": observation[2:].copy()}
+
+
+def make_dict_cartpole(**kwargs):
+    return DictObservation(CartPoleEnv(**kwargs))
+
+
+def make_point_reach_grid(**kwargs):
+    return PointReachEnv(action_shape=(1, 2), **kwargs)
+
+
+def make_masked_choice_info(**kwargs):
+    return MaskedChoiceEnv(mask_in_info=True, **kwargs)
+
+
+# id: (entry point, max_episode_steps, reward_threshold)
+TOYS = {
+    "MaskedChoice-v0": (MaskedChoiceEnv, 20, 18.0),
+    "MaskedChoiceInfo-v0": (make_masked_choice_info, 20, 18.0),
+    "TinyGrid-v0": (TinyGridEnv, 50, 0.8),
+    "MultiButton-v0": (MultiButtonEnv, 10, 9.0),
+    "BitMatch-v0": (BitMatchEnv, 10, 9.0),
+    "PointReach-v0": (PointReachEnv, 50, -8.0),
+    "PointReachGrid-v0": (make_point_reach_grid, 50, -8.0),
+    "DictCartPole-v0": (make_dict_cartpole, 500, 475.0),
+}
+IDS = tuple(f"{NAMESPACE}/{name}" for name in TOYS)
+
+for _name, (_entry_point, _steps, _threshold) in TOYS.items():
+    if f"{NAMESPACE}/{_name}" not in gym.registry:  # a re-import (Ray workers, --user_dir)
+        gym.register(id=f"{NAMESPACE}/{_name}", entry_point=_entry_point,
+                     max_episode_steps=_steps, reward_threshold=_threshold)

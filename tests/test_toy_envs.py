@@ -1,0 +1,183 @@
+"""The toy envs of envs/toys.py: gymnasium's checker, seeding, the masked env's rules, and the
+returns the docstring gives (a hand-written optimal policy reaches each threshold, a random one
+does not)."""
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+from envs import toys
+
+pytestmark = pytest.mark.unit
+
+EPISODES = 100
+
+
+def make(gym_id):
+    return gym.make(gym_id)
+
+
+# -- hand-written optimal policies: each reads only the observation (and the info's mask) ----------
+def masked_choice(obs, info):
+    box, mask = ((obs, info["action_mask"]) if isinstance(obs, np.ndarray)
+                 else (obs["observation"], obs["action_mask"]))
+    preferred, fallback = int(np.argmax(box[:8])), int(np.argmax(box[8:]))
+    return preferred if mask[preferred] else fallback
+
+
+def tiny_grid(obs, info):
+    image = obs[:, :, 0]
+    agent = np.argwhere(image == toys.TinyGridEnv.agent_value)[0]
+    goal = np.argwhere(image == toys.TinyGridEnv.goal_value)[0]
+    drow, dcol = goal - agent
+    if drow:
+        return 0 if drow < 0 else 1
+    return 2 if dcol < 0 else 3
+
+
+def multi_button(obs, info):
+    return np.argmax(obs.reshape(3, 3), axis=1)
+
+
+def bit_match(obs, info):
+    return (obs > 0).astype(np.int8)
+
+
+def point_reach(obs, info):
+    return np.clip((obs["goal"] - obs["position"]) / toys.PointReachEnv.speed, -1.0, 1.0)
+
+
+def dict_cartpole(obs, info):
+    theta, omega = obs["pole"]
+    return int(theta + 0.5 * omega > 0)
+
+
+OPTIMAL = {
+    "ddrl/MaskedChoice-v0": masked_choice,
+    "ddrl/MaskedChoiceInfo-v0": masked_choice,
+    "ddrl/TinyGrid-v0": tiny_grid,
+    "ddrl/MultiButton-v0": multi_button,
+    "ddrl/BitMatch-v0": bit_match,
+    "ddrl/PointReach-v0": point_reach,
+    "ddrl/PointReachGrid-v0": point_reach,
+    "ddrl/DictCartPole-v0": dict_cartpole,
+}
+
+
+def mean_return(gym_id, policy, episodes=EPISODES, seed=0):
+    env = make(gym_id)
+    env.action_space.seed(seed)
+    shape = env.action_space.shape
+    returns = []
+    for episode in range(episodes):
+        obs, info = env.reset(seed=seed + episode)
+        total, done = 0.0, False
+        while not done:
+            action = policy(obs, info) if policy else env.action_space.sample()
+            if isinstance(env.action_space, gym.spaces.Box):
+                action = np.asarray(action, dtype=np.float32).reshape(shape)
+            obs, reward, terminated, truncated, info = env.step(action)
+            total += reward
+            done = terminated or truncated
+        returns.append(total)
+    env.close()
+    return float(np.mean(returns))
+
+
+def test_every_toy_is_registered_with_a_threshold_and_a_time_limit():
+    assert set(OPTIMAL) == set(toys.IDS)
+    for gym_id in toys.IDS:
+        spec = gym.spec(gym_id)
+        assert spec.reward_threshold is not None and spec.max_episode_steps
+
+
+@pytest.mark.parametrize("gym_id", toys.IDS)
+def test_gymnasium_env_checker_passes(gym_id):
+    env = gym.make(gym_id, disable_env_checker=True).unwrapped
+    if gym_id == "ddrl/DictCartPole-v0":  # CartPole itself under the Dict observation wrapper
+        env = toys.make_dict_cartpole()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a warning of the checker is a failure here...
+        # ...but these two, of any wrapper and of CartPole's own unbounded velocities
+        warnings.filterwarnings("ignore", message=".*different from the unwrapped")
+        warnings.filterwarnings("ignore", message=".*infinity")
+        check_env(env, skip_render_check=True)
+    env.close()
+
+
+def test_tiny_grid_renders_an_rgb_array():
+    env = gym.make("ddrl/TinyGrid-v0", render_mode="rgb_array")
+    env.reset(seed=0)
+    frame = env.render()
+    assert frame.shape == (128, 128, 3) and frame.dtype == np.uint8 and frame.max() == 255
+
+
+def trajectory(gym_id, seed, steps=30):
+    env = make(gym_id)
+    env.action_space.seed(123)
+    obs, _ = env.reset(seed=seed)
+    out = [obs]
+    for _ in range(steps):
+        obs, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+        out.append((obs, reward))
+        if terminated or truncated:
+            out.append(env.reset()[0])
+    return out
+
+
+def flat(items):
+    return np.concatenate([np.concatenate([np.ravel(v) for v in
+                                           (x.values() if isinstance(x, dict) else [x])])
+                           if not isinstance(x, tuple) else
+                           np.concatenate([flat([x[0]]), [x[1]]]) for x in items])
+
+
+@pytest.mark.parametrize("gym_id", toys.IDS)
+def test_same_seed_same_trajectory(gym_id):
+    np.testing.assert_array_equal(flat(trajectory(gym_id, 3)), flat(trajectory(gym_id, 3)))
+    assert not np.array_equal(flat(trajectory(gym_id, 3)), flat(trajectory(gym_id, 4)))
+
+
+@pytest.mark.parametrize("gym_id", ["ddrl/MaskedChoice-v0", "ddrl/MaskedChoiceInfo-v0"])
+def test_masked_choice_masks_half_and_penalizes_and_counts_invalid_actions(gym_id):
+    env = make(gym_id)
+    obs, info = env.reset(seed=0)
+    mask_of = ((lambda o, i: i["action_mask"]) if gym_id.endswith("Info-v0")
+               else (lambda o, i: o["action_mask"]))
+    invalid = 0
+    for t in range(20):
+        mask = mask_of(obs, info)
+        assert mask.dtype == np.int8 and mask.shape == (8,) and mask.sum() == 4
+        if t % 2:
+            action, expected = int(np.flatnonzero(mask == 0)[0]), -1.0   # invalid
+            invalid += 1
+        else:
+            action = masked_choice(obs, info)
+            expected = 1.0
+        obs, reward, terminated, truncated, info = env.step(action)
+        assert reward == expected
+        assert info["invalid_actions"] == invalid
+        assert not terminated and truncated == (t == 19)
+    assert env.reset(seed=1)[1]["invalid_actions"] == 0
+
+
+def test_masked_choice_needs_the_mask():
+    """The best policy blind to the mask (always the fallback) stays far below the
+    threshold: 20 * 4/7."""
+    def fallback(obs, info):
+        return int(np.argmax(obs["observation"][8:]))
+    got = mean_return("ddrl/MaskedChoice-v0", fallback)
+    assert abs(got - 20 * 4 / 7) < 1.0
+    assert got < gym.spec("ddrl/MaskedChoice-v0").reward_threshold - 5
+
+
+@pytest.mark.parametrize("gym_id", toys.IDS)
+def test_optimal_reaches_the_threshold_and_random_does_not(gym_id):
+    threshold = gym.spec(gym_id).reward_threshold
+    episodes = 20 if gym_id == "ddrl/DictCartPole-v0" else EPISODES
+    optimal = mean_return(gym_id, OPTIMAL[gym_id], episodes)
+    random = mean_return(gym_id, None, episodes)
+    assert optimal >= threshold, (optimal, threshold)
+    assert random < threshold, (random, threshold)
