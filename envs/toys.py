@@ -12,12 +12,19 @@ policy reaches each threshold and the random one does not):
     id                          actions              optimal  random   threshold
     ddrl/MaskedChoice-v0        Discrete(8), masked   20.0    -7.5       18
     ddrl/MaskedChoiceInfo-v0    (the same, info mask) 20.0    -7.5       18
-    ddrl/TinyGrid-v0            Discrete(4)           0.90   -0.39       0.8
+    ddrl/TinyGrid-v0            Discrete(4)           0.96   -0.12       0.8
     ddrl/MultiButton-v0         MultiDiscrete(3,3,3)  10.0    3.3         9
     ddrl/BitMatch-v0            MultiBinary(6)        10.0    5.0         9
     ddrl/PointReach-v0          Box(-1, 1, (2,))     -5.0    -52        -8
     ddrl/PointReachGrid-v0      Box(-1, 1, (1, 2))   -5.0    -52        -8
     ddrl/DictCartPole-v0        Discrete(2)           500     22        475
+
+Learned (one seed, the ddrl defaults but one process of 8 envs, 10 deterministic evaluation
+episodes): PPO reached the thresholds of MaskedChoice and MaskedChoiceInfo (19.2), MultiButton
+(10.0) and BitMatch (9.5) at its first evaluation, 5,120 steps, while MaskedChoiceInfo with
+``--action_mask_key none`` (the mask unseen) stayed at 10-12 for 40k steps; PPO with 16 envs,
+gamma 0.99, lambda 0.95 and an entropy bonus of 0.01 reached 0.93 on TinyGrid in 82k steps; SAC
+with configs/sac-Pendulum-v1.yaml reached -7.6 on PointReach in 5,120 steps.
 
 **MaskedChoice** (20 steps): at every step a random 4 of the 8 actions are valid
 (``action_mask``, 1 = valid, int8). The observation (Box float32 [16]) one-hot encodes a
@@ -31,10 +38,12 @@ mask is not in the Box, so only a policy whose choice respects the mask can scor
 of the observation, which is then the Box alone: gym_env's --action_mask_key lifts it into the
 observation.
 
-**TinyGrid** (50 steps): a 16x16 grid as a uint8 image [16, 16, 1] (channels last), the agent a
-255 pixel, the goal a 128 pixel, both placed at random; actions up, down, left, right (a move
-into a wall stays). Reward +1 on reaching the goal (the episode ends), else -0.01 a step. The
-shortest path returns 1 - 0.01 (d - 1) for a Manhattan distance d (0.71 to 1.0).
+**TinyGrid** (50 steps): an 8x8 grid drawn as a uint8 image [16, 16, 1] (channels last, 2x2
+pixels a cell: SmallCNN's size), the agent 255, the goal 128, both placed at random; actions
+up, down, left, right (a move into a wall stays). Reward +1 on reaching the goal (the episode
+ends), else -0.01 a step. The shortest path returns 1 - 0.01 (d - 1) for a Manhattan distance d
+(0.87 to 1.0). A grid of 16x16 cells (``cell=1``) is much harder to explore: PPO's best
+evaluation in 300k steps was -0.08 there.
 
 **MultiButton** (10 steps): three 3-way buttons; the observation one-hot encodes a fresh random
 target setting every step (Box float32 [9]); reward: the fraction of buttons set as the target.
@@ -125,16 +134,18 @@ class MaskedChoiceEnv(gym.Env):
 
 
 class TinyGridEnv(gym.Env):
-    """Walk a pixel to the goal pixel on a 16x16 uint8 image (the module docstring)."""
+    """Walk to the goal on a grid drawn as a 16x16 uint8 image (the module docstring)."""
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
-    size = 16
+    size = 16  # pixels a side
     agent_value, goal_value = 255, 128
     moves = np.array([[-1, 0], [1, 0], [0, -1], [0, 1]])  # up, down, left, right (row, col)
     step_cost = 0.01
 
-    def __init__(self, render_mode=None):
+    def __init__(self, cell=2, render_mode=None):
         self.render_mode = render_mode
+        self.cell = int(cell)  # pixels a side of one cell
+        self.cells = self.size // self.cell
         self.observation_space = spaces.Box(0, 255, (self.size, self.size, 1), np.uint8)
         self.action_space = spaces.Discrete(4)
         self.agent = np.zeros(2, dtype=np.int64)
@@ -142,20 +153,23 @@ class TinyGridEnv(gym.Env):
 
     def _observation(self):
         image = np.zeros((self.size, self.size, 1), dtype=np.uint8)
-        image[self.goal[0], self.goal[1], 0] = self.goal_value
-        image[self.agent[0], self.agent[1], 0] = self.agent_value
+        c = self.cell
+        (gr, gc), (ar, ac) = self.goal * c, self.agent * c
+        image[gr:gr + c, gc:gc + c, 0] = self.goal_value
+        image[ar:ar + c, ac:ac + c, 0] = self.agent_value
         return image
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
-        cells = self.np_random.choice(self.size * self.size, size=2, replace=False)
-        self.agent = np.array(divmod(int(cells[0]), self.size), dtype=np.int64)
-        self.goal = np.array(divmod(int(cells[1]), self.size), dtype=np.int64)
+        n = self.cells
+        where = self.np_random.choice(n * n, size=2, replace=False)
+        self.agent = np.array(divmod(int(where[0]), n), dtype=np.int64)
+        self.goal = np.array(divmod(int(where[1]), n), dtype=np.int64)
         return self._observation(), {}
 
     def step(self, action):
         move = self.moves[int(np.asarray(action).reshape(()))]
-        self.agent = np.clip(self.agent + move, 0, self.size - 1)
+        self.agent = np.clip(self.agent + move, 0, self.cells - 1)
         reached = bool(np.array_equal(self.agent, self.goal))
         reward = 1.0 if reached else -self.step_cost
         return self._observation(), reward, reached, False, {}
