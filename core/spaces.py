@@ -107,6 +107,13 @@ class ObservationLayout:
         if self.structured:
             _walk(space, "", (), leaves)
         self.leaves: Dict[str, Leaf] = {leaf.path: leaf for leaf in leaves}
+        nested = [leaf.path for leaf in leaves
+                  if leaf.keys and leaf.keys[-1] == ACTION_MASK and len(leaf.keys) > 1]
+        if nested:
+            raise ConfigError(f"the observation's {nested[0]!r} looks like an action mask, but "
+                              f"ddrl reads masks from a top-level Dict key {ACTION_MASK!r} "
+                              f"only; move it there in the env wrapper (or rename it if it is "
+                              f"not a mask).")
         mask = self.leaves.get(ACTION_MASK)
         if mask is not None and (len(mask.keys) != 1 or len(mask.shape) != 1):
             raise ConfigError(f"the observation's {ACTION_MASK!r} must be a top-level Dict key "
