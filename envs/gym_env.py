@@ -15,8 +15,10 @@ observation becomes a Dict: its own keys (a Dict observation) or its observation
 or the sum of the MultiDiscrete's nvec) read from the info of every reset and step (every action
 valid at a step whose info lacks it). A mask in the observation wins over one in ``info``.
 ``--action_mask_key none`` turns masks off: a top-level ``action_mask`` key is dropped.
-The MiniGrid ids (minigrid, in requirements.txt) and the toy ids of envs/toys.py
-(``ddrl/MaskedChoice-v0``, ...) are registered with gymnasium here and there.
+
+The MiniGrid ids (``MiniGrid-DoorKey-5x5-v0``, ...; minigrid is in requirements.txt) are
+registered with gymnasium at the bottom of this module, the toy ids of envs/toys.py
+(``ddrl/MaskedChoice-v0``, ...) by that module.
 
 Atari (any ``ALE/...`` id, from ale-py with its ROMs) gets the standard preprocessing by default
 (Mnih et al. 2015; Machado et al. 2018): up to 30 no-op starts, every action repeated for 4
@@ -157,11 +159,12 @@ class GymEnv:
     # -- exact resume ----------------------------------------------------------------------
     # A checkpoint can hold an env's state only if it is plain data. For gymnasium's classic
     # control envs it is (CartPole's `state` array, the time limit's step count, the RNG), for
-    # the toys of envs/toys.py (their arrays and counters), and for MuJoCo's (the simulator's qpos, qvel and time, besides those). Box2D keeps its state
-    # in a physics world of C++ bodies and ALE in an emulator whose saved states are opaque
-    # bytes of the emulator build, so those return None and a restored run starts their
-    # episodes afresh. The wrappers below hold only plain settings (a key, a size) or nothing:
-    # the info mask is read from the env's info at every step, never kept.
+    # the toys of envs/toys.py (their arrays and counters), and for MuJoCo's (the simulator's
+    # qpos, qvel and time, besides those). Box2D keeps its state in a physics world of C++
+    # bodies and ALE in an emulator whose saved states are opaque bytes of the emulator build,
+    # so those return None and a restored run starts their episodes afresh. The wrappers below
+    # hold only plain settings (a key, a size) or nothing: the info mask is read from the env's
+    # info at every step, never kept.
     def get_state(self):
         """The env's state as plain data, or None where it cannot be captured."""
         base = self.env.unwrapped
