@@ -103,7 +103,7 @@ def main_command(args, run_dir):
 
 def profile(args, probe_argv):
     from compare import end_process_group, machine_info
-    from scaling import git_commit, read_rows, repo_relative
+    from scaling import git_commit, repo_relative
     run_dir = os.path.abspath(args.run_dir)
     shutil.rmtree(run_dir, ignore_errors=True)
     os.makedirs(run_dir)
@@ -130,7 +130,7 @@ def profile(args, probe_argv):
         time.sleep(args.seconds)
         after = {pid: cpu_seconds(pid) for pid in procs}
         machine_after, wall = machine_times(), time.time() - t0
-        end_row = read_rows(run_dir)[-1]
+        end_row = newer_row(run_dir, proc, start_row, args.skip_timeout)
         for _, _, spy in spies.values():
             try:
                 spy.wait(timeout=60)
@@ -169,6 +169,20 @@ def profile(args, probe_argv):
         updates_per_s=updates / span if span > 0 else None,
         env_steps_per_s=steps / span if span > 0 else None,
         machine_cores=machine, processes=processes, breakdown=breakdown)
+
+
+def newer_row(run_dir, proc, start_row, timeout):
+    """The newest metrics row, once one newer than ``start_row`` is written: a busy machine may
+    write none in a short window, and a rate needs two rows."""
+    from scaling import read_rows
+    deadline = time.time() + timeout
+    while True:
+        rows = read_rows(run_dir)
+        row = rows[-1] if rows else start_row
+        newer = (row.get("wall_time_s") or 0) > (start_row.get("wall_time_s") or 0)
+        if newer or proc.poll() is not None or time.time() > deadline:
+            return row
+        time.sleep(0.2)
 
 
 def markdown(d):
