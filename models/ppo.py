@@ -184,12 +184,19 @@ class PPOModel(BaseModel):
         # says why), with a generator of its own seeded from torch's (so a seed still fixes a
         # run; rollout workers keep its state in checkpoints). gSDE acts through torch.
         numpy_acting = self.head is None or self.discrete
-        self.numpy_actor = (None if self.use_sde or self.encoder is not None or not numpy_acting
+        # A structured observation whose leaves are all flattened (a Dict of vectors) is one
+        # concatenation away from a vector: it acts through numpy too (BENCHMARKS.md, "Spaces
+        # and masks": the torch path per step cost 1.8x on a Dict CartPole).
+        self.concat_paths = (list(self.encoder.paths)
+                             if isinstance(self.encoder, MultiInputEncoder)
+                             and all(kind == "flatten" for kind in self.encoder.kinds) else None)
+        vector_input = self.encoder is None or self.concat_paths is not None
+        self.numpy_actor = (None if self.use_sde or not vector_input or not numpy_acting
                             or self.layout.has_mask else NumpyMLP.of(self.actor))
         # With a shared encoder (a CNN) the values come from the features the action was drawn
         # from, nearly free; without one a second network per step costs more than a pass over
         # the fragment afterwards (core/sampling/rollout.py, values_later).
-        self.values_with_actions = self.encoder is not None
+        self.values_with_actions = not vector_input
         self.acting_rng = np.random.default_rng(int(torch.randint(0, 2**62, (1,)).item()))
         # gSDE: one exploration matrix per env [num_envs, latent, action], and the steps taken
         # with them since the fragment began (for --sde_sample_freq).
@@ -292,14 +299,22 @@ class PPOModel(BaseModel):
         return torch.tensor(np.asarray(obs), device=self.device).reshape(
             -1, *self.observation_space.shape)
 
+    def vector_obs(self, obs):
+        """float32 [B, features] for the numpy actor: the observations, or the concatenation
+        of a structured observation's flattened leaves (what MultiInputEncoder computes)."""
+        if self.concat_paths is None:
+            return np.asarray(obs, dtype=np.float32).reshape(-1, self.obs_dim)
+        rows = len(obs[self.concat_paths[0]])
+        return np.concatenate([np.asarray(obs[path], dtype=np.float32).reshape(rows, -1)
+                               for path in self.concat_paths], axis=1)
+
     @torch.no_grad()
     def choose_actions(self, obs, deterministic=False, values=True):
         """Actions for a batch of observations, with their log-probabilities and (``values``
         True) the critic's values; a rollout worker asks for the values of a whole fragment
         at once instead (``predict_values``)."""
         if self.numpy_actor is not None and self.device.type == "cpu":
-            actions, log_prob = self.act_numpy(np.asarray(obs, dtype=np.float32).reshape(
-                -1, self.obs_dim), deterministic)
+            actions, log_prob = self.act_numpy(self.vector_obs(obs), deterministic)
             features = None
         else:
             batch = self.flat_obs(obs)

@@ -74,7 +74,6 @@ def test_sac_transitions_replay_and_update_for_every_observation(obs_kind, actio
     from core.learning.replay_buffer import ReplayBuffer
     flags = ("--model_name", "sac", "--obs_kind", obs_kind, "--action_kind", action_kind,
              "--episode_steps", "4", "--sac_hidden_sizes", "16,16")
-    spec = spec_for(*flags)
     worker = worker_for(*flags)
     worker.collect(None, 0, 6)
     transitions = worker.agent.take_transitions()
@@ -90,7 +89,6 @@ def test_sac_transitions_replay_and_update_for_every_observation(obs_kind, actio
     for a, b in zip(spaces.leaves(buffer.state_dict()["observations"]),
                     spaces.leaves(restored.state_dict()["observations"])):
         assert np.array_equal(a, b)
-    del spec
     gradients, stats = worker.agent.model.step(batch)
     assert all(np.isfinite(g).all() for g in gradients.values())
     actions, _ = worker.agent.model.choose_actions(batch.transitions.observations)
@@ -209,3 +207,20 @@ def test_a_structured_run_resumes_exactly_and_plays_back(tmp_path, loop_flags):
     assert proc.returncode == 0, proc.stderr
     assert "2 deterministic" in proc.stdout
     assert sorted(os.listdir(tmp_path / "video")) == ["episode-0.gif", "episode-1.gif"]
+
+
+@pytest.mark.contract
+def test_a_dict_of_vectors_acts_through_numpy_with_the_torch_policy():
+    """A structured observation whose leaves are all flattened acts through the numpy actor
+    (the concatenation MultiInputEncoder computes); its log-probabilities are the policy's."""
+    from models.ppo import PPOModel
+    worker = worker_for("--gym_id", "ddrl/DictCartPole-v0", "--env_name", "gym_env")
+    model = worker.agent.model
+    assert isinstance(model, PPOModel) and model.numpy_actor is not None
+    assert not model.values_with_actions          # values for a whole fragment afterwards
+    obs = worker.observations
+    actions, extras = model.choose_actions(obs)
+    features = model.features(model.flat_obs(obs))
+    log_prob, _ = model.policy_terms(features, torch.as_tensor(actions))
+    assert np.allclose(extras["log_probs"], log_prob.detach().numpy(), atol=1e-5)
+    assert np.allclose(extras["values"], model.values(features).detach().numpy(), atol=1e-5)
