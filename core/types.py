@@ -16,6 +16,11 @@ WEIGHTS_VERSION_KEY = "__weights_version__"
 class Trajectory:
     """A fragment of T steps from E envs, time-major: arrays are [T, E, ...].
 
+    Observations (``observations``, ``last_observations``, ``truncated_observations``) are
+    arrays for a Box observation space, and for any other space a dict {leaf path: array} with
+    those leading dimensions on every leaf (core/spaces.py); an action mask rides along as the
+    ``action_mask`` leaf.
+
     ``truncated_index`` lists the (t, e) of every step that ended an episode by truncation and
     ``truncated_observations`` the observation the env returned there before the automatic
     reset (``observations[t + 1, e]`` is already the next episode's first): the agent

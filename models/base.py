@@ -5,23 +5,12 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 import torch
-from gymnasium import spaces
 from torch import nn
 
-from core.registry import ConfigError
 from core.types import WEIGHTS_VERSION_KEY
 
 Gradients = Dict[str, np.ndarray]
 Weights = Dict[str, np.ndarray]
-
-
-def require_box_observations(model_cls, observation_space):
-    """The MLP models take flat Box observations; anything else is a clear error."""
-    if not isinstance(observation_space, spaces.Box):
-        raise ConfigError(
-            f"model {model_cls.__name__} takes Box observations; this env's observation space is "
-            f"{observation_space}. Flatten or encode the observation in the env wrapper, or "
-            f"write a model for this space.")
 
 
 class BaseModel(nn.Module):
@@ -49,9 +38,12 @@ class BaseModel(nn.Module):
         self.observation_space = observation_space
         self.action_space = action_space
 
-    def choose_actions(self, obs: np.ndarray, deterministic: bool = False
+    def choose_actions(self, obs, deterministic: bool = False
                        ) -> Tuple[np.ndarray, Dict[str, np.ndarray]]:
-        """Actions for a batch of observations, plus what the agent needs (log-probs, values)."""
+        """Actions [B, *action_shape] for a batch of observations, plus what the agent needs
+        (log-probs, values). ``obs`` is an array [B, ...] for a Box observation space, else a
+        dict {leaf path: array [B, ...]} (core/spaces.py; ``layout_of(space).decode(obs)``
+        gives the nested form, and its ``action_mask`` leaf, if any, must be obeyed)."""
         raise NotImplementedError
 
     def step(self, batch) -> Tuple[Gradients, Dict[str, float]]:
