@@ -31,6 +31,8 @@ PROBES = {
     "training-windows": ("training_windows", "training returns and entropy per window of steps"),
     "sweep-time": ("sweep_time", "a sweep's wall time against its trials one after another"),
     "soak": ("soak", "RSS of every process and the object store over a long run"),
+    "invalid-actions": ("invalid_actions", "a masked env's invalid actions in a ddrl run"),
+    "structured-cost": ("structured_cost", "CartPole against DictCartPole: the Dict path's cost"),
 }
 
 
