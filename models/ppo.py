@@ -273,13 +273,16 @@ class PPOModel(BaseModel):
     def policy_terms(self, features, actions, mask=None):
         """(log-probabilities of ``actions``, entropies) under the policy at ``features``; the
         action mask, if any, applies to both (invalid actions have probability 0)."""
-        if self.head is not None:
+        # An unmasked Discrete keeps torch's Categorical: the same numbers as before the heads
+        # existed, so runs (and the figures measured on them) repeat bit for bit.
+        if self.head is not None and (mask is not None or not self.discrete):
             params = self.actor(features)
             return (self.head.log_prob(params, actions, mask),
                     self.head.entropy(params, mask))
         dist = self.distribution(features)
-        flat = actions.reshape(actions.shape[0], -1)  # a Box of any shape: its entries
-        return self.log_prob(dist, flat), self.entropy(dist)
+        if not self.discrete:  # a Box of any shape: its entries
+            actions = actions.reshape(actions.shape[0], -1)
+        return self.log_prob(dist, actions), self.entropy(dist)
 
     def values(self, features):
         return self.critic(features).squeeze(-1)

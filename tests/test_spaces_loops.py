@@ -224,3 +224,18 @@ def test_a_dict_of_vectors_acts_through_numpy_with_the_torch_policy():
     log_prob, _ = model.policy_terms(features, torch.as_tensor(actions))
     assert np.allclose(extras["log_probs"], log_prob.detach().numpy(), atol=1e-5)
     assert np.allclose(extras["values"], model.values(features).detach().numpy(), atol=1e-5)
+
+
+@pytest.mark.contract
+@pytest.mark.parametrize("action_kind", PPO_ACTIONS)
+def test_the_loss_sees_one_log_prob_per_sample_and_the_policy_that_acted(action_kind):
+    """policy_terms gives [B] log-probabilities equal to those recorded when acting (a Discrete
+    action broadcast against its logits as [B, 1] would give [B, B] and a wrong ratio), and
+    [B] entropies, for every action space; PPO's first ratio is then exactly 1."""
+    worker = worker_for("--obs_kind", "box", "--action_kind", action_kind)
+    worker.collect(None, 0, 8)
+    data, model = worker.agent.data, worker.agent.model
+    features = model.features(data["observations"])
+    log_prob, entropy = model.policy_terms(features, data["actions"])
+    assert log_prob.shape == entropy.shape == (24,)
+    assert torch.allclose(log_prob, data["old_log_probs"], atol=1e-5)
