@@ -68,7 +68,7 @@ def encoder_overrides(text) -> Tuple[str, ...]:
 
 def overrides(args):
     """--encoder_for as {path: kind} (empty for a config without the flag)."""
-    return dict(item.rsplit("=", 1) for item in getattr(args, "encoder_for", ()) or ())
+    return dict(item.rsplit("=", 1) for item in args.encoder_for or ())
 
 
 def add_encoder_args(parser):
@@ -294,7 +294,7 @@ def leaf_encoder(kind, leaf, args):
     if kind == "nature_cnn":
         return NatureCNN(leaf.space, args.cnn_features)
     if kind == "small_cnn":
-        return SmallCNN(leaf.space, getattr(args, "small_cnn_features", 128))
+        return SmallCNN(leaf.space, args.small_cnn_features)
     if kind == "onehot":
         return OneHot(leaf.space)
     return Flatten(leaf.space)
@@ -322,7 +322,7 @@ class MultiInputEncoder(nn.Module):
         if not leaves:
             raise ConfigError(f"the observation {observation_space} has nothing to encode "
                               f"besides its {observations.ACTION_MASK!r}.")
-        encoder = getattr(args, "encoder", "auto")
+        encoder = args.encoder
         self.paths, self.kinds, encoders = [], [], []
         for leaf in leaves:
             kind = chosen.get(leaf.path) or _auto_kind(leaf, encoder)
@@ -368,5 +368,5 @@ def make_encoder(args, observation_space):
     if choice == "nature_cnn":
         return NatureCNN(observation_space, args.cnn_features)
     if choice == "small_cnn":
-        return SmallCNN(observation_space, getattr(args, "small_cnn_features", 128))
+        return SmallCNN(observation_space, args.small_cnn_features)
     return Flatten(observation_space)

@@ -57,7 +57,7 @@ def patch_env_class(counts):
 
     def counting_init(self, args, seed=None):
         init(self, args, seed=seed)
-        self.probe_role = "evaluation" if getattr(args, "evaluation", False) else "training"
+        self.probe_role = "evaluation" if args.evaluation else "training"
         self.probe_last, self.probe_mask = 0, None
         counts[self.probe_role]["envs"] += 1
 
