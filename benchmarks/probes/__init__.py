@@ -25,3 +25,13 @@ def child(*argv):
     """argv of a child process running a probe's hidden one-measurement mode (torch's thread
     pool is set once per process, so each configuration gets a process of its own)."""
     return [sys.executable, PROBE, *argv]
+
+
+def git_commit():
+    """HEAD's short hash, or None outside a git checkout."""
+    import subprocess
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True,
+                              capture_output=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None

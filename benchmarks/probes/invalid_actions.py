@@ -25,10 +25,9 @@ import datetime
 import json
 import os
 import shlex
-import subprocess
 import time
 
-from probes import REPO, command
+from probes import REPO, command, git_commit
 
 DEFAULT_FLAGS = ("--gym_id ddrl/MaskedChoice-v0 --num_workers 0 --num_envs_per_worker 8 "
                  "--total_steps 100000 --target_return none --seed 0")
@@ -84,14 +83,6 @@ def patch_env_class(counts):
     def restore():
         cls.__init__, cls.reset, cls.step = init, reset, step
     return restore
-
-
-def git_commit():
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True,
-                              capture_output=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
 
 
 def run(args, argv):

@@ -42,7 +42,7 @@ import os
 import statistics
 import time
 
-from probes import REPO, command
+from probes import REPO, command, git_commit
 
 IDS = ("CartPole-v1", "ddrl/DictCartPole-v0")
 TORCH = "ddrl/DictCartPole-v0, torch path"
@@ -154,15 +154,6 @@ def training_run(gym_id, seed, opts):
                 env_steps=s.get("env_steps"), whole_run_steps_per_s=s.get("steps_per_s"),
                 steady_steps_per_s=(last[0] - first[0]) / (last[1] - first[1]),
                 steady_window=[first, last], process_wall_s=rec["process_wall_s"])
-
-
-def git_commit():
-    import subprocess
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True,
-                              capture_output=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
 
 
 def cell(d, nd=0):
