@@ -16,6 +16,15 @@ or the sum of the MultiDiscrete's nvec) read from the info of every reset and st
 valid at a step whose info lacks it). A mask in the observation wins over one in ``info``.
 ``--action_mask_key none`` turns masks off: a top-level ``action_mask`` key is dropped.
 
+``--hide_obs`` hides entries of a 1-D Box observation by index (comma-separated, from 0), so a
+fully observed task becomes partially observable, for recurrent policies: ``--gym_id CartPole-v1
+--hide_obs 1,3`` drops CartPole's two velocities (RL-Zoo's CartPoleNoVel-v1), ``--gym_id
+Pendulum-v1 --hide_obs 2`` its angular velocity (PendulumNoVel-v1). The space keeps the other
+entries' bounds and dtype. Evaluation envs hide the same entries, and exact resume reaches the
+env beneath. envs/toys.py registers both as ``ddrl/CartPoleNoVel-v1`` and
+``ddrl/PendulumNoVel-v1`` with the same wrapper, for benchmarks that make the env with
+gymnasium.make (SB3's).
+
 The MiniGrid ids (``MiniGrid-DoorKey-5x5-v0``, ...; minigrid is in requirements.txt) are
 registered with gymnasium at the bottom of this module, the toy ids of envs/toys.py
 (``ddrl/MaskedChoice-v0``, ...) by that module.
@@ -33,6 +42,7 @@ MuJoCo ids (HalfCheetah-v5, Hopper-v5, Walker2d-v5, Ant-v5, ...) run on the inst
 ``mujoco``; their simulator state is plain arrays, so checkpoints hold it (exact resume).
 """
 import argparse
+from typing import Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -45,6 +55,7 @@ from core.run.state import (generator_state, plain_attributes, set_attributes,
                         set_generator_state)
 from core.spaces import ACTION_MASK
 from envs import register_env, OBSERVATION
+from envs.toys import HideObs
 
 
 @register_env("gym_env")
@@ -68,6 +79,12 @@ class GymEnv:
                             help="comma-separated top-level keys to drop from a Dict "
                                  "observation, e.g. mission for MiniGrid's text (default: "
                                  "none)")
+        parser.add_argument("--hide_obs", type=index_list, default=(),
+                            help="comma-separated indices (from 0) of entries to hide from a "
+                                 "1-D Box observation, making the env partially observable, "
+                                 "e.g. 1,3 for CartPole-v1's two velocities, 2 for "
+                                 "Pendulum-v1's angular velocity; evaluation envs hide them "
+                                 "too (default: none)")
         parser.add_argument("--action_mask_key", default=ACTION_MASK,
                             help="where the env gives its action mask (1 = valid action): a "
                                  "top-level key of a Dict observation, else the same key of "
@@ -138,6 +155,10 @@ class GymEnv:
             self.env = wrap_atari(self.env, args, evaluation=args.evaluation)
         if args.drop_keys:
             self.env = DropKeys(self.env, args.drop_keys, flag="--drop_keys")
+        # getattr: tests/test_registry.py builds this env from a hand-made Namespace without it
+        hide_obs = getattr(args, "hide_obs", ())
+        if hide_obs:
+            self.env = HideObs(self.env, hide_obs, flag="--hide_obs")
         self.env = wrap_action_mask(self.env, args.action_mask_key)
         self.observation_space = self.env.observation_space
         self.action_space = self.env.action_space
@@ -163,8 +184,10 @@ class GymEnv:
     # qpos, qvel and time, besides those). Box2D keeps its state in a physics world of C++
     # bodies and ALE in an emulator whose saved states are opaque bytes of the emulator build,
     # so those return None and a restored run starts their episodes afresh. The wrappers below
-    # hold only plain settings (a key, a size) or nothing: the info mask is read from the env's
-    # info at every step, never kept.
+    # (and HideObs, envs/toys.py) hold only plain settings (a key, a size, the entries kept) or
+    # nothing: the info mask is read from the env's info at every step, never kept. Each
+    # wrapper's layer is walked through (env.env) down to the base env, whose state is the one
+    # that matters.
     def get_state(self):
         """The env's state as plain data, or None where it cannot be captured."""
         base = self.env.unwrapped
@@ -219,6 +242,29 @@ def key_list(text):
     if str(text).strip().lower() in ("", "none"):
         return ()
     return tuple(key.strip() for key in str(text).split(",") if key.strip())
+
+
+def index_list(text) -> Tuple[int, ...]:
+    """--hide_obs: comma-separated indices (integers from 0, each once) as a tuple ('' or
+    'none': none). Whether they fit the observation is HideObs's check (envs/toys.py)."""
+    if str(text).strip().lower() in ("", "none"):
+        return ()
+    indices = []
+    for part in str(text).split(","):
+        try:
+            index = int(part.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: {part.strip()!r} is not an integer index; give comma-separated "
+                f"observation entry indices counting from 0, e.g. 1,3") from None
+        if index < 0:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: {index} is negative; indices count from 0, e.g. 1,3")
+        if index in indices:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} gives index {index} more than once; give each index once, e.g. 1,3")
+        indices.append(index)
+    return tuple(indices)
 
 
 def action_converter(space):

@@ -18,6 +18,7 @@ policy reaches each threshold and the random one does not):
     ddrl/PointReach-v0          Box(-1, 1, (2,))     -5.0    -52        -8
     ddrl/PointReachGrid-v0      Box(-1, 1, (1, 2))   -5.0    -52        -8
     ddrl/DictCartPole-v0        Discrete(2)           500     22        475
+    ddrl/MemoryChoice-v0        Discrete(5), masked   1.0    -4.6        0.9
 
 Learned (one seed, the ddrl defaults but one process of 8 envs, 10 deterministic evaluation
 episodes): PPO reached the thresholds of MaskedChoice and MaskedChoiceInfo (19.2), MultiButton
@@ -61,11 +62,40 @@ the distance to the goal after the move. ``PointReachGrid`` takes the same actio
 **DictCartPole** (500 steps): CartPole-v1 with its observation as Dict {"cart": [x, x_dot],
 "pole": [theta, theta_dot]}, the same dynamics and threshold: the structured path's cost
 against the plain one is measured on it.
+
+**MemoryChoice** (``delay`` + 2 = 6 steps; time limit 50, a safety net): a test of memory, with a
+Dict observation and an action mask. Reset draws a cue c in {0..3}; the observation is Dict
+{"cue": Box(0, 1, (4,), float32), "phase": Box(0, 1, (2,), float32), "action_mask": Box(0, 1,
+(5,), int8)}. The cue is one-hot on the first observation only and zeros after it; the phase
+is [1, 0] (waiting) on that first observation and the ``delay`` (4) blank ones after it, where
+the only valid action is 0 ("wait"), then [0, 1] (deciding) on the last one, where actions 1..4
+are valid and 0 is not. Choosing 1 + c there gives +1, anything else -1 (wait included), and
+the episode ends (terminated; the final observation is a blank waiting one, never an all-zero
+mask). An invalid action while waiting costs -1 and is otherwise played as a wait, counted in
+``info["invalid_actions"]`` as in MaskedChoice. Nothing but the first cue tells c (no step
+count, nothing in info), so a policy without memory is at chance: its best return is 1/4 - 3/4
+= -0.5, as is a masked uniform choice's; an unmasked uniform one adds 5 * -0.8 while waiting
+(-4.6). The threshold 0.9 needs memory: 95% of the decisions right. ``gym.make(id, delay=...,
+num_cues=...)`` changes either (a delay beyond 48 needs ``max_episode_steps``).
+
+Partially observable classic control, as RL-Zoo's (for recurrent policies, and for comparing
+them with SB3's on exactly the same env): ``ddrl/CartPoleNoVel-v1`` is CartPole-v1 with
+observation entries 1 and 3 (the velocities x_dot and theta_dot) hidden, the same as gym_env's
+``--gym_id CartPole-v1 --hide_obs 1,3``; ``ddrl/PendulumNoVel-v1`` is Pendulum-v1 with entry 2
+(the angular velocity) hidden, the same as ``--gym_id Pendulum-v1 --hide_obs 2``. Each has its
+base id's time limit and reward_threshold (500 and 475; 200 and none) and the same wrapper
+(``HideObs`` below) as the flag, so the two give the same episodes for a seed. They are not in
+``IDS`` (the toys above): their returns are CartPole's and Pendulum's.
 """
+import functools
+import operator
+
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
-from gymnasium.envs.classic_control import CartPoleEnv
+from gymnasium.envs.classic_control import CartPoleEnv, PendulumEnv
+
+from core.registry import ConfigError
 
 NAMESPACE = "ddrl"
 
@@ -285,6 +315,116 @@ class DictObservation(gym.ObservationWrapper):
         return {"cart": observation[:2].copy(), "pole": observation[2:].copy()}
 
 
+class MemoryChoiceEnv(gym.Env):
+    """Remember the first step's cue through a delay, then choose it (the module docstring)."""
+
+    metadata = {"render_modes": []}
+    WAITING, DECIDING = np.array([1.0, 0.0], np.float32), np.array([0.0, 1.0], np.float32)
+
+    def __init__(self, num_cues=4, delay=4, render_mode=None):
+        if isinstance(num_cues, bool) or not isinstance(num_cues, (int, np.integer)) \
+                or num_cues < 2:
+            raise ValueError(f"MemoryChoice: num_cues={num_cues!r}; it takes an integer >= 2 "
+                             f"(a single cue needs no memory).")
+        if isinstance(delay, bool) or not isinstance(delay, (int, np.integer)) or delay < 0:
+            raise ValueError(f"MemoryChoice: delay={delay!r}; it takes an integer >= 0 (the "
+                             f"blank waiting steps between the cue and the decision).")
+        self.num_cues, self.delay = int(num_cues), int(delay)
+        self.render_mode = render_mode
+        n = self.num_cues
+        self.observation_space = spaces.Dict(
+            {"cue": spaces.Box(0.0, 1.0, (n,), np.float32),
+             "phase": spaces.Box(0.0, 1.0, (2,), np.float32),
+             "action_mask": spaces.Box(0, 1, (n + 1,), np.int8)}, sort_keys=False)
+        self.action_space = spaces.Discrete(n + 1)  # 0: wait; 1 + c: choose cue c
+        self.cue = 0
+        self.t = 0  # actions taken this episode
+        self.invalid_actions = 0
+
+    def _observation(self):
+        n = self.num_cues
+        cue = np.zeros(n, dtype=np.float32)
+        if self.t == 0:
+            cue[self.cue] = 1.0
+        deciding = self.t == self.delay + 1
+        mask = np.zeros(n + 1, dtype=np.int8)
+        if deciding:
+            mask[1:] = 1
+        else:
+            mask[0] = 1
+        return {"cue": cue, "phase": (self.DECIDING if deciding else self.WAITING).copy(),
+                "action_mask": mask}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.cue = int(self.np_random.integers(self.num_cues))
+        self.t = 0
+        self.invalid_actions = 0
+        return self._observation(), {"invalid_actions": 0}
+
+    def step(self, action):
+        action = int(np.asarray(action).reshape(()))
+        deciding = self.t == self.delay + 1
+        if deciding:
+            reward = 1.0 if action == 1 + self.cue else -1.0
+            self.invalid_actions += int(action == 0)
+        else:
+            reward = 0.0 if action == 0 else -1.0
+            self.invalid_actions += int(action != 0)
+        self.t += 1  # delay + 2 after the decision: a blank waiting observation
+        return (self._observation(), reward, deciding, False,
+                {"invalid_actions": self.invalid_actions})
+
+
+class HideObs(gym.ObservationWrapper):
+    """A 1-D Box observation without the entries at ``indices`` (gym_env's --hide_obs and the
+    NoVel ids): hiding the velocities makes a task partially observable, so only a policy that
+    infers them from past observations (a recurrent one, or stacked frames) can solve it. The
+    space keeps the other entries' low, high and dtype. Here rather than in gym_env so that this
+    module, which gym_env's module imports, registers the NoVel ids with the same class."""
+
+    def __init__(self, env, indices, flag="--hide_obs"):
+        super().__init__(env)
+        space = env.observation_space
+        shown = ",".join(map(str, indices))
+        if not isinstance(space, spaces.Box) or len(space.shape) != 1:
+            raise ConfigError(f"{flag} {shown}: the observation space {space} is not a 1-D Box, "
+                              f"so it has no entries to hide by index. Leave {flag} out for this "
+                              f"env (--drop_keys drops top-level keys of a Dict observation).")
+        size = int(space.shape[0])
+        allowed = f"indices 0 to {size - 1} of its {size} entries, each at most once"
+        try:
+            if any(isinstance(i, bool) for i in indices):
+                raise TypeError
+            hidden = [operator.index(i) for i in indices]
+        except TypeError:
+            raise ConfigError(f"{flag} {shown}: not a list of integer indices; the observation "
+                              f"space {space} takes {allowed}, e.g. {flag} 0.") from None
+        outside = [i for i in hidden if not 0 <= i < size]
+        repeated = sorted({i for i in hidden if hidden.count(i) > 1})
+        if outside or repeated:
+            what = (f"index {', '.join(map(str, outside))} is out of range" if outside else
+                    f"index {', '.join(map(str, repeated))} is given more than once")
+            raise ConfigError(f"{flag} {shown}: {what}; the observation space {space} takes "
+                              f"{allowed}.")
+        if len(hidden) == size:
+            raise ConfigError(f"{flag} {shown} hides every entry of the observation space "
+                              f"{space}, leaving nothing to observe: keep at least one of the "
+                              f"{allowed}.")
+        self.hidden = tuple(hidden)
+        self.keep = np.array([i for i in range(size) if i not in hidden], dtype=np.int64)
+        self.observation_space = spaces.Box(space.low[self.keep], space.high[self.keep],
+                                            dtype=space.dtype)
+
+    def observation(self, observation):
+        return np.asarray(observation)[self.keep]
+
+
+def make_hidden(env_class, indices, **kwargs):
+    """``env_class(**kwargs)`` with the observation entries at ``indices`` hidden."""
+    return HideObs(env_class(**kwargs), indices)
+
+
 def make_dict_cartpole(**kwargs):
     return DictObservation(CartPoleEnv(**kwargs))
 
@@ -307,10 +447,27 @@ TOYS = {
     "PointReach-v0": (PointReachEnv, 50, -8.0),
     "PointReachGrid-v0": (make_point_reach_grid, 50, -8.0),
     "DictCartPole-v0": (make_dict_cartpole, 500, 475.0),
+    "MemoryChoice-v0": (MemoryChoiceEnv, 50, 0.9),
 }
 IDS = tuple(f"{NAMESPACE}/{name}" for name in TOYS)
+
+# RL-Zoo's partially observable ids (the module docstring) -- id: (the base id, its env class,
+# the observation entries hidden); each has its base id's time limit and reward_threshold.
+NO_VEL = {
+    "CartPoleNoVel-v1": ("CartPole-v1", CartPoleEnv, (1, 3)),
+    "PendulumNoVel-v1": ("Pendulum-v1", PendulumEnv, (2,)),
+}
+NO_VEL_IDS = tuple(f"{NAMESPACE}/{name}" for name in NO_VEL)
 
 for _name, (_entry_point, _steps, _threshold) in TOYS.items():
     if f"{NAMESPACE}/{_name}" not in gym.registry:  # a re-import (Ray workers, --user_dir)
         gym.register(id=f"{NAMESPACE}/{_name}", entry_point=_entry_point,
                      max_episode_steps=_steps, reward_threshold=_threshold)
+
+for _name, (_base, _class, _hidden) in NO_VEL.items():
+    if f"{NAMESPACE}/{_name}" not in gym.registry:
+        _spec = gym.spec(_base)
+        gym.register(id=f"{NAMESPACE}/{_name}",
+                     entry_point=functools.partial(make_hidden, _class, _hidden),
+                     max_episode_steps=_spec.max_episode_steps,
+                     reward_threshold=_spec.reward_threshold)

@@ -181,3 +181,156 @@ def test_optimal_reaches_the_threshold_and_random_does_not(gym_id):
     random = mean_return(gym_id, None, episodes)
     assert optimal >= threshold, (optimal, threshold)
     assert random < threshold, (random, threshold)
+
+
+# -- MemoryChoice -------------------------------------------------------------------------------
+MEMORY = "ddrl/MemoryChoice-v0"
+WAIT_ONLY, CHOICES = [1, 0, 0, 0, 0], [0, 1, 1, 1, 1]
+
+
+class MemoryChoicePolicy:
+    """The optimal policy, the one here with memory: it keeps the cue of an episode's first
+    observation (every episode has one) until the decision."""
+
+    def __init__(self):
+        self.cue = None
+
+    def __call__(self, obs, info):
+        if obs["cue"].any():
+            self.cue = int(np.argmax(obs["cue"]))
+        return 1 + self.cue if obs["phase"][1] else 0
+
+
+OPTIMAL[MEMORY] = MemoryChoicePolicy()
+
+
+def memory_episode(seed, choose, delay=None, waiting_action=0):
+    """One episode: ``waiting_action`` while waiting, ``choose(cue)`` at the decision; returns
+    (the cue, the observations, the rewards, the final step's terminated and truncated, infos)."""
+    env = gym.make(MEMORY) if delay is None else gym.make(MEMORY, delay=delay)
+    obs, info = env.reset(seed=seed)
+    cue = int(np.argmax(obs["cue"]))
+    observations, rewards, infos = [obs], [], [info]
+    done = False
+    while not done:
+        action = choose(cue) if obs["phase"][1] else waiting_action
+        obs, reward, terminated, truncated, info = env.step(action)
+        observations.append(obs)
+        rewards.append(reward)
+        infos.append(info)
+        done = terminated or truncated
+    return cue, observations, rewards, (terminated, truncated), infos
+
+
+def test_memory_choice_shows_the_cue_on_the_first_step_only():
+    cues = set()
+    for seed in range(20):
+        cue, observations, _, _, _ = memory_episode(seed, lambda c: 1 + c)
+        cues.add(cue)
+        first = observations[0]["cue"]
+        assert first.dtype == np.float32 and first.sum() == 1.0 and first[cue] == 1.0
+        for obs in observations[1:]:
+            assert not obs["cue"].any()
+    assert cues == {0, 1, 2, 3}
+
+
+@pytest.mark.parametrize("delay", [0, 1, 4, 7])
+def test_memory_choice_masks_each_phase_and_lasts_delay_plus_two_steps(delay):
+    _, observations, rewards, (terminated, truncated), _ = memory_episode(
+        3, lambda c: 1 + c, delay=delay)
+    assert len(rewards) == delay + 2
+    assert terminated and not truncated
+    space = gym.make(MEMORY, delay=delay).observation_space
+    assert list(space.spaces) == ["cue", "phase", "action_mask"]
+    assert space["action_mask"] == gym.spaces.Box(0, 1, (5,), np.int8)
+    for t, obs in enumerate(observations):
+        assert space.contains(obs)
+        deciding = t == delay + 1  # the final observation (t == delay + 2) waits again
+        assert obs["action_mask"].tolist() == (CHOICES if deciding else WAIT_ONLY)
+        assert obs["phase"].tolist() == ([0.0, 1.0] if deciding else [1.0, 0.0])
+
+
+def test_memory_choice_rewards_the_cued_choice_only():
+    for seed in range(8):
+        cue, _, rewards, _, infos = memory_episode(seed, lambda c: 1 + c)
+        assert rewards == [0.0] * 5 + [1.0] and infos[-1]["invalid_actions"] == 0
+        _, _, rewards, _, infos = memory_episode(seed, lambda c: 1 + (c + 1) % 4)
+        assert rewards == [0.0] * 5 + [-1.0] and infos[-1]["invalid_actions"] == 0
+        _, _, rewards, _, infos = memory_episode(seed, lambda c: 0)  # wait: invalid, wrong
+        assert rewards == [0.0] * 5 + [-1.0] and infos[-1]["invalid_actions"] == 1
+
+
+def test_memory_choice_charges_an_invalid_wait_and_plays_it_as_a_wait():
+    cue, observations, rewards, _, infos = memory_episode(2, lambda c: 1 + c, waiting_action=1)
+    assert len(rewards) == 6 and rewards == [-1.0] * 5 + [1.0]
+    assert [i["invalid_actions"] for i in infos] == [0, 1, 2, 3, 4, 5, 5]
+
+
+def test_memory_choice_observation_tells_nothing_but_the_first_cue():
+    """Episodes of different cues differ in the first observation only (and nowhere in info)."""
+    runs = {}
+    for seed in range(20):
+        cue, observations, _, _, infos = memory_episode(seed, lambda c: 1)
+        runs.setdefault(cue, (observations, infos))
+    assert len(runs) == 4
+    (base, base_infos), *others = runs.values()
+    for observations, infos in others:
+        assert infos == base_infos
+        assert not np.array_equal(observations[0]["cue"], base[0]["cue"])
+        for a, b in zip(observations[1:], base[1:]):
+            for key in a:
+                np.testing.assert_array_equal(a[key], b[key])
+
+
+def test_memory_choice_is_deterministic_under_a_seed():
+    def cues(seed):
+        env = gym.make(MEMORY)
+        out = [int(np.argmax(env.reset(seed=seed)[0]["cue"]))]
+        for _ in range(30):  # unseeded resets go on from the seeded generator
+            out.append(int(np.argmax(env.reset()[0]["cue"])))
+        return out
+    assert cues(5) == cues(5)
+    assert cues(5) != cues(6)
+
+
+def test_memory_choice_without_memory_is_at_chance():
+    """The best memoryless policy (always the same choice) gets 1/4 - 3/4 = -0.5."""
+    got = mean_return(MEMORY, lambda obs, info: 1 if obs["phase"][1] else 0, episodes=400)
+    assert abs(got + 0.5) < 0.15
+    assert got < gym.spec(MEMORY).reward_threshold - 1
+
+
+def test_memory_choice_other_sizes_and_bad_ones():
+    env = gym.make(MEMORY, num_cues=3, delay=2)
+    assert env.action_space == gym.spaces.Discrete(4)
+    assert env.observation_space["cue"].shape == (3,)
+    with pytest.raises(ValueError, match="num_cues=1; it takes an integer >= 2"):
+        toys.MemoryChoiceEnv(num_cues=1)
+    with pytest.raises(ValueError, match="delay=-1; it takes an integer >= 0"):
+        toys.MemoryChoiceEnv(delay=-1)
+    with pytest.raises(ValueError, match="delay=2.5"):
+        toys.MemoryChoiceEnv(delay=2.5)
+
+
+def test_memory_choice_resumes_exactly_through_gym_env():
+    """gym_env's get_state holds the cue and the step count (a toy: plain attributes)."""
+    from core.registry import unwrap_actor_class
+    from envs import ENV_REGISTRY
+    from options.options import parse_args
+    gym_env = unwrap_actor_class(ENV_REGISTRY.get("gym_env"))
+
+    def make_env(seed):
+        return gym_env(parse_args(["--env_name", "gym_env", "--gym_id", MEMORY]), seed=seed)
+    env = make_env(0)
+    obs, _ = env.reset(seed=0)
+    cue = int(np.argmax(obs["cue"]))
+    for _ in range(3):
+        env.step(0)
+    state = env.get_state()
+    other = make_env(1)
+    other.reset(seed=11)
+    other.set_state(state)
+    for _ in range(2):
+        assert other.step(0).reward == 0.0
+    last = other.step(1 + cue)
+    assert (last.reward, last.terminated) == (1.0, True)
