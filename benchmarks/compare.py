@@ -221,6 +221,57 @@ SUITES = {
             "sb3": "{python} benchmarks/sb3_sac.py --env HalfCheetah-v5 --hyperparams ddrl --seed {seed}"
                    " --out_dir {run_dir} --max_steps {max_steps} --torch_threads 2",
         }),
+    # Recurrent PPO on CartPole-v1 with the velocities hidden (entries 1 and 3: RL-Zoo's
+    # CartPoleNoVel-v1). sb3-zoo: sb3-contrib's RecurrentPPO with RL-Zoo's tuned ppo_lstm.yml
+    # entry and its budget (1e5 steps, lin_ schedules to 0 there; sb3_recurrent.py's docstring);
+    # sb3-ddrl: RecurrentPPO given ddrl's settings by flags (--hyperparams ddrl; linear schedules
+    # over --schedule_steps = ddrl's --total_steps). ddrl-mlp-2workers: the control without
+    # memory, expected not to reach the target: it runs the suite's max_steps.
+    "cartpole-novel": dict(
+        target=475, max_steps=200_000, peer="sb3-zoo", timeout=1200,
+        systems={
+            "ddrl-lstm-2workers": DDRL + " --gym_id CartPole-v1 --hide_obs 1,3 --recurrent lstm --num_workers 2",
+            "ddrl-lstm-0workers": DDRL + " --gym_id CartPole-v1 --hide_obs 1,3 --recurrent lstm --num_workers 0",
+            "ddrl-mlp-2workers": DDRL + " --gym_id CartPole-v1 --hide_obs 1,3 --num_workers 2"
+                                 " --total_steps {max_steps}",
+            "sb3-zoo": "{python} benchmarks/sb3_recurrent.py --env cartpole-novel --hyperparams zoo"
+                       " --target_return {target} --seed {seed} --out_dir {run_dir}",
+            # TODO(lead): ddrl's recurrent settings (LSTM size, where the LSTM sits, critic LSTM,
+            # its --total_steps as --schedule_steps); the flags below are ddrl's PPO defaults
+            "sb3-ddrl": "{python} benchmarks/sb3_recurrent.py --env cartpole-novel --hyperparams ddrl"
+                        " --n_envs 8 --n_steps 32 --batch_size 256 --n_epochs 10 --gamma 0.98"
+                        " --gae_lambda 0.8 --lr 0.001 --lr_schedule linear --clip_range 0.2"
+                        " --clip_schedule linear --ent_coef 0.0 --vf_coef 0.5 --max_grad_norm 0.5"
+                        " --lstm_hidden_size 64 --critic_lstm separate --net_arch 64,64"
+                        " --activation tanh --ortho_init --normalize none --hide drop"
+                        " --schedule_steps 1000000 --target_return {target} --seed {seed}"
+                        " --out_dir {run_dir} --max_steps {max_steps}",
+        }),
+    # The same on Pendulum-v1 with the angular velocity hidden (entry 2: PendulumNoVel-v1);
+    # RL-Zoo budgets 1e5 steps (sb3-zoo runs that), the others get ddrl's Pendulum budget, 300k
+    # (RecurrentPPO on one core: ~10 s per 4k steps with RL-Zoo's settings, hence the timeout).
+    "pendulum-novel": dict(
+        target=-200, max_steps=300_000, peer="sb3-zoo", timeout=3600,
+        systems={
+            "ddrl-lstm-2workers": DDRL + " --gym_id Pendulum-v1 --hide_obs 2 --recurrent lstm --num_workers 2"
+                                  " --total_steps {max_steps}",
+            "ddrl-lstm-0workers": DDRL + " --gym_id Pendulum-v1 --hide_obs 2 --recurrent lstm --num_workers 0"
+                                  " --total_steps {max_steps}",
+            "ddrl-mlp-2workers": DDRL + " --gym_id Pendulum-v1 --hide_obs 2 --num_workers 2"
+                                 " --total_steps {max_steps}",
+            "sb3-zoo": "{python} benchmarks/sb3_recurrent.py --env pendulum-novel --hyperparams zoo"
+                       " --target_return {target} --seed {seed} --out_dir {run_dir}",
+            # TODO(lead): ddrl's recurrent settings; the flags below are the Pendulum preset's
+            # (configs/ppo-Pendulum-v1.yaml: 4 envs x 1024, batch 64, gSDE every 4 steps, constant rates)
+            "sb3-ddrl": "{python} benchmarks/sb3_recurrent.py --env pendulum-novel --hyperparams ddrl"
+                        " --n_envs 4 --n_steps 1024 --batch_size 64 --n_epochs 10 --gamma 0.9"
+                        " --gae_lambda 0.95 --lr 0.001 --lr_schedule constant --clip_range 0.2"
+                        " --clip_schedule constant --ent_coef 0.0 --vf_coef 0.5 --max_grad_norm 0.5"
+                        " --lstm_hidden_size 64 --critic_lstm separate --net_arch 64,64"
+                        " --activation tanh --ortho_init --normalize none --hide drop --use_sde"
+                        " --sde_sample_freq 4 --log_std_init 0.0 --schedule_steps {max_steps}"
+                        " --target_return {target} --seed {seed} --out_dir {run_dir} --max_steps {max_steps}",
+        }),
 }
 
 
