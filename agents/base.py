@@ -88,6 +88,15 @@ class OnPolicyAgent(BaseAgent):
 class OffPolicyAgent(BaseAgent):
     """Transitions -> replay; replay batches -> gradients and priorities (SAC's loop)."""
 
+    def __init__(self, args, model, seed=0):
+        super().__init__(args, model, seed)
+        if getattr(model, "recurrent", False):
+            raise ConfigError(
+                f"model {type(model).__name__} is recurrent (it acts from a state it carries), "
+                f"but an off-policy agent ({type(self).__name__}) stores single transitions in "
+                f"replay, with no state to learn from. Train recurrent models with PPO's loop "
+                f"(--model_name ppo --recurrent lstm|gru).")
+
     def take_transitions(self):
         """The transitions (core.learning.replay_buffer.Transitions) of the fragments sent since the
         last call, or None; cleared."""

@@ -1,13 +1,21 @@
-"""default_agent: GAE(lambda) advantages and PPO minibatch gradients for one worker's data."""
+"""default_agent: GAE(lambda) advantages and PPO minibatch gradients for one worker's data.
+
+With a recurrent model (models/base.py ``recurrent``) the data stay in sequences: each env's
+column of the fragment, cut into chunks of ``--bptt_len`` steps (core/learning/sequences.py),
+with the state each chunk began from and the episode starts inside it; a minibatch is a set of
+sequences (as CleanRL's ppo_atari_lstm), its loss a mean over their valid steps, and gradients
+are weighted by those steps, so averaging workers' gradients is still the gradient of the
+union. Bootstrapping values come from the state the acting policy was in (FragmentMemory)."""
 import numpy as np
 import torch
 
 from agents import register_agent
 from agents.base import OnPolicyAgent
 from core import spaces
+from core.learning.sequences import chunk_starts, time_major, to_sequences
 from core.types import GradientResult, Trajectory
 from models.ppo import PPOBatch
-from core.argtypes import unit_interval
+from core.argtypes import non_negative_int, unit_interval
 
 
 def compute_gae(rewards, values, next_values, terminated, truncated, gamma, lam):
@@ -70,6 +78,11 @@ class DefaultAgent(OnPolicyAgent):
                                  "--grad_workers 0 or --num_workers 0); the Atari preset "
                                  "uses the minibatch scope (BENCHMARKS.md, Atari) "
                                  "(default: %(default)s)")
+        parser.add_argument("--bptt_len", type=non_negative_int, default=0,
+                            help="recurrent models: learn on sequences of this many steps "
+                                 "(truncated backpropagation through time), each from the "
+                                 "state the acting policy had at its first step; 0: each "
+                                 "env's whole fragment, --rollout_steps (default: %(default)s)")
 
     def __init__(self, args, model, seed=0):
         super().__init__(args, model, seed)
@@ -79,15 +92,24 @@ class DefaultAgent(OnPolicyAgent):
         self.weights_version = None
 
     def send_trajectory(self, trajectory: Trajectory):
+        memory = trajectory.memory
+        # a recurrent model values an observation from the state the acting policy was in
+        last = ({} if memory is None else
+                {"state": memory.last_state, "episode_starts": memory.last_starts})
+        cut = ({} if memory is None else
+               {"state": memory.truncated_states, "episode_starts": memory.truncated_starts})
         next_values = np.empty_like(trajectory.values)
         next_values[:-1] = trajectory.values[1:]
-        next_values[-1] = self.model.predict_values(trajectory.last_observations)
+        next_values[-1] = self.model.predict_values(trajectory.last_observations, **last)
         if len(trajectory.truncated_index):
             t, e = trajectory.truncated_index.T
-            next_values[t, e] = self.model.predict_values(trajectory.truncated_observations)
+            next_values[t, e] = self.model.predict_values(trajectory.truncated_observations,
+                                                          **cut)
         advantages, returns = compute_gae(
             trajectory.rewards, trajectory.values, next_values, trajectory.terminated,
             trajectory.truncated, self.args.gamma, self.args.gae_lambda)
+        if memory is not None:
+            return self.keep_sequences(trajectory, advantages, returns)
         n = trajectory.num_steps
         # Steps whose env raised are cuts kept only to make the arrays rectangular: GAE runs
         # over them (they end their episode, so nothing flows across), then they are dropped.
@@ -111,6 +133,37 @@ class DefaultAgent(OnPolicyAgent):
             "old_values": flat(trajectory.values).float(),
         }
         kept = advantages.reshape(n)[valid].astype(np.float64)
+        return {"advantage_sum": float(kept.sum()),
+                "advantage_sq_sum": float((kept ** 2).sum()),
+                "advantage_count": int(valid.sum())}
+
+    def keep_sequences(self, trajectory, advantages, returns):
+        """A recurrent model's data: sequences batch-first [S, L, ...] (module docstring); the
+        steps of an env failure's cut and the padding weigh 0."""
+        memory = trajectory.memory
+        length = self.args.bptt_len or trajectory.rewards.shape[0]
+        valid = (np.ones(trajectory.rewards.shape, dtype=bool) if trajectory.valid is None
+                 else np.asarray(trajectory.valid, dtype=bool))
+        device = getattr(self.model, "device", "cpu")
+
+        def seq(x):
+            return spaces.tree_map(lambda a: torch.as_tensor(a).to(device),
+                                   to_sequences(x, length))
+
+        self.data = {
+            "observations": as_model_input(seq(trajectory.observations)),
+            "actions": seq(trajectory.actions),
+            "old_log_probs": seq(trajectory.log_probs).float(),
+            "advantages": seq(advantages),
+            "returns": seq(returns),
+            "old_values": seq(trajectory.values).float(),
+            "weights": seq(valid.astype(np.float32)),
+            "episode_starts": seq(memory.episode_starts),
+            "states": spaces.tree_map(lambda a: torch.as_tensor(a).to(device),
+                                      chunk_starts(memory.states, length)),
+        }
+        self.order = None
+        kept = advantages[valid].astype(np.float64)
         return {"advantage_sum": float(kept.sum()),
                 "advantage_sq_sum": float((kept ** 2).sum()),
                 "advantage_count": int(valid.sum())}
@@ -153,16 +206,46 @@ class DefaultAgent(OnPolicyAgent):
         if len(idx) == 0:  # fewer valid samples than minibatches: contribute nothing, not NaN
             self.model.zero_grad(set_to_none=True)
             return GradientResult(self.model.collect_gradients(), 0, self.model.weights_version, {})
-        advantages = self.data["advantages"][idx]
-        if self.args.normalize_advantage:
-            if self.args.advantage_norm_scope == "round":
-                advantages = ((advantages - request.advantage_mean)
-                              / (request.advantage_std + 1e-8))
-            elif len(advantages) > 1:  # (one sample has no spread: left as it is, as SB3 does)
-                advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        if "states" in self.data:
+            return self.sequence_grads(idx, request)
+        advantages = self.normalized(self.data["advantages"][idx], request)
         batch = PPOBatch(spaces.take(self.data["observations"], idx), self.data["actions"][idx],
                          self.data["old_log_probs"][idx], advantages,
                          self.data["returns"][idx], self.data["old_values"][idx])
         gradients, stats = self.model.step(batch, request.progress)
         # the version of the weights the model holds (not the request's: measured, not echoed)
         return GradientResult(gradients, len(idx), self.model.weights_version, stats)
+
+    def normalized(self, advantages, request, weights=None):
+        """Advantages normalized as --advantage_norm_scope says (the minibatch's moments over
+        the steps that count, ``weights`` > 0, when given)."""
+        if not self.args.normalize_advantage:
+            return advantages
+        if self.args.advantage_norm_scope == "round":
+            return (advantages - request.advantage_mean) / (request.advantage_std + 1e-8)
+        counted = advantages if weights is None else advantages[weights > 0]
+        if len(counted) > 1:  # (one sample has no spread: left as it is, as SB3 does)
+            return (advantages - counted.mean()) / (counted.std() + 1e-8)
+        return advantages
+
+    def sequence_grads(self, idx, request):
+        """The gradient on the sequences ``idx`` (a recurrent model), time-major for the
+        model: PPOBatch rows t * N + n, with the sequences' first states and starts."""
+        data = self.data
+        weights = time_major(data["weights"][idx])
+        count = int(weights.sum().item())
+        length = data["weights"].shape[1]
+        batch = PPOBatch(
+            spaces.tree_map(time_major, spaces.take(data["observations"], idx)),
+            time_major(data["actions"][idx]), time_major(data["old_log_probs"][idx]),
+            self.normalized(time_major(data["advantages"][idx]), request, weights),
+            time_major(data["returns"][idx]), time_major(data["old_values"][idx]),
+            weights=weights, states=spaces.take(data["states"], idx),
+            episode_starts=data["episode_starts"][idx].transpose(0, 1),
+            sequence_shape=(length, len(idx)))
+        if count == 0:  # only padding and cut steps: contribute nothing
+            self.model.zero_grad(set_to_none=True)
+            return GradientResult(self.model.collect_gradients(), 0,
+                                  self.model.weights_version, {})
+        gradients, stats = self.model.step(batch, request.progress)
+        return GradientResult(gradients, count, self.model.weights_version, stats)

@@ -165,6 +165,8 @@ def load_toys():
     the envs package would import Ray on this process's clock."""
     if MASKED in gym.registry:
         return
+    if REPO not in sys.path:  # toys.py raises core.registry's ConfigError (no Ray import)
+        sys.path.insert(0, REPO)
     spec = importlib.util.spec_from_file_location("ddrl_toys", os.path.join(REPO, "envs", "toys.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

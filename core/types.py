@@ -13,6 +13,24 @@ WEIGHTS_VERSION_KEY = "__weights_version__"
 
 
 @dataclass
+class FragmentMemory:
+    """A recurrent policy's state along a fragment (models/base.py ``recurrent``; trees are
+    dicts {name: array}, core/sampling/memory.py). ``states[t]`` is the state the action of step
+    t was chosen from, before the reset at an episode start; ``episode_starts[t]`` marks the
+    steps whose observation began an episode (their state was reset first). The state to value
+    ``last_observations`` with is ``last_state`` (``last_starts``), and each of
+    ``truncated_observations`` has its row of ``truncated_states`` (``truncated_starts``): the
+    state after the truncated step at a time limit, or the state the step was taken from when
+    an env failure cut it there (its final observation is then the one the policy saw)."""
+    states: dict                     # {name: [T, E, ...]}
+    episode_starts: np.ndarray       # [T, E] bool
+    last_state: dict                 # {name: [E, ...]}
+    last_starts: np.ndarray          # [E] bool
+    truncated_states: dict           # {name: [K, ...]}
+    truncated_starts: np.ndarray     # [K] bool
+
+
+@dataclass
 class Trajectory:
     """A fragment of T steps from E envs, time-major: arrays are [T, E, ...].
 
@@ -32,6 +50,9 @@ class Trajectory:
     step was recorded as a cut (reward 0, truncated, its final observation the one the policy
     saw) only to keep the arrays rectangular. Agents should drop those steps from their losses;
     one that ignores ``valid`` still runs, on a few fake cut transitions. None: all valid.
+
+    ``memory``: the policy's recurrent state along the fragment (``FragmentMemory``), None for
+    a model without memory.
     """
     observations: np.ndarray
     actions: np.ndarray
@@ -45,6 +66,7 @@ class Trajectory:
     truncated_observations: np.ndarray     # [K, ...] their final observations
     weights_version: int = 0
     valid: Optional[np.ndarray] = None     # [T, E] bool; None means every step is valid
+    memory: Optional[FragmentMemory] = None
 
     @property
     def num_steps(self) -> int:

@@ -155,10 +155,8 @@ class GymEnv:
             self.env = wrap_atari(self.env, args, evaluation=args.evaluation)
         if args.drop_keys:
             self.env = DropKeys(self.env, args.drop_keys, flag="--drop_keys")
-        # getattr: tests/test_registry.py builds this env from a hand-made Namespace without it
-        hide_obs = getattr(args, "hide_obs", ())
-        if hide_obs:
-            self.env = HideObs(self.env, hide_obs, flag="--hide_obs")
+        if args.hide_obs:
+            self.env = HideObs(self.env, args.hide_obs, flag="--hide_obs")
         self.env = wrap_action_mask(self.env, args.action_mask_key)
         self.observation_space = self.env.observation_space
         self.action_space = self.env.action_space

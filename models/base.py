@@ -23,6 +23,12 @@ class BaseModel(nn.Module):
     #: the version of the weights this model holds: set by the learner that steps it, or by
     #: ``set_weights`` from weights a learner handed out (WEIGHTS_VERSION_KEY); 0 at start
     weights_version = 0
+    #: whether the policy has memory (a recurrent core; models/recurrent.py). A recurrent model
+    #: gives ``initial_state(n)``, and its ``choose_actions`` (and PPO's ``predict_values``)
+    #: take ``state`` and ``episode_starts`` and return the next state (see choose_actions).
+    #: Rollout workers, the test worker, --evaluate and videos carry the state per env slot
+    #: (core/sampling/memory.py); core never asks which model it is.
+    recurrent = False
 
     @staticmethod
     def add_args(parser):
@@ -43,8 +49,18 @@ class BaseModel(nn.Module):
         """Actions [B, *action_shape] for a batch of observations, plus what the agent needs
         (log-probs, values). ``obs`` is an array [B, ...] for a Box observation space, else a
         dict {leaf path: array [B, ...]} (core/spaces.py; ``layout_of(space).decode(obs)``
-        gives the nested form, and its ``action_mask`` leaf, if any, must be obeyed)."""
+        gives the nested form, and its ``action_mask`` leaf, if any, must be obeyed).
+
+        A recurrent model takes two more keyword arguments, ``state`` (its state for these
+        rows, as ``initial_state`` makes it: a dict {name: array [B, ...]}) and
+        ``episode_starts`` (bool [B]: these rows begin an episode, their state must be reset
+        first), and returns the state after this step in the extras under "state"."""
         raise NotImplementedError
+
+    def initial_state(self, batch_size):
+        """A recurrent model's state for ``batch_size`` fresh episodes: a dict {name: numpy
+        array [batch_size, ...]}; None for a model without memory."""
+        return None
 
     def step(self, batch) -> Tuple[Gradients, Dict[str, float]]:
         """Loss on a batch; returns (gradients by parameter name, statistics)."""

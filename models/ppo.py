@@ -11,10 +11,17 @@ of the per-state Gaussian N(mu(s), sqrt(phi(s)^2 @ sigma^2)), which does not dep
 
 The loss of one minibatch is in ``step``; the agent hands it advantages already normalized with
 the statistics of the whole rollout (so that averaging workers' gradients equals one big batch).
+
+Memory (``--recurrent lstm|gru``): a recurrent core of ``--rnn_hidden_size`` units between the
+encoder and the heads (models/recurrent.py), the critic with a core of its own or, with
+``--shared_rnn``, the actor's. The model is then ``recurrent`` (models/base.py): it acts from a
+state per env and learns on whole sequences (a PPOBatch with ``sequence_shape``), replaying the
+states the acting policy went through from each sequence's stored first state, with the state
+zeroed at every episode start, so the loss's log-probabilities are the acting ones.
 """
 import argparse
 import math
-from typing import NamedTuple
+from typing import NamedTuple, Optional, Tuple
 
 import numpy as np
 import torch
@@ -22,7 +29,8 @@ from gymnasium import spaces
 from torch import nn
 from torch.distributions import Categorical, Normal
 
-from core.argtypes import non_negative_float, positive_float, positive_float_or_none
+from core.argtypes import (non_negative_float, positive_float, positive_float_or_none,
+                           positive_int)
 from core.registry import ConfigError
 from models import register_model
 from core.spaces import ACTION_MASK, is_tree, layout_of
@@ -30,6 +38,7 @@ from models.base import BaseModel
 from models.distributions import action_head
 from models.encoders import Flatten, MultiInputEncoder, add_encoder_args, make_encoder
 from models.numpy_mlp import NumpyMLP, log_softmax
+from models.recurrent import RECURRENT_KINDS, RecurrentCore, prefixed, unprefixed
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
 HEAD_SPACES = (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
@@ -47,13 +56,24 @@ def action_mask_of(observations):
 
 
 class PPOBatch(NamedTuple):
-    """What the agent hands the model for one minibatch (all torch tensors, first dim = batch)."""
+    """What the agent hands the model for one minibatch (all torch tensors, first dim = batch).
+
+    For a recurrent model the minibatch is N sequences of L steps, flattened time-major (row
+    t * N + n is step t of sequence n) with ``sequence_shape`` (L, N), ``states`` the state
+    before each sequence's first step ({name: [N, ...]}), ``episode_starts`` [L, N] bool and
+    ``weights`` [L * N]: 1 for the steps that count in the loss, 0 for those kept only to
+    hold the sequences' shape (an env failure's cut). The loss is a mean over the counted
+    steps."""
     observations: torch.Tensor
     actions: torch.Tensor
     old_log_probs: torch.Tensor   # recorded at rollout time, by the policy that acted
     advantages: torch.Tensor      # already normalized
     returns: torch.Tensor
     old_values: torch.Tensor
+    weights: Optional[torch.Tensor] = None
+    states: Optional[dict] = None
+    episode_starts: Optional[torch.Tensor] = None
+    sequence_shape: Optional[Tuple[int, int]] = None
 
 
 def hidden_sizes(text):
@@ -144,6 +164,19 @@ class PPOModel(BaseModel):
                             help="with --use_sde, also redraw the exploration matrices every "
                                  "this many steps of a fragment; -1: once per fragment "
                                  "(default: %(default)s)")
+        parser.add_argument("--recurrent", choices=("none", *RECURRENT_KINDS), default="none",
+                            help="memory: an LSTM or GRU core between the encoder and the "
+                                 "heads; the policy then acts from a state per env, carried "
+                                 "across steps and fragments, and learns on whole sequences "
+                                 "(default: %(default)s)")
+        parser.add_argument("--rnn_hidden_size", type=positive_int, default=64,
+                            help="units of the recurrent core (default: %(default)s)")
+        parser.add_argument("--shared_rnn", action=argparse.BooleanOptionalAction,
+                            default=False,
+                            help="the critic shares the actor's recurrent core (its value loss "
+                                 "then trains it too, as in CleanRL's ppo_atari_lstm); by "
+                                 "default it has one of its own, as sb3-contrib's RecurrentPPO "
+                                 "(default: %(default)s)")
 
     @classmethod
     def check_spaces(cls, observation_space, action_space):
@@ -173,8 +206,15 @@ class PPOModel(BaseModel):
             raise ConfigError(
                 f"--use_sde (state-dependent exploration) is for Box actions; this env's action "
                 f"space is {action_space}. Drop --use_sde for discrete actions.")
+        if self.use_sde and args.recurrent != "none":
+            raise ConfigError(
+                f"--use_sde (state-dependent exploration) draws its noise from the MLP actor's "
+                f"last layer and has no recurrent form here; drop --use_sde or --recurrent "
+                f"{args.recurrent}.")
         self.encoder = None  # vectors go straight into the MLPs (build_networks may set one)
+        self.rnn = self.critic_rnn = None  # memory (build_networks sets them with --recurrent)
         self.build_networks(args)
+        self.recurrent = self.rnn is not None
         if self.use_sde and not (isinstance(self.actor, nn.Sequential)
                                  and isinstance(self.actor[-1], nn.Linear)
                                  and self.log_std.dim() == 2):
@@ -196,11 +236,12 @@ class PPOModel(BaseModel):
                              and all(kind == "flatten" for kind in self.encoder.kinds) else None)
         vector_input = self.encoder is None or self.concat_paths is not None
         self.numpy_actor = (None if self.use_sde or not vector_input or not numpy_acting
-                            or self.layout.has_mask else NumpyMLP.of(self.actor))
+                            or self.layout.has_mask or self.recurrent
+                            else NumpyMLP.of(self.actor))
         # With a shared encoder (a CNN) the values come from the features the action was drawn
         # from, nearly free; without one a second network per step costs more than a pass over
         # the fragment afterwards (core/sampling/rollout.py, values_later).
-        self.values_with_actions = not vector_input
+        self.values_with_actions = not vector_input or self.recurrent
         self.acting_rng = np.random.default_rng(int(torch.randint(0, 2**62, (1,)).item()))
         # gSDE: one exploration matrix per env [num_envs, latent, action], and the steps taken
         # with them since the fragment began (for --sde_sample_freq).
@@ -213,8 +254,15 @@ class PPOModel(BaseModel):
         image = not isinstance(encoder, (Flatten, MultiInputEncoder))
         sizes = args.hidden_sizes if args.hidden_sizes is not None else ([] if image else [64, 64])
         self.encoder = None if isinstance(encoder, Flatten) else encoder
-        self.actor = mlp(encoder.features_dim, sizes, self.action_dim, args.activation, 0.01)
-        self.critic = mlp(encoder.features_dim, sizes, 1, args.activation, 1.0)
+        head_input = encoder.features_dim
+        if args.recurrent != "none":
+            self.rnn = RecurrentCore(args.recurrent, head_input, args.rnn_hidden_size)
+            if not args.shared_rnn:
+                self.critic_rnn = RecurrentCore(args.recurrent, head_input,
+                                                args.rnn_hidden_size)
+            head_input = args.rnn_hidden_size
+        self.actor = mlp(head_input, sizes, self.action_dim, args.activation, 0.01)
+        self.critic = mlp(head_input, sizes, 1, args.activation, 1.0)
         if self.use_sde:  # one log std per entry of the exploration matrix (SB3's full_std)
             latent_dim = self.actor[-1].in_features
             self.log_std = nn.Parameter(torch.full((latent_dim, self.action_dim),
@@ -228,6 +276,47 @@ class PPOModel(BaseModel):
         itself (vectors, already float32 [B, obs_dim])."""
         # (.float(): uint8 pixels flattened into the MLP with --encoder mlp; free on float32)
         return obs.float() if self.encoder is None else self.encoder(obs)
+
+    # -- memory (--recurrent) -------------------------------------------------------------------
+    def initial_state(self, batch_size):
+        """Zeros for every core: {"h", "c"} (LSTM) or {"h"} (GRU) with one shared core, else
+        the actor's under "pi/" and the critic's under "vf/"."""
+        if not self.recurrent:
+            return None
+        if self.critic_rnn is None:
+            return self.rnn.initial_state(batch_size)
+        return {**prefixed("pi", self.rnn.initial_state(batch_size)),
+                **prefixed("vf", self.critic_rnn.initial_state(batch_size))}
+
+    def state_tensors(self, state, episode_starts, rows):
+        """Numpy state and starts as tensors on the model's device; None: fresh episodes."""
+        if state is None:
+            state, episode_starts = self.initial_state(rows), np.ones(rows, dtype=bool)
+        starts = torch.as_tensor(np.asarray(episode_starts, dtype=bool), device=self.device)
+        return ({name: torch.as_tensor(np.asarray(value), device=self.device)
+                 for name, value in state.items()}, starts)
+
+    def memory_step(self, features, state, starts, actor=True):
+        """One step of the cores: (actor input or None, critic input, next state)."""
+        if self.critic_rnn is None:
+            out, next_state = self.rnn.step(features, state, starts)
+            return out, out, next_state
+        pi, pi_next = (self.rnn.step(features, unprefixed("pi", state), starts) if actor
+                       else (None, unprefixed("pi", state)))
+        vf, vf_next = self.critic_rnn.step(features, unprefixed("vf", state), starts)
+        return pi, vf, {**prefixed("pi", pi_next), **prefixed("vf", vf_next)}
+
+    def memory_unroll(self, features, state, starts, sequence_shape):
+        """The cores over sequences: ``features`` [L * N, F] time-major, ``starts`` [L, N];
+        returns the actor's and the critic's inputs, [L * N, H] each."""
+        length, count = sequence_shape
+        features = features.reshape(length, count, -1)
+        if self.critic_rnn is None:
+            out = self.rnn.unroll(features, state, starts)[0].reshape(length * count, -1)
+            return out, out
+        pi = self.rnn.unroll(features, unprefixed("pi", state), starts)[0]
+        vf = self.critic_rnn.unroll(features, unprefixed("vf", state), starts)[0]
+        return pi.reshape(length * count, -1), vf.reshape(length * count, -1)
 
     def latent_and_mean(self, features):
         """gSDE: the actor's last hidden layer phi(s) (detached: the noise scale does not train
@@ -316,10 +405,15 @@ class PPOModel(BaseModel):
                                for path in self.concat_paths], axis=1)
 
     @torch.no_grad()
-    def choose_actions(self, obs, deterministic=False, values=True):
+    def choose_actions(self, obs, deterministic=False, values=True, state=None,
+                       episode_starts=None):
         """Actions for a batch of observations, with their log-probabilities and (``values``
         True) the critic's values; a rollout worker asks for the values of a whole fragment
-        at once instead (``predict_values``)."""
+        at once instead (``predict_values``). A recurrent model acts from ``state`` (reset
+        where ``episode_starts``; None: fresh episodes) and returns the next one in the
+        extras' "state"."""
+        if self.recurrent:
+            return self.act_with_memory(obs, deterministic, values, state, episode_starts)
         if self.numpy_actor is not None and self.device.type == "cpu":
             actions, log_prob = self.act_numpy(self.vector_obs(obs), deterministic)
             features = None
@@ -333,6 +427,20 @@ class PPOModel(BaseModel):
         if values:
             extras["values"] = (self.predict_values(obs) if features is None
                                 else self.values(features).cpu().numpy())
+        return actions, extras
+
+    def act_with_memory(self, obs, deterministic, values, state, episode_starts):
+        batch = self.flat_obs(obs)
+        features = self.features(batch)
+        state, starts = self.state_tensors(state, episode_starts, len(features))
+        actor_input, critic_input, next_state = self.memory_step(features, state, starts)
+        actions, log_prob = self.act_torch(actor_input, deterministic, action_mask_of(batch))
+        if self.head is None and len(self.action_shape) != 1:
+            actions = actions.reshape(len(actions), *self.action_shape)
+        extras = {"log_probs": log_prob,
+                  "state": {name: value.cpu().numpy() for name, value in next_state.items()}}
+        if values:
+            extras["values"] = self.values(critic_input).cpu().numpy()
         return actions, extras
 
     def act_numpy(self, obs, deterministic):
@@ -395,28 +503,45 @@ class PPOModel(BaseModel):
         return actions.cpu().numpy(), log_prob.cpu().numpy()
 
     @torch.no_grad()
-    def predict_values(self, obs):
-        return self.values(self.features(self.flat_obs(obs))).cpu().numpy()
+    def predict_values(self, obs, state=None, episode_starts=None):
+        """V of a batch of observations; a recurrent model's from ``state`` (reset where
+        ``episode_starts``; None: fresh episodes)."""
+        features = self.features(self.flat_obs(obs))
+        if self.recurrent:
+            state, starts = self.state_tensors(state, episode_starts, len(features))
+            features = self.memory_step(features, state, starts, actor=False)[1]
+        return self.values(features).cpu().numpy()
 
     # -- learning -----------------------------------------------------------------------------
     def step(self, batch: PPOBatch, progress: float = 0.0):
         clip_range = schedule(self.args.clip_range, self.args.clip_schedule, progress)
         features = self.features(batch.observations)  # one encoder pass for both heads
-        log_prob, entropy = self.policy_terms(features, batch.actions,
+        actor_input = critic_input = features
+        if batch.sequence_shape is not None:  # memory: replay the sequences' states
+            actor_input, critic_input = self.memory_unroll(
+                features, batch.states, batch.episode_starts, batch.sequence_shape)
+        log_prob, entropy = self.policy_terms(actor_input, batch.actions,
                                               action_mask_of(batch.observations))
-        values = self.values(features)
+        values = self.values(critic_input)
+        if batch.weights is None:
+            mean = torch.mean
+        else:  # the steps that count (a sequence keeps an env failure's cut for its shape)
+            total = batch.weights.sum().clamp(min=1.0)
+
+            def mean(x):
+                return (x * batch.weights).sum() / total
 
         log_ratio = log_prob - batch.old_log_probs
         ratio = log_ratio.exp()
         surrogate = batch.advantages * ratio
         clipped = batch.advantages * ratio.clamp(1.0 - clip_range, 1.0 + clip_range)
-        policy_loss = -torch.min(surrogate, clipped).mean()
+        policy_loss = -mean(torch.min(surrogate, clipped))
 
         if self.args.clip_range_vf is not None:
             values = batch.old_values + (values - batch.old_values).clamp(
                 -self.args.clip_range_vf, self.args.clip_range_vf)
-        value_loss = ((batch.returns - values) ** 2).mean()
-        entropy = entropy.mean()
+        value_loss = mean((batch.returns - values) ** 2)
+        entropy = mean(entropy)
 
         loss = policy_loss + self.args.vf_coef * value_loss - self.args.ent_coef * entropy
         self.zero_grad(set_to_none=True)
@@ -424,11 +549,11 @@ class PPOModel(BaseModel):
 
         with torch.no_grad():
             # http://joschu.net/blog/kl-approx.html : unbiased, low-variance estimator
-            approx_kl = ((ratio - 1.0) - log_ratio).mean().item()
-            clip_fraction = ((ratio - 1.0).abs() > clip_range).float().mean().item()
+            approx_kl = mean((ratio - 1.0) - log_ratio).item()
+            clip_fraction = mean(((ratio - 1.0).abs() > clip_range).float()).item()
         stats = {"policy_loss": policy_loss.item(), "value_loss": value_loss.item(),
                  "entropy": entropy.item(), "approx_kl": approx_kl,
-                 "clip_fraction": clip_fraction, "ratio_mean": ratio.mean().item()}
+                 "clip_fraction": clip_fraction, "ratio_mean": mean(ratio).item()}
         return self.collect_gradients(), stats
 
     def configure_optimizer(self):

@@ -101,7 +101,9 @@ def stop(proc, timeout=300):
 # -- chaos: the test waits for the events it checks, then stops the run itself; a run that ended
 # at a target instead raced the fault's recovery against the learning -----------------------
 @pytest.mark.chaos
-def test_ppo_survives_a_sigkilled_rollout_worker(tmp_path):
+@pytest.mark.parametrize("memory", [(), ("--gym_id", "CartPole-v1", "--hide_obs", "1,3",
+                                         "--recurrent", "lstm")], ids=["mlp", "lstm"])
+def test_ppo_survives_a_sigkilled_rollout_worker(tmp_path, memory):
     """CartPole, 2 Ray workers, no target: one worker is SIGKILLed once the first round is
     logged; the rounds go on with the other; its replacement joins and delivers (a round of 2
     after rounds of 1); then the test stops the run with SIGTERM. Exit 143, one death and one
@@ -112,10 +114,15 @@ def test_ppo_survives_a_sigkilled_rollout_worker(tmp_path):
     busy loop, while the lone worker ran 53 rounds), and the lone worker reached 475 first in
     2 of 5 runs under a busy loop (commit 6e3c962) and in CI. It now waits for the rejoin:
     10 of 10 under a busy loop (tests/tools/flakes.py --runs 10 -m chaos, commit 016bb2e),
-    14.5-17.4 s."""
+    14.5-17.4 s.
+
+    The same with a recurrent policy (issue 31) on CartPole without velocities: the
+    replacement starts its episodes, and so its memory, afresh; the checkpoint holds each
+    worker's recurrent state per env."""
     run_dir = str(tmp_path / "run")
     proc = start_main("--seed", "1", "--run_dir", run_dir, "--no-elastic_start", "--quiet",
-                      "--no-tensorboard", "--total_steps", "100000000", "--target_return", "none")
+                      "--no-tensorboard", "--total_steps", "100000000", "--target_return", "none",
+                      *memory)
     try:
         victim = kill_when(proc, "RolloutWorker", lambda: len(metrics_rows(run_dir)) >= 1)
         back = victim is not None and wait_until(proc, lambda: rejoined(metrics_rows(run_dir), 2))
@@ -136,6 +143,11 @@ def test_ppo_survives_a_sigkilled_rollout_worker(tmp_path):
     payload, meta = load_checkpoint(os.path.join(run_dir, "checkpoints", "last.pt"))
     assert meta["env_steps"] == summary["env_steps"]
     assert list(payload["state"]["worker_slots"]) == [0, 1]  # the replacement's state too
+    saved_memory = [w["memory"] for w in payload["state"]["workers"]]
+    if memory:
+        assert all(set(m["state"]) == {"pi/h", "pi/c", "vf/h", "vf/c"} for m in saved_memory)
+    else:
+        assert saved_memory == [None, None]
 
 
 def learned_after_recovery(rows, target):

@@ -74,7 +74,7 @@ def random_batch(model, n, seed=0):
 
 
 def half(batch, sl):
-    return PPOBatch(*(x[sl] for x in batch))
+    return PPOBatch(*(None if x is None else x[sl] for x in batch))
 
 
 @pytest.mark.parametrize("kind", ["discrete", "box"])

@@ -86,7 +86,8 @@ def test_ray_remote_env_unwraps_to_a_plain_class_runnable_in_process():
     cls = unwrap_actor_class(registered)
     assert not hasattr(cls, "__ray_metadata__")
     env = cls(argparse.Namespace(gym_id="CartPole-v1", max_episode_steps=None, render_mode=None,
-                                 evaluation=False, drop_keys=(), action_mask_key="action_mask"),
+                                 evaluation=False, drop_keys=(), action_mask_key="action_mask",
+                                 hide_obs=()),
               seed=0)
     obs, _ = env.reset(seed=0)
     assert obs.shape == (4,)

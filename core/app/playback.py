@@ -15,6 +15,7 @@ from core.run.checkpoint import check_model_fits, load_for_restore, saved_model_
 from core.sampling.envs import to_env_action
 from core import seeding
 from core.sampling.evaluator import Evaluator
+from core.sampling.memory import EnvMemory
 from core.learning.normalizer import ObsNormalizer, normalize
 from core.plugins import load_plugins, make_env
 from options.options import run_spec
@@ -79,11 +80,12 @@ def record_episode(spec, model, args, k, directory, obs_statistics=None):
         raise ConfigError(f"--record_video: env {args.env_name!r} rendered nothing; it must "
                           f"accept render_mode='rgb_array' (gymnasium's) and return frames.")
     done = False
+    memory = EnvMemory(model, 1)  # a recurrent policy's state
     while not done:
         seen = spaces.stack([encode(obs)])  # a batch of one
         if obs_statistics is not None:
             seen = normalize(seen, obs_statistics, args.obs_clip)
-        action, _ = model.choose_actions(seen, deterministic=args.eval_deterministic)
+        action, _ = memory.act(model, seen, deterministic=args.eval_deterministic)
         obs, _, terminated, truncated, _ = env.step(to_env_action(env.action_space, action[0]))
         frames.append(render())
         done = terminated or truncated

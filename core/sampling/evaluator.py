@@ -34,6 +34,7 @@ from core import spaces
 from core.sampling.envs import (check_valid_actions, describe_error, env_failure,
                                 to_env_action)
 from core.learning.normalizer import normalize
+from core.sampling.memory import EnvMemory
 from core.plugins import load_plugins, make_env
 from core.distributed.process import setup_process
 
@@ -142,6 +143,7 @@ class Evaluator:
         returns = np.zeros(len(self.envs))
         lengths = np.zeros(len(self.envs), dtype=np.int64)
         running = []
+        memory = EnvMemory(self.model, len(self.envs))  # a recurrent policy's state per env
         for k, s in enumerate(seeds):
             try:
                 observations[k] = self._start(k, s, failures, last_errors)
@@ -155,7 +157,8 @@ class Evaluator:
                                 f"at step {lengths[envs[row]]} of its episode,")
             if self.normalize_obs:
                 batch = normalize(batch, obs_statistics, self.obs_clip)
-            actions, _ = self.model.choose_actions(batch, deterministic=self.deterministic)
+            actions, _ = memory.act(self.model, batch, rows=running,
+                                    deterministic=self.deterministic)
             still_running = []
             for i, action in zip(running, actions):
                 try:
@@ -163,6 +166,7 @@ class Evaluator:
                         to_env_action(self.action_space, action))
                 except Exception as exc:  # noqa: BLE001 - the episode is run again
                     returns[i], lengths[i] = 0.0, 0
+                    memory.episodes_ended([i])  # run again from its start
                     try:
                         self._failed(i, exc, failures, last_errors)
                         observations[i] = self._start(i, seeds[i], failures, last_errors)

@@ -14,13 +14,14 @@ import torch
 
 from core.distributed.devices import learning_model, plan_of, resolve_device
 from core.sampling.envs import EnvGroup, check_valid_actions
+from core.sampling.memory import EnvMemory
 from core.learning.normalizer import moments_of, normalize
 from core.distributed.placement import resolve
 from core.plugins import load_plugins
 from core import seeding, spaces
 from core.distributed.process import setup_process
 from core.run.state import generator_state, set_generator_state
-from core.types import RolloutStats, Trajectory
+from core.types import FragmentMemory, RolloutStats, Trajectory
 
 
 class RolloutWorker:
@@ -66,7 +67,11 @@ class RolloutWorker:
         # (Not when the model says its values come with its actions: a shared CNN encoder.)
         self.values_later = ("values" in inspect.signature(self.model.choose_actions).parameters
                              and callable(getattr(self.model, "predict_values", None))
-                             and not getattr(self.model, "values_with_actions", False))
+                             and not getattr(self.model, "values_with_actions", False)
+                             and not self.model.recurrent)
+        # A model with memory: each env slot's recurrent state, carried across steps and
+        # fragments (a replacement worker starts from fresh episodes, so from the initial one).
+        self.memory = EnvMemory(self.model, num_envs)
         # Sampling ahead (collect's ``ahead``): the acting model, its weights and version, the
         # sampler thread and the fragment it is sampling.
         self.acting_model, self.acting_version, self.acting_weights = self.model, None, None
@@ -189,6 +194,11 @@ class RolloutWorker:
         valid = np.ones((num_steps, num_envs), dtype=bool)
         actions, log_probs, values = [], [], []
         truncated_index, truncated_obs = [], []
+        memory = self.memory
+        if memory.active:  # what the fragment's FragmentMemory holds
+            state_buf = spaces.allocate(memory.state, (num_steps,))
+            starts_buf = np.empty((num_steps, num_envs), dtype=bool)
+            truncated_states, truncated_starts = [], []
         finished_returns, finished_lengths = [], []
         raw_seen = (spaces.tree_map(np.empty_like, obs_buf) if self.normalize_obs else None)
         env_errors = [dict(worker=self.worker_index, **error, step=None)  # initial reset etc.
@@ -216,6 +226,11 @@ class RolloutWorker:
                 self.random_steps_left -= num_envs
             elif self.values_later:
                 action, extras = model.choose_actions(obs_t, values=False)
+            elif memory.active:
+                spaces.assign(state_buf, t, memory.state)
+                starts_buf[t] = memory.starts
+                state_before, starts_before = memory.state, starts_buf[t]
+                action, extras = memory.act(model, obs_t)
             else:
                 action, extras = model.choose_actions(obs_t)
             result = self.envs.step(action)
@@ -233,10 +248,15 @@ class RolloutWorker:
                 rewards[t, e], terminated[t, e], truncated[t, e] = 0.0, False, True
                 truncated_index.append((t, e))
                 truncated_obs.append(spaces.take(obs_buf, (t, e)))
+                cut_here = [(state_before, starts_before[e])] if memory.active else []
                 if t > 0 and not (terminated[t - 1, e] or truncated[t - 1, e]):
                     truncated[t - 1, e] = True
                     truncated_index.append((t - 1, e))
                     truncated_obs.append(spaces.take(obs_buf, (t, e)))
+                    cut_here *= 2
+                if memory.active:  # valued from the state step t was taken from
+                    truncated_states += [spaces.take(state, e) for state, _ in cut_here]
+                    truncated_starts += [start for _, start in cut_here]
                 # At t = 0 the step before is in the last fragment, whose last observation was
                 # obs_buf[0, e]: it bootstraps from the real state already.
             self.episode_return += result.rewards
@@ -248,12 +268,24 @@ class RolloutWorker:
                 if result.truncated[e] and not result.terminated[e]:
                     truncated_index.append((t, e))
                     truncated_obs.append(seen(final_obs))
+                    if memory.active:  # valued from the state after step t
+                        truncated_states.append(spaces.take(memory.state, e))
+                        truncated_starts.append(False)
                 finished_returns.append(float(self.episode_return[e]))
                 finished_lengths.append(int(self.episode_length[e]))
                 self.episode_return[e] = 0.0
                 self.episode_length[e] = 0
             self.observations = result.observations
+            memory.episodes_ended(result.terminated | result.truncated | result.failed)
 
+        fragment_memory = None
+        if memory.active:
+            fragment_memory = FragmentMemory(
+                states=state_buf, episode_starts=starts_buf,
+                last_state=spaces.copy(memory.state), last_starts=memory.starts.copy(),
+                truncated_states=(spaces.stack(truncated_states) if truncated_states else
+                                  spaces.allocate(spaces.take(memory.state, 0), (0,))),
+                truncated_starts=np.array(truncated_starts, dtype=bool))
         trajectory = Trajectory(
             observations=obs_buf, actions=np.stack(actions), rewards=rewards,
             terminated=terminated, truncated=truncated,
@@ -268,7 +300,7 @@ class RolloutWorker:
                 spaces.tree_map(lambda a, dtype: np.asarray(a, dtype),
                                 spaces.stack(truncated_obs), carried) if truncated_obs
                 else spaces.allocate(spaces.take(obs_buf, (0, 0)), (0,))),
-            weights_version=weights_version, valid=valid)
+            weights_version=weights_version, valid=valid, memory=fragment_memory)
         return trajectory, RolloutStats(
             env_steps=trajectory.num_steps, episode_returns=finished_returns,
             # the version of the weights that really acted (the stamp the model loaded with
@@ -307,6 +339,7 @@ class RolloutWorker:
                 "torch_rng": torch.get_rng_state(),
                 "action_space_rng": generator_state(self.envs.action_space.np_random),
                 "agent": self.agent.get_state(),
+                "memory": self.memory.get_state(),
                 "acting_rng": (generator_state(self.acting_model.acting_rng)
                                if hasattr(self.acting_model, "acting_rng") else None),
                 "envs": self.envs.get_state()}
@@ -328,11 +361,13 @@ class RolloutWorker:
             self.observations = spaces.tree_map(np.asarray, state["observations"])
             self.episode_return = np.asarray(state["episode_return"], dtype=np.float64).copy()
             self.episode_length = np.asarray(state["episode_length"], dtype=np.int64).copy()
+            self.memory.set_state(state.get("memory"))
             return True
         seed = fresh_episode_seed if fresh_episode_seed is not None else 0
         self.observations = self.envs.reset_all(seed + j for j in range(len(self.envs)))
         self.episode_return[:] = 0.0
         self.episode_length[:] = 0
+        self.memory.reset()
         return False
 
     def fetch_grads(self, weights, request):
