@@ -33,6 +33,7 @@ PROBES = {
     "soak": ("soak", "RSS of every process and the object store over a long run"),
     "invalid-actions": ("invalid_actions", "a masked env's invalid actions in a ddrl run"),
     "structured-cost": ("structured_cost", "CartPole against DictCartPole: the Dict path's cost"),
+    "memory-cost": ("memory_cost", "MLP against LSTM and GRU PPO on CartPole without velocities"),
 }
 
 
