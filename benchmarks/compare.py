@@ -236,8 +236,9 @@ SUITES = {
                                  " --total_steps {max_steps}",
             "sb3-zoo": "{python} benchmarks/sb3_recurrent.py --env cartpole-novel --hyperparams zoo"
                        " --target_return {target} --seed {seed} --out_dir {run_dir}",
-            # TODO(lead): ddrl's recurrent settings (LSTM size, where the LSTM sits, critic LSTM,
-            # its --total_steps as --schedule_steps); the flags below are ddrl's PPO defaults
+            # the peer given ddrl's settings: the CartPole preset (8 envs x 32 steps, batch 256,
+            # 10 epochs, schedules over its 1e6 total steps) and ddrl's recurrent defaults (an
+            # LSTM-64 after the observation, the critic with its own, 64,64 tanh heads)
             "sb3-ddrl": "{python} benchmarks/sb3_recurrent.py --env cartpole-novel --hyperparams ddrl"
                         " --n_envs 8 --n_steps 32 --batch_size 256 --n_epochs 10 --gamma 0.98"
                         " --gae_lambda 0.8 --lr 0.001 --lr_schedule linear --clip_range 0.2"
@@ -253,23 +254,28 @@ SUITES = {
     "pendulum-novel": dict(
         target=-200, max_steps=300_000, peer="sb3-zoo", timeout=3600,
         systems={
-            "ddrl-lstm-2workers": DDRL + " --gym_id Pendulum-v1 --hide_obs 2 --recurrent lstm --num_workers 2"
-                                  " --total_steps {max_steps}",
+            # the Pendulum preset (4 envs x 1024 steps, 10 epochs, gamma 0.9, constant rates) with
+            # memory: no gSDE (it has no recurrent form), sequences of 128 steps (--bptt_len) in
+            # minibatches of 128 steps, one sequence each
             "ddrl-lstm-0workers": DDRL + " --gym_id Pendulum-v1 --hide_obs 2 --recurrent lstm --num_workers 0"
+                                  " --no-use_sde --bptt_len 128 --batch_size 128 --total_steps {max_steps}",
+            "ddrl-lstm-2workers": DDRL + " --gym_id Pendulum-v1 --hide_obs 2 --recurrent lstm --num_workers 2"
+                                  " --num_envs_per_worker 2 --no-use_sde --bptt_len 128 --batch_size 128"
                                   " --total_steps {max_steps}",
-            "ddrl-mlp-2workers": DDRL + " --gym_id Pendulum-v1 --hide_obs 2 --num_workers 2"
-                                 " --total_steps {max_steps}",
+            # the control: the same without memory
+            "ddrl-mlp-0workers": DDRL + " --gym_id Pendulum-v1 --hide_obs 2 --num_workers 0 --no-use_sde"
+                                 " --batch_size 128 --total_steps {max_steps}",
             "sb3-zoo": "{python} benchmarks/sb3_recurrent.py --env pendulum-novel --hyperparams zoo"
                        " --target_return {target} --seed {seed} --out_dir {run_dir}",
-            # TODO(lead): ddrl's recurrent settings; the flags below are the Pendulum preset's
-            # (configs/ppo-Pendulum-v1.yaml: 4 envs x 1024, batch 64, gSDE every 4 steps, constant rates)
+            # the peer given ddrl's settings (the rows above: 4 x 1024, batch 128, no gSDE, an
+            # LSTM-64 with one of its own for the critic, 64,64 tanh heads, constant rates)
             "sb3-ddrl": "{python} benchmarks/sb3_recurrent.py --env pendulum-novel --hyperparams ddrl"
-                        " --n_envs 4 --n_steps 1024 --batch_size 64 --n_epochs 10 --gamma 0.9"
+                        " --n_envs 4 --n_steps 1024 --batch_size 128 --n_epochs 10 --gamma 0.9"
                         " --gae_lambda 0.95 --lr 0.001 --lr_schedule constant --clip_range 0.2"
                         " --clip_schedule constant --ent_coef 0.0 --vf_coef 0.5 --max_grad_norm 0.5"
                         " --lstm_hidden_size 64 --critic_lstm separate --net_arch 64,64"
-                        " --activation tanh --ortho_init --normalize none --hide drop --use_sde"
-                        " --sde_sample_freq 4 --log_std_init 0.0 --schedule_steps {max_steps}"
+                        " --activation tanh --ortho_init --normalize none --hide drop --no-use_sde"
+                        " --log_std_init 0.0 --schedule_steps {max_steps}"
                         " --target_return {target} --seed {seed} --out_dir {run_dir} --max_steps {max_steps}",
         }),
 }

@@ -208,9 +208,10 @@ class PPOModel(BaseModel):
                 f"space is {action_space}. Drop --use_sde for discrete actions.")
         if self.use_sde and args.recurrent != "none":
             raise ConfigError(
-                f"--use_sde (state-dependent exploration) draws its noise from the MLP actor's "
-                f"last layer and has no recurrent form here; drop --use_sde or --recurrent "
-                f"{args.recurrent}.")
+                f"--recurrent {args.recurrent} with --use_sde (state-dependent exploration, set "
+                f"by the flag or by a preset such as configs/ppo-Pendulum-v1.yaml): gSDE draws "
+                f"its noise from the MLP actor's last layer and has no recurrent form here. Add "
+                f"--no-use_sde, or drop --recurrent.")
         self.encoder = None  # vectors go straight into the MLPs (build_networks may set one)
         self.rnn = self.critic_rnn = None  # memory (build_networks sets them with --recurrent)
         self.build_networks(args)

@@ -14,6 +14,7 @@ from core.plugins import load_plugins
 from core.algos.ppo_trainer import PPOTrainer, advantage_moments
 from core.sampling.rollout import RolloutWorker
 from core.sampling.worker_group import WorkerGroup
+from core.types import GradientRequest
 from models.ppo import PPOBatch
 from options.options import parse_args, run_spec
 
@@ -44,7 +45,14 @@ def make_trainer(*flags):
 
 def union_gradient(model, agents, mean, std):
     """The PPO gradient of one model on the concatenation of the agents' data (one minibatch:
-    the whole of it), advantages normalized with the round's moments."""
+    the whole of it), advantages normalized with the round's moments. A recurrent model's data
+    are sequences: one agent adopts them all and computes on the one minibatch of every
+    sequence (tests/test_recurrent.py checks that gradient against the workers' average)."""
+    if "states" in agents[0].data:
+        from agents.default_agent import DefaultAgent
+        union = DefaultAgent(model.args, model, seed=0)
+        union.adopt_data([a.data for a in agents])
+        return union.fetch_grads(None, GradientRequest(0, 0, 1, mean, std, 0.0, 0)).gradients
     data = {k: torch.cat([a.data[k] for a in agents]) for k in agents[0].data}
     batch = PPOBatch(data["observations"], data["actions"], data["old_log_probs"],
                      (data["advantages"] - mean) / (std + 1e-8), data["returns"],
@@ -60,8 +68,10 @@ def own_data(members):
 
 @pytest.mark.parametrize("grad_workers", ["3", "1", "2", "0"])
 @pytest.mark.parametrize("missing", [2, 0])
-def test_a_missing_worker_leaves_the_union_of_the_delivered_data(missing, grad_workers):
-    trainer = make_trainer("--grad_workers", grad_workers)
+@pytest.mark.parametrize("memory", [(), ("--recurrent", "lstm"), ("--recurrent", "gru")],
+                         ids=["mlp", "lstm", "gru"])
+def test_a_missing_worker_leaves_the_union_of_the_delivered_data(missing, grad_workers, memory):
+    trainer = make_trainer("--grad_workers", grad_workers, *memory)
     members = sorted(trainer.group.members, key=lambda m: m.slot)
     weights = trainer.learner.get_weights()
     delivered = trainer.collect_fragments(members, weights)
