@@ -313,10 +313,10 @@ class PPOModel(BaseModel):
         length, count = sequence_shape
         features = features.reshape(length, count, -1)
         if self.critic_rnn is None:
-            out = self.rnn.unroll(features, state, starts)[0].reshape(length * count, -1)
+            out = self.rnn.unroll(features, state, starts).reshape(length * count, -1)
             return out, out
-        pi = self.rnn.unroll(features, unprefixed("pi", state), starts)[0]
-        vf = self.critic_rnn.unroll(features, unprefixed("vf", state), starts)[0]
+        pi = self.rnn.unroll(features, unprefixed("pi", state), starts)
+        vf = self.critic_rnn.unroll(features, unprefixed("vf", state), starts)
         return pi.reshape(length * count, -1), vf.reshape(length * count, -1)
 
     def latent_and_mean(self, features):

@@ -42,21 +42,37 @@ def test_unroll_equals_one_step_at_a_time_with_resets_at_episode_starts(kind):
     features = torch.randn(6, 3, 5)
     starts = torch.zeros(6, 3, dtype=torch.bool)
     starts[0, 1] = starts[2, 0] = starts[4, 2] = starts[5, 0] = True
-    state = {k: torch.randn(3, 7) for k in core.state_names}
-    out, last = core.unroll(features, state, starts)
+    state = {k: torch.randn(3, 7, requires_grad=True) for k in core.state_names}
+    out = core.unroll(features, state, starts)
     stepped, s = [], state
     for t in range(6):
         o, s = core.step(features[t], s, starts[t])
         stepped.append(o)
     assert torch.allclose(out, torch.stack(stepped), atol=1e-6)
-    for k in core.state_names:
-        assert torch.allclose(last[k], s[k], atol=1e-6)
+    # gradients flow to every step and to the first state of a column that carries it
+    out.sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in core.parameters())
     # by hand: a row whose episode starts at t ignores everything before t
     fresh = {k: torch.zeros(1, 7) for k in core.state_names}
     o, s1 = core.step(features[2, :1], fresh, torch.zeros(1, dtype=torch.bool))
     o, _ = core.step(features[3, :1], s1, torch.zeros(1, dtype=torch.bool))
     assert torch.allclose(out[3, 0], o[0], atol=1e-6)
     assert set(core.initial_state(4)) == set(core.state_names)
+    # column 1 starts an episode at t = 0: its given state is never used; column 2 uses its own
+    assert state["h"].grad[1].abs().sum() == 0 and state["h"].grad[2].abs().sum() > 0
+
+
+@pytest.mark.unit
+def test_segments_by_hand():
+    from models.recurrent import segments_of
+    starts = np.zeros((4, 2), dtype=bool)
+    starts[2, 0] = starts[0, 1] = True
+    seg = segments_of(starts)                      # column 0: [0, 2), [2, 4); column 1: [0, 4)
+    assert seg.columns.tolist() == [0, 0, 1]
+    assert seg.carries_state.tolist() == [True, False, False]
+    assert seg.real.sum(0).tolist() == [2, 2, 4]
+    assert seg.gather[:, 2].tolist() == [1, 3, 5, 7]   # t * N + n of column 1
+    assert seg.gather[:2, 1].tolist() == [4, 6]
 
 
 @pytest.mark.unit
