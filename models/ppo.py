@@ -38,7 +38,8 @@ from models.base import BaseModel
 from models.distributions import action_head
 from models.encoders import Flatten, MultiInputEncoder, add_encoder_args, make_encoder
 from models.numpy_mlp import NumpyMLP, log_softmax
-from models.recurrent import RECURRENT_KINDS, RecurrentCore, prefixed, unprefixed
+from models.recurrent import (RECURRENT_KINDS, NumpyCore, RecurrentCore, prefixed,
+                              unprefixed)
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
 HEAD_SPACES = (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
@@ -239,6 +240,16 @@ class PPOModel(BaseModel):
         self.numpy_actor = (None if self.use_sde or not vector_input or not numpy_acting
                             or self.layout.has_mask or self.recurrent
                             else NumpyMLP.of(self.actor))
+        # Memory on vectors acts through numpy too: the cores' step (models/recurrent.py
+        # NumpyCore) and the heads (probe.py memory-cost: an LSTM-64 policy's step on 8
+        # observations 127 us against 373 us through torch's LSTM; BENCHMARKS.md, "Memory").
+        self.numpy_memory = None
+        if (self.recurrent and vector_input and numpy_acting and not self.use_sde
+                and not self.layout.has_mask):
+            heads = NumpyMLP.of(self.actor), NumpyMLP.of(self.critic)
+            if all(heads):
+                self.numpy_memory = (NumpyCore(self.rnn), self.critic_rnn and NumpyCore(
+                    self.critic_rnn), *heads)
         # With a shared encoder (a CNN) the values come from the features the action was drawn
         # from, nearly free; without one a second network per step costs more than a pass over
         # the fragment afterwards (core/sampling/rollout.py, values_later).
@@ -431,6 +442,9 @@ class PPOModel(BaseModel):
         return actions, extras
 
     def act_with_memory(self, obs, deterministic, values, state, episode_starts):
+        if self.numpy_memory is not None and self.device.type == "cpu":
+            return self.act_with_memory_numpy(obs, deterministic, values, state,
+                                              episode_starts)
         batch = self.flat_obs(obs)
         features = self.features(batch)
         state, starts = self.state_tensors(state, episode_starts, len(features))
@@ -444,9 +458,34 @@ class PPOModel(BaseModel):
             extras["values"] = self.values(critic_input).cpu().numpy()
         return actions, extras
 
+    def act_with_memory_numpy(self, obs, deterministic, values, state, episode_starts):
+        x = self.vector_obs(obs)
+        if state is None:
+            state, episode_starts = self.initial_state(len(x)), np.ones(len(x), dtype=bool)
+        actor_core, critic_core, actor, critic = self.numpy_memory
+        if critic_core is None:
+            actor_input, next_state = actor_core.step(x, state, episode_starts)
+            critic_input = actor_input
+        else:
+            actor_input, actor_state = actor_core.step(x, unprefixed("pi", state),
+                                                       episode_starts)
+            critic_input, critic_state = critic_core.step(x, unprefixed("vf", state),
+                                                          episode_starts)
+            next_state = {**prefixed("pi", actor_state), **prefixed("vf", critic_state)}
+        actions, log_prob = self.sample_numpy(actor(actor_input), deterministic)
+        if self.head is None and len(self.action_shape) != 1:
+            actions = actions.reshape(len(actions), *self.action_shape)
+        extras = {"log_probs": log_prob, "state": next_state}
+        if values:
+            extras["values"] = critic(critic_input)[:, 0].astype(np.float32)
+        return actions, extras
+
     def act_numpy(self, obs, deterministic):
+        return self.sample_numpy(self.numpy_actor(obs), deterministic)
+
+    def sample_numpy(self, out, deterministic):
+        """Actions and log-probs from the actor's output ``out`` (numpy)."""
         # tests/test_ppo.py checks these log-probs against torch.distributions.
-        out = self.numpy_actor(obs)
         if self.discrete:
             log_probs = log_softmax(out)
             if deterministic:

@@ -125,6 +125,48 @@ def segments_of(starts):
     return Segments(columns, carries_state, gather, real, np.argsort(flat[real], kind="stable"))
 
 
+def sigmoid(x):
+    return 0.5 * (1.0 + np.tanh(0.5 * x))  # never overflows, unlike 1 / (1 + exp(-x))
+
+
+class NumpyCore:
+    """``RecurrentCore.step`` in numpy, for acting on the CPU (models/numpy_mlp.py says why: a
+    step through torch's LSTM costs about 70 us of call overhead for a few microseconds of
+    arithmetic). It reads numpy views of the core's parameters, renewed only when a
+    parameter's storage is replaced, so set_weights and optimizer steps are seen at once."""
+
+    def __init__(self, core: RecurrentCore):
+        self.kind = core.kind
+        rnn = core.rnn
+        self.parameters = [rnn.weight_ih_l0, rnn.weight_hh_l0, rnn.bias_ih_l0, rnn.bias_hh_l0]
+        self.seen, self.views = None, None
+
+    def refresh(self):
+        addresses = [p.data_ptr() for p in self.parameters]
+        if addresses != self.seen:
+            w_ih, w_hh, b_ih, b_hh = (p.detach().numpy() for p in self.parameters)
+            self.views, self.seen = (w_ih.T, w_hh.T, b_ih, b_hh), addresses
+
+    def step(self, x, state, starts):
+        """(output [B, H], next state) for float32 ``x`` [B, F] and numpy ``state``; rows where
+        ``starts`` is True begin from zeros (torch's gate order: LSTM i, f, g, o; GRU r, z, n)."""
+        self.refresh()
+        w_ih, w_hh, b_ih, b_hh = self.views
+        keep = ~np.asarray(starts, dtype=bool)[:, None]
+        h = np.where(keep, state["h"], np.float32(0.0))
+        if self.kind == "lstm":
+            c = np.where(keep, state["c"], np.float32(0.0))
+            i, f, g, o = np.split(x @ w_ih + b_ih + h @ w_hh + b_hh, 4, axis=1)
+            c = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
+            h = sigmoid(o) * np.tanh(c)
+            return h, {"h": h, "c": c}
+        x_r, x_z, x_n = np.split(x @ w_ih + b_ih, 3, axis=1)
+        h_r, h_z, h_n = np.split(h @ w_hh + b_hh, 3, axis=1)
+        r, z = sigmoid(x_r + h_r), sigmoid(x_z + h_z)
+        h = (1.0 - z) * np.tanh(x_n + r * h_n) + z * h
+        return h, {"h": h}
+
+
 def prefixed(prefix, state):
     """{"h": x} -> {"pi/h": x}."""
     return {f"{prefix}/{name}": value for name, value in state.items()}

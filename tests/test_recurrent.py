@@ -342,3 +342,39 @@ def test_a_fragment_sampled_ahead_replays_under_the_weights_that_acted():
     log_prob, old = replayed(w1, 1)
     assert not torch.allclose(log_prob, old, atol=1e-3)  # the control: the newer weights
     worker.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("flags", [("--action_kind", "discrete"), ("--action_kind", "box"),
+                                   ("--action_kind", "discrete", "--shared_rnn")],
+                         ids=["discrete", "box", "shared"])
+def test_acting_through_numpy_gives_the_torch_policy_and_state(kind, flags):
+    """Memory on vectors acts through numpy (NumpyCore and the heads): the same next state,
+    values and log-probabilities of the actions taken as the torch cores, over steps with
+    episode starts in between."""
+    worker = worker_for("--obs_kind", "box", "--recurrent", kind, *flags)
+    model = worker.model
+    assert model.numpy_memory is not None
+    rng = np.random.default_rng(0)
+    state, starts = model.initial_state(3), np.ones(3, dtype=bool)
+    for step in range(6):
+        obs = rng.uniform(-1, 1, (3, 4)).astype(np.float32)
+        actions, extras = model.choose_actions(obs, state=state, episode_starts=starts)
+        batch = model.flat_obs(obs)
+        with torch.no_grad():
+            torch_state, torch_starts = model.state_tensors(state, starts, 3)
+            actor_in, critic_in, expected = model.memory_step(model.features(batch),
+                                                              torch_state, torch_starts)
+            log_prob, _ = model.policy_terms(actor_in, torch.as_tensor(actions))
+            values = model.values(critic_in)
+        for name, value in expected.items():
+            assert np.allclose(extras["state"][name], value.numpy(), atol=1e-5), name
+        assert np.allclose(extras["log_probs"], log_prob.numpy(), atol=1e-5)
+        assert np.allclose(extras["values"], values.numpy(), atol=1e-5)
+        state, starts = extras["state"], np.array([False, step == 2, step == 4])
+    # a parameter changed in place (an optimizer step) is seen at once
+    with torch.no_grad():
+        model.rnn.rnn.weight_hh_l0.add_(0.5)
+    moved = model.choose_actions(obs, state=state, episode_starts=starts)[1]["state"]
+    assert not np.allclose(moved["pi/h" if "pi/h" in moved else "h"],
+                           extras["state"]["pi/h" if "pi/h" in moved else "h"], atol=1e-4)
