@@ -378,3 +378,25 @@ def test_acting_through_numpy_gives_the_torch_policy_and_state(kind, flags):
     moved = model.choose_actions(obs, state=state, episode_starts=starts)[1]["state"]
     assert not np.allclose(moved["pi/h" if "pi/h" in moved else "h"],
                            extras["state"]["pi/h" if "pi/h" in moved else "h"], atol=1e-4)
+
+
+@pytest.mark.parametrize("obs_kind", ["image", "tuple", "discrete", "box"])
+def test_memory_on_every_observation_the_encoders_take(obs_kind):
+    """Images (a CNN before the core), Tuples, single Discrete leaves and vectors: the loss
+    replays the acting log-probabilities on sequences that cross fragments."""
+    worker = worker_for("--obs_kind", obs_kind, "--episode_steps", "4")
+    agent, seen = worker.agent, []
+    policy_terms = agent.model.policy_terms
+
+    def record(features, actions, mask=None):
+        log_prob, entropy = policy_terms(features, actions, mask)
+        seen.append(log_prob.detach())
+        return log_prob, entropy
+    agent.model.policy_terms = record
+    for _ in range(2):
+        worker.collect(None, 0, 5)
+        seen.clear()
+        agent.fetch_grads(None, GradientRequest(0, 0, 1, 0.0, 1.0, 0.0, 0))
+        order = torch.as_tensor(agent.order)
+        assert torch.allclose(seen[0], time_major(agent.data["old_log_probs"][order]),
+                              atol=1e-5)
