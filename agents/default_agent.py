@@ -166,7 +166,8 @@ class DefaultAgent(OnPolicyAgent):
         kept = advantages[valid].astype(np.float64)
         return {"advantage_sum": float(kept.sum()),
                 "advantage_sq_sum": float((kept ** 2).sum()),
-                "advantage_count": int(valid.sum())}
+                "advantage_count": int(valid.sum()),
+                "sequences": len(self.data["returns"])}
 
     def export_data(self):
         return {k: spaces.tree_map(lambda t: t.cpu().numpy(), v) for k, v in self.data.items()}

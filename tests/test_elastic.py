@@ -193,3 +193,24 @@ def test_grad_workers_0_needs_an_agent_that_adopts_data(monkeypatch):
     from core.registry import ConfigError
     with pytest.raises(ConfigError, match="--grad_workers 0.*DefaultAgent.*adopt_data"):
         make_trainer("--grad_workers", "0")
+
+
+@pytest.mark.parametrize("grad_workers, steps", [("3", 4), ("1", 12), ("0", 12)])
+def test_sequences_cap_the_minibatches_at_what_each_gradient_worker_holds(grad_workers, steps):
+    """A recurrent model learns on sequences (4 per worker: 4 envs, whole fragments). Batch 8
+    of 384 samples asks for 48 minibatches; each gradient worker splits its own sequences, so
+    there are as many minibatches as the fewest any of them holds: 4 with three gradient
+    workers, 12 when one (or the learner) holds all. Every step is applied, none empty."""
+    trainer = make_trainer("--grad_workers", grad_workers, "--recurrent", "lstm",
+                           "--batch_size", "8")
+    members = sorted(trainer.group.members, key=lambda m: m.slot)
+    weights = trainer.learner.get_weights()
+    delivered = trainer.collect_fragments(members, weights)
+    assert all(d.agent_stats["sequences"] == 4 for d in delivered.values())
+    applied = []
+    apply = trainer.learner.apply
+    trainer.learner.apply = lambda gradients, progress=0.0: (
+        applied.append(1) or apply(gradients, progress))
+    stats, *_ = trainer.update(delivered, weights, progress=0.0)
+    assert len(applied) == steps and len(stats) >= steps
+    assert trainer.faults.counts["skipped_updates"] == 0

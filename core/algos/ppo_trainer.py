@@ -417,6 +417,14 @@ class PPOTrainer(Trainer):
                                        / self.args.batch_size))
         mean, std = advantage_moments(rollouts)
         groups = self.pool(delivered)
+        # An agent that learns on sequences (a recurrent model) says how many it holds. Each
+        # gradient worker splits its own into the minibatches: no more minibatches than the
+        # fewest any of them holds, so that each has a share of every one (long fragments in
+        # small batches take fewer, larger minibatches, never empty ones).
+        held = [[delivered[m].agent_stats.get("sequences") for m in group]
+                for group in groups.values()]
+        if held and all(n is not None for group in held for n in group):
+            num_minibatches = max(1, min(num_minibatches, min(sum(group) for group in held)))
         members = list(groups)
         stats, grad_norms, gradient_lags = [], [], []
         # Policy lag (one meaning in both loops, core/algos/trainer.py): updates between the weights
@@ -437,6 +445,8 @@ class PPOTrainer(Trainer):
                 if not results:
                     continue
                 results = list(results.values())
+                if not sum(r.num_samples for r in results):
+                    continue  # no worker had data for this minibatch: nothing to learn from
                 gradient_lags += [self.learner.version - r.weights_version for r in results]
                 step_stats = [r.stats for r in results]
                 gradients = average_gradients([r.gradients for r in results],
