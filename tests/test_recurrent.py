@@ -400,3 +400,35 @@ def test_memory_on_every_observation_the_encoders_take(obs_kind):
         order = torch.as_tensor(agent.order)
         assert torch.allclose(seen[0], time_major(agent.data["old_log_probs"][order]),
                               atol=1e-5)
+
+
+def test_env_failures_cut_sequences_and_their_values_come_from_the_acting_state():
+    """An env that raises (flaky_cartpole): every truncated observation has its state row, the
+    cut steps weigh nothing, the step after a cut starts afresh, and the loss still replays
+    the acting log-probs."""
+    from core.sampling.rollout import RolloutWorker
+    spec = run_spec(parse_args(["--config", "none", "--user_dir", PLUGINS, "--env_name",
+                                "flaky_cartpole", "--fail_prob", "0.05", "--num_workers", "0",
+                                "--num_envs_per_worker", "4", "--recurrent", "gru",
+                                "--seed", "2"]))
+    worker = RolloutWorker(spec)
+    trajectory, _, _ = worker.sample(40)
+    memory, valid = trajectory.memory, trajectory.valid
+    cuts = np.argwhere(~valid)
+    assert len(cuts) >= 2
+    assert len(memory.truncated_starts) == len(trajectory.truncated_index)
+    for t, e in cuts:
+        if t + 1 < 40:
+            assert memory.episode_starts[t + 1, e]
+    worker.agent.send_trajectory(trajectory)
+    data = worker.agent.data
+    assert int(data["weights"].sum()) == int(valid.sum())
+    seen = []
+    policy_terms = worker.model.policy_terms
+    worker.model.policy_terms = lambda f, a, m=None: (
+        lambda out: seen.append(out[0].detach()) or out)(policy_terms(f, a, m))
+    worker.agent.fetch_grads(None, GradientRequest(0, 0, 1, 0.0, 1.0, 0.0, 0))
+    order = torch.as_tensor(worker.agent.order)
+    counted = time_major(data["weights"][order]) > 0
+    assert torch.allclose(seen[0][counted],
+                          time_major(data["old_log_probs"][order])[counted], atol=1e-5)
