@@ -8,7 +8,7 @@ depends on the loop's kind:
   advantage sums); ``fetch_grads(weights, request)`` returns the gradient of the loss on the
   minibatch a ``core.types.GradientRequest`` names; ``export_data`` / ``absorb_data`` /
   ``adopt_data`` move a fragment's data between agents (--grad_workers).
-- ``OffPolicyAgent`` (SAC's loop, core/algos/sac_trainer.py): transitions -> replay, batches ->
+- ``OffPolicyAgent`` (SAC's loop, core/algos/replay_trainer.py): transitions -> replay, batches ->
   gradients and priorities. ``send_trajectory`` turns a fragment into transitions that
   ``take_transitions`` hands to the replay buffer, ``priorities`` gives their initial replay
   priorities, ``fetch_grads(weights, batch, weights_version, progress)`` the gradients on a
@@ -86,7 +86,10 @@ class OnPolicyAgent(BaseAgent):
 
 
 class OffPolicyAgent(BaseAgent):
-    """Transitions -> replay; replay batches -> gradients and priorities (SAC's loop)."""
+    """Transitions -> replay; replay batches -> gradients and priorities (the replay loop)."""
+    #: the agent's transitions carry ``discounts`` (n-step returns: core.learning.replay_buffer
+    #: Transitions), so the replay buffer keeps a column for them
+    transition_discounts = False
 
     def __init__(self, args, model, seed=0):
         super().__init__(args, model, seed)

@@ -14,7 +14,8 @@ Weights = Dict[str, np.ndarray]
 
 
 class BaseModel(nn.Module):
-    #: which training loop drives this model ("ppo": gradient collecting; "sac": replay)
+    #: which training loop drives this model ("ppo": gradient collecting; "replay":
+    #: the Ape-X-shaped off-policy loop; core/algos/trainers.py)
     trainer = None
     #: a reason the model cannot learn from several learners' averaged gradients, or None
     single_learner_only = None
@@ -38,6 +39,13 @@ class BaseModel(nn.Module):
     def check_spaces(cls, observation_space, action_space):
         """Raise core.registry.ConfigError when the model cannot take these spaces."""
 
+    @classmethod
+    def update_precision_of(cls, config):
+        """The precision this model's update asks for in ``config`` ("fp32", "bf16" or "auto":
+        core/distributed/devices.py resolve_precision), for the run's start-up line; None: the
+        model has no such setting (fp32)."""
+        return None
+
     def __init__(self, args, observation_space, action_space):
         super().__init__()
         self.args = args
@@ -56,6 +64,18 @@ class BaseModel(nn.Module):
         ``episode_starts`` (bool [B]: these rows begin an episode, their state must be reset
         first), and returns the state after this step in the extras under "state"."""
         raise NotImplementedError
+
+    def assign_env_slots(self, slots, total_slots):
+        """Optional: which of the run's env slots this model acts for, told by its rollout
+        worker once it is built. ``slots``: the global indices of the worker's envs (worker
+        i's env e is i * --num_envs_per_worker + e), in the order of ``choose_actions``'s
+        rows; ``total_slots``: how many the run has. A model whose exploration differs per
+        actor uses it (Ape-X's epsilon ladder: models/dqn.py); the test worker never calls it.
+
+        Also optional, called by a rollout worker before each fragment's first step:
+        ``begin_fragment(num_envs, progress)``, ``progress`` being the run's env steps over
+        --total_steps when the loop gives it (the off-policy loop does), else None (gSDE draws
+        its exploration matrices there, DQN sets its epsilon schedule)."""
 
     def initial_state(self, batch_size):
         """A recurrent model's state for ``batch_size`` fresh episodes: a dict {name: numpy

@@ -351,7 +351,7 @@ class PPOModel(BaseModel):
         return Normal(logits_or_mean, self.log_std.exp().expand_as(logits_or_mean),
                       validate_args=False)
 
-    def begin_fragment(self, num_envs):
+    def begin_fragment(self, num_envs, progress=None):
         """Called by the rollout worker before a fragment's first step: gSDE draws each env's
         exploration matrix anew (with the current log std). Nothing to do without gSDE."""
         if self.use_sde:

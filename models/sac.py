@@ -142,7 +142,7 @@ def as_float_tensor(x, device=None):
 @register_model("sac")
 class SACModel(BaseModel):
     """Soft Actor-Critic: tanh-Gaussian actor, twin Q critics with polyak targets, learned alpha."""
-    trainer = "sac"
+    trainer = "replay"
     default_agent = "sac_agent"
 
     @staticmethod
@@ -185,6 +185,10 @@ class SACModel(BaseModel):
                             help="discount factor of the soft Bellman target "
                                  "(default: %(default)s)")
         add_encoder_args(parser)
+
+    @classmethod
+    def update_precision_of(cls, config):
+        return config.sac_precision
 
     @classmethod
     def check_spaces(cls, observation_space, action_space):

@@ -200,7 +200,7 @@ def test_flags_errors_and_optimizer():
     from options.options import run_spec
     spec = run_spec(make_args("--num_learners", "3"))
     with pytest.raises(ConfigError, match="--num_learners 3 with --model_name crossq"):
-        trainer_class("sac").check_plugins(load_plugins(spec), spec)
+        trainer_class("replay").check_plugins(load_plugins(spec), spec)
 
 
 @pytest.mark.e2e

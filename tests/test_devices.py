@@ -65,7 +65,7 @@ def test_the_loop_declares_who_computes_and_a_plugin_loop_gets_the_rollout_worke
     from core.algos.trainers import trainer_class
     args = parse_args(["--config", "none", "--model_name", "sac", "--gym_id", "Pendulum-v1",
                        "--num_gpus", "1", "--num_learners", "4", "--num_workers", "3"])
-    assert trainer_class("sac").gpu_plan(args).learner_worker_gpus == 0.25
+    assert trainer_class("replay").gpu_plan(args).learner_worker_gpus == 0.25
     assert trainer_class("ppo").gpu_plan(args).rollout_worker_gpus == 0.3333
     # a loop registered by a plugin (core/algos/trainers.py) that declares nothing: its
     # rollout workers compute
@@ -231,7 +231,7 @@ from core.sampling.eval_runner import EvalRunner
 from core.distributed.placement import Placement
 from core.plugins import load_plugins, make_env
 from core.sampling.rollout import make_rollout_worker
-from core.algos.sac_trainer import spawn_buffer, spawn_learner, spawn_server
+from core.algos.replay_trainer import spawn_buffer, spawn_learner, spawn_server
 from core.algos.trainers import trainer_class
 from options.options import parse_args, run_spec
 import dataclasses
@@ -245,7 +245,7 @@ def spec_for(num_gpus, num_learners):
                        "--sac_hidden_sizes", "8", "--buffer_size", "100",
                        "--num_gpus", str(num_gpus), "--num_learners", str(num_learners)])
     spec = run_spec(args)
-    spec = dataclasses.replace(spec, gpus=trainer_class("sac").gpu_plan(args))  # as the session
+    spec = dataclasses.replace(spec, gpus=trainer_class("replay").gpu_plan(args))  # as the session
     env = make_env(load_plugins(spec), spec.env, seed=0)
     return spec, (env.observation_space, env.action_space)
 

@@ -167,9 +167,9 @@ def test_built_in_trainers_are_registered_and_subclass_trainer():
     from core.algos.trainer import Trainer
     from core.algos.trainers import TRAINER_REGISTRY, trainer_class
     assert trainer_class("ppo").__name__ == "PPOTrainer"
-    assert trainer_class("sac").__name__ == "SACTrainer"
-    assert {"ppo", "sac"} <= set(TRAINER_REGISTRY.names())
-    for name in ("ppo", "sac"):
+    assert trainer_class("replay").__name__ == "ReplayTrainer"
+    assert {"ppo", "replay"} <= set(TRAINER_REGISTRY.names())
+    for name in ("ppo", "replay"):
         cls = trainer_class(name)
         assert issubclass(cls, Trainer) and cls.metric_columns and cls.agent_kind is not None
 
@@ -189,7 +189,7 @@ def test_a_model_naming_an_unknown_trainer_gets_the_registered_ones():
     with pytest.raises(ConfigError) as info:
         trainer_class("ppo2", LostModel)
     text = str(info.value)
-    assert "LostModel" in text and "'ppo2'" in text and "ppo, sac" in text
+    assert "LostModel" in text and "'ppo2'" in text and "ppo, replay" in text
     assert "Did you mean 'ppo'" in text and "\n" not in text
 
 

@@ -63,8 +63,8 @@ def test_two_learners_give_one_averaged_update_not_the_last_push():
 
 @pytest.mark.unit
 def test_utd_budget_holds_both_ways():
-    from core.algos.sac_trainer import SACTrainer
-    trainer = SACTrainer.__new__(SACTrainer)
+    from core.algos.replay_trainer import ReplayTrainer
+    trainer = ReplayTrainer.__new__(ReplayTrainer)
     trainer.args = parse_args(SAC + ["--learning_starts", "100", "--start_steps", "100",
                                      "--utd_ratio", "0.5", "--batch_size", "32"])
     trainer.num_workers, trainer.fragment = 2, 64
@@ -80,8 +80,8 @@ def test_utd_budget_holds_both_ways():
 def test_a_warm_up_shorter_than_a_batch_still_collects_a_whole_batch():
     """--learning_starts 100 with --batch_size 256: the first update waits for 256 transitions,
     so the workers must be let past 100 + slack (before, both sides waited for ever)."""
-    from core.algos.sac_trainer import SACTrainer
-    trainer = SACTrainer.__new__(SACTrainer)
+    from core.algos.replay_trainer import ReplayTrainer
+    trainer = ReplayTrainer.__new__(ReplayTrainer)
     trainer.args = parse_args(SAC + ["--learning_starts", "100", "--start_steps", "100",
                                      "--batch_size", "256"])
     trainer.num_workers, trainer.fragment = 1, 64
@@ -140,7 +140,8 @@ def halves(batch):
     """A ReplayBatch cut in two."""
     n = len(batch.indices) // 2
     cut = [lambda a: a[:n], lambda a: a[n:]]
-    return [type(batch)(type(batch.transitions)(*(c(x) for x in batch.transitions)),
+    return [type(batch)(type(batch.transitions)(*(None if x is None else c(x)
+                                                  for x in batch.transitions)),
                         c(batch.indices), c(batch.generations), c(batch.weights)) for c in cut]
 
 
@@ -149,7 +150,7 @@ def test_split_batch_learners_make_the_whole_batch_update(monkeypatch):
     one learner on the whole batch. Sampling noise is switched off (a' and the actor's actions
     are then functions of the batch alone) so the two computations can be compared exactly."""
     import torch
-    from core.algos.sac_trainer import split_batch
+    from core.algos.replay_trainer import split_batch
     assert split_batch(256, 2) == [128, 128] and split_batch(10, 3) == [4, 3, 3]
     monkeypatch.setattr(torch, "randn_like", torch.zeros_like)
     spec, spaces = pendulum_spec()

@@ -22,7 +22,7 @@ newest checkpoint (``recover``).
 -> ``evaluate()`` -> ``metrics_row(collected, learned)``. A lock-step loop (PPO's, the REINFORCE
 example's) fills in the steps; a loop whose steps overlap (SAC's, Ape-X shape: collection and
 updates run at once on different actors) overrides ``iterate`` itself. The built-in loops are
-PPO's (core/algos/ppo_trainer.py, gradient-collecting) and SAC's (core/algos/sac_trainer.py). A
+PPO's (core/algos/ppo_trainer.py, gradient-collecting) and SAC's (core/algos/replay_trainer.py). A
 plugin brings its own by subclassing Trainer and registering it (core/algos/trainers.py
 ``register_trainer``); its model names it (``trainer = "..."``).
 

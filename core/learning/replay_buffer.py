@@ -11,7 +11,7 @@ generations of its slots, so a priority update that arrives after a slot was ove
 data is recognised as stale and dropped instead of being pinned on the newcomer.
 """
 import operator
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import numpy as np
 
@@ -19,12 +19,20 @@ from core import spaces
 
 
 class Transitions(NamedTuple):
-    """A block of N transitions; every array's first dimension is N."""
+    """A block of N transitions; every array's first dimension is N.
+
+    ``discounts`` (optional): the factor of the value bootstrapped from ``next_observations``,
+    gamma^k for a return over k steps (an n-step transition, k <= n, fewer where an episode
+    ended sooner: the agent summed ``rewards`` over those k steps); a loss still multiplies it
+    by 1 - terminated. None: one-step transitions whose model applies its own gamma (SAC). A
+    buffer keeps the column only when built ``with_discounts`` (an agent's
+    ``transition_discounts``: agents/base.py)."""
     observations: np.ndarray        # [N, *obs_shape]
     actions: np.ndarray             # [N, *action_shape]
     rewards: np.ndarray             # [N] float32
     next_observations: np.ndarray   # [N, *obs_shape] (the final observation for a truncated step)
     terminated: np.ndarray          # [N] float32: 1.0 = terminal, no bootstrap; truncation is 0.0
+    discounts: Optional[np.ndarray] = None  # [N] float32, or None (see above)
 
 
 class ReplayBatch(NamedTuple):
@@ -36,16 +44,18 @@ class ReplayBatch(NamedTuple):
     def rows(self, start, end) -> "ReplayBatch":
         """Rows [start, end) of this batch (views, no copies)."""
         cut = slice(start, end)
-        return ReplayBatch(Transitions(*(spaces.take(column, cut)
+        return ReplayBatch(Transitions(*(None if column is None else spaces.take(column, cut)
                                          for column in self.transitions)),
                            self.indices[cut], self.generations[cut], self.weights[cut])
 
 
 class ReplayBuffer:
-    """A ring of `capacity` transitions stored column by column in their own dtypes."""
+    """A ring of `capacity` transitions stored column by column in their own dtypes;
+    ``with_discounts``: a column for Transitions.discounts too (n-step transitions)."""
 
     def __init__(self, capacity, observation_shape, action_shape,
-                 observation_dtype=np.float32, action_dtype=np.float32, seed=0):
+                 observation_dtype=np.float32, action_dtype=np.float32, seed=0,
+                 with_discounts=False):
         if capacity < 1:
             raise ValueError(f"capacity must be positive, got {capacity}")
         self._capacity = int(capacity)
@@ -68,7 +78,8 @@ class ReplayBuffer:
             actions=np.zeros((capacity, *action_shape), action_dtype),
             rewards=np.zeros(capacity, np.float32),
             next_observations=observation_column(),
-            terminated=np.zeros(capacity, np.float32))
+            terminated=np.zeros(capacity, np.float32),
+            discounts=np.zeros(capacity, np.float32) if with_discounts else None)
         self._total_added = 0
         self.rng = np.random.default_rng(seed)
 
@@ -85,7 +96,7 @@ class ReplayBuffer:
         return min(self._total_added, self._capacity)
 
     def nbytes(self) -> int:
-        return sum(spaces.nbytes(column) for column in self._columns)
+        return sum(spaces.nbytes(column) for column in self._stored(self._columns))
 
     def add(self, transitions: Transitions, priorities=None) -> int:
         """Store a block (ring order, oldest overwritten first); returns how many were stored.
@@ -97,7 +108,7 @@ class ReplayBuffer:
         n = self._check_block(transitions)
         kept = min(n, self._capacity)
         start = (self._total_added + n - kept) % self._capacity
-        for column, data in zip(self._columns, transitions):
+        for column, data in zip(self._stored(self._columns), self._stored(transitions)):
             if spaces.is_tree(column):
                 for path, leaf in column.items():
                     self._write(leaf, np.asarray(data[path])[n - kept:], start)
@@ -134,7 +145,8 @@ class ReplayBuffer:
         """The stored rows (slot order) and counters, for checkpoints. The RNG state is not kept."""
         size = len(self)
         state = {name: spaces.tree_map(lambda c: c[:size].copy(), column)
-                 for name, column in zip(Transitions._fields, self._columns)}
+                 for name, column in zip(Transitions._fields, self._columns)
+                 if column is not None}
         state.update(capacity=self._capacity, total_added=self._total_added)
         return state
 
@@ -143,6 +155,10 @@ class ReplayBuffer:
             raise ValueError(f"checkpoint capacity {state['capacity']} != {self._capacity}")
         size = min(int(state["total_added"]), self._capacity)
         for name, column in zip(Transitions._fields, self._columns):
+            if column is None:
+                continue
+            if name not in state:
+                raise ValueError(f"checkpoint has no {name} column (a buffer of another kind)")
             if spaces.is_tree(column) != spaces.is_tree(state[name]) or (
                     spaces.is_tree(column) and set(column) != set(state[name])):
                 raise ValueError(f"checkpoint {name} holds other observation leaves than this "
@@ -158,9 +174,18 @@ class ReplayBuffer:
 
     # -- helpers ---------------------------------------------------------------------------
 
+    def _stored(self, transitions: Transitions) -> tuple:
+        """The fields of ``transitions`` this buffer keeps (no discounts without their column)."""
+        return tuple(transitions) if self._columns.discounts is not None else transitions[:-1]
+
     def _check_block(self, transitions: Transitions) -> int:
         n = len(transitions.rewards)
-        for name, column, data in zip(Transitions._fields, self._columns, transitions):
+        if (self._columns.discounts is None) != (transitions.discounts is None):
+            raise ValueError("discounts: this buffer " + (
+                "keeps none (built without with_discounts); the block has them" if
+                self._columns.discounts is None else "keeps them; the block has none"))
+        for name, column, data in zip(Transitions._fields, self._stored(self._columns),
+                                      self._stored(transitions)):
             if spaces.is_tree(column) and (not spaces.is_tree(data) or set(data) != set(column)):
                 raise ValueError(f"{name} has other leaves than {sorted(column)}")
             if spaces.is_tree(column):
@@ -182,8 +207,9 @@ class ReplayBuffer:
             raise ValueError("cannot sample from an empty replay buffer")
 
     def _batch(self, indices: np.ndarray, weights: np.ndarray) -> ReplayBatch:
-        return ReplayBatch(transitions=Transitions(*(spaces.take(column, indices)
-                                                     for column in self._columns)),
+        return ReplayBatch(transitions=Transitions(*(
+            None if column is None else spaces.take(column, indices)
+            for column in self._columns)),
                            indices=indices, generations=self.generations(indices),
                            weights=weights)
 

@@ -11,6 +11,7 @@ from concurrent.futures import wait as futures_wait
 
 import numpy as np
 import torch
+from gymnasium import spaces as gym_spaces
 
 from core.distributed.devices import learning_model, plan_of, resolve_device
 from core.sampling.envs import EnvGroup, check_valid_actions
@@ -76,9 +77,15 @@ class RolloutWorker:
         # sampler thread and the fragment it is sampling.
         self.acting_model, self.acting_version, self.acting_weights = self.model, None, None
         self.executor, self.ahead = None, None
+        # Which of the run's env slots this worker's envs are (models/base.py
+        # assign_env_slots: e.g. Ape-X's epsilon per actor), and the run's progress the loop
+        # last gave (begin_fragment's: an exploration schedule's clock).
+        slots = worker_index * args.num_envs_per_worker + np.arange(num_envs)
+        self.model.assign_env_slots(slots, max(1, args.num_workers) * args.num_envs_per_worker)
+        self.progress = None
 
     def collect(self, weights, weights_version, num_steps, obs_statistics=None, ahead=False,
-                export=False):
+                export=False, progress=None):
         """A fragment of ``num_steps`` steps in each env, handed to the agent; returns
         core.types.RolloutStats.
 
@@ -102,7 +109,12 @@ class RolloutWorker:
         saw, so nothing bootstraps across the cut. The step before it, if it did not end its
         episode, becomes truncated at that same observation: the last real transition then
         bootstraps from the real state where the episode was cut, as at a time limit. The cut
-        episode is not reported as finished."""
+        episode is not reported as finished.
+
+        ``progress``: the run's env steps over --total_steps, for the model's
+        ``begin_fragment`` (None: the loop does not say)."""
+        if progress is not None:
+            self.progress = progress
         if self.ahead is not None:
             sampled = self.take_ahead()
         else:
@@ -158,6 +170,16 @@ class RolloutWorker:
             except Exception:  # noqa: BLE001 - its data are dropped anyway
                 pass
 
+    def random_actions(self, observations):
+        """One uniform random action per env (an off-policy loop's warm-up); with a Discrete
+        action space and an action mask, uniform over each env's allowed actions."""
+        space = self.envs.action_space
+        masks = (observations[spaces.ACTION_MASK]
+                 if self.has_mask and isinstance(space, gym_spaces.Discrete) else None)
+        if masks is None:
+            return np.stack([space.sample() for _ in range(len(self.envs))])
+        return np.stack([space.sample(mask=np.asarray(mask, dtype=np.int8)) for mask in masks])
+
     def deliver(self, sampled):
         """Hand a sampled fragment to the agent; the RolloutStats the trainer gets. The agent
         bootstraps with the values of the policy that acted: its model gets those weights first
@@ -209,7 +231,7 @@ class RolloutWorker:
 
         begin_fragment = getattr(model, "begin_fragment", None)
         if begin_fragment is not None:  # e.g. gSDE draws its exploration matrices here
-            begin_fragment(num_envs)
+            begin_fragment(num_envs, self.progress)
 
         for t in range(num_steps):
             if raw_seen is not None:
@@ -220,8 +242,8 @@ class RolloutWorker:
                                     lambda e: f"env {e} of rollout worker {self.worker_index}, "
                                               f"at step {self.episode_length[e]} of its episode,")
             obs_t = spaces.take(obs_buf, t)
-            if self.random_steps_left > 0:  # warm-up with uniform random actions (SAC)
-                action = np.stack([self.envs.action_space.sample() for _ in range(num_envs)])
+            if self.random_steps_left > 0:  # warm-up with uniform random (valid) actions
+                action = self.random_actions(obs_t)
                 extras = {}
                 self.random_steps_left -= num_envs
             elif self.values_later:
@@ -312,11 +334,12 @@ class RolloutWorker:
             env_errors=env_errors), acting_weights
 
     def collect_to_buffer(self, weights, weights_version, num_steps, buffer, prioritized=False,
-                          obs_statistics=None):
+                          obs_statistics=None, progress=None):
         """Collect a fragment and add it to the replay buffer as one block (never one call per
         step: a call costs about a millisecond). With prioritized replay the worker computes the new data's
         initial priorities, |TD error| under its current weights, as in Ape-X."""
-        stats = self.collect(weights, weights_version, num_steps, obs_statistics)
+        stats = self.collect(weights, weights_version, num_steps, obs_statistics,
+                             progress=progress)
         transitions = self.agent.take_transitions()
         priorities = self.agent.priorities(transitions) if prioritized else None
         resolve(buffer.add.remote(transitions, priorities))  # backpressure: one wait per block

@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 import ray
+from gymnasium import spaces as gym_spaces
 
 from agents.base import OffPolicyAgent
 from core.learning.allreduce import rendezvous_file
@@ -109,20 +110,26 @@ def add_args(parser):
                             "%(default)s)")
 
 
-def spawn_core(placement, spec, spaces):
-    """The replay buffer and the parameter server."""
-    return spawn_buffer(placement, spec, spaces), spawn_server(placement, spec, spaces)
+def spawn_core(placement, spec, spaces, agent_cls):
+    """The replay buffer (as ``agent_cls``'s transitions need it) and the parameter server."""
+    return (spawn_buffer(placement, spec, spaces, agent_cls.transition_discounts),
+            spawn_server(placement, spec, spaces))
 
 
-def spawn_buffer(placement, spec, spaces):
-    """The replay buffer: numpy arrays only, no GPU (core/distributed/devices.py)."""
+def spawn_buffer(placement, spec, spaces, with_discounts=False):
+    """The replay buffer: numpy arrays only, no GPU (core/distributed/devices.py);
+    ``with_discounts``: it keeps the transitions' discounts (n-step returns)."""
     args = spec.loop
     observation_space, action_space = spaces
     buffer_cls = PrioritizedReplayBuffer if args.prioritized_replay else ReplayBuffer
     # Stored as the rollout workers carry them (core/spaces.py carried): uint8 pixels as uint8
     # (a quarter of float32's memory), indices and masks in their dtypes, the rest float32.
     shapes, dtypes = carried(observation_space, args.normalize_obs)
-    buffer_kwargs = dict(observation_dtype=dtypes, action_dtype=np.float32, seed=args.seed)
+    # Actions in the dtype the agent hands them: indices for discrete spaces, else float32.
+    discrete = isinstance(action_space, (gym_spaces.Discrete, gym_spaces.MultiDiscrete,
+                                         gym_spaces.MultiBinary))
+    buffer_kwargs = dict(observation_dtype=dtypes, seed=args.seed, with_discounts=with_discounts,
+                         action_dtype=np.int64 if discrete else np.float32)
     if args.prioritized_replay:
         buffer_kwargs.update(alpha=args.priority_alpha, beta0=args.priority_beta,
                              beta_steps=max(1, int(args.total_steps * args.utd_ratio)))
@@ -158,8 +165,8 @@ class CoreActorLost(LoopPartLost):
     """The replay buffer or the parameter server died: the run restores itself in place."""
 
 
-@register_trainer("sac")
-class SACTrainer(Trainer):
+@register_trainer("replay")
+class ReplayTrainer(Trainer):
     """Off-policy actor-critic in the Ape-X shape: rollout workers -> replay buffer -> learner(s)
     -> parameter server (the module's docstring); SAC and CrossQ models."""
     metric_columns = METRIC_COLUMNS
@@ -188,7 +195,7 @@ class SACTrainer(Trainer):
         on this machine's CPU (a parameter server on another node decides by its own) and the
         learner's torch threads (--learner_threads)."""
         threads = learner_threads(self.args)
-        requested = self.spec.model.to_dict().get("sac_precision", "fp32")  # a model's own flag
+        requested = self.plugins.model_cls.update_precision_of(self.spec.model) or "fp32"
         chosen = resolve_precision(requested, "cuda" if self.args.num_gpus else "cpu")
         return (f", update in {chosen}" + (" (auto)" if requested == "auto" else "")
                 + f" on {threads} thread{'s' if threads != 1 else ''}")
@@ -245,7 +252,8 @@ class SACTrainer(Trainer):
     def make_core(self):
         """The replay buffer and the parameter server (again after they died), with its
         replicas in one allreduce group under --learner_sync allreduce."""
-        self.buffer, self.server = spawn_core(self.placement, self.spec, self.spaces)
+        self.buffer, self.server = spawn_core(self.placement, self.spec, self.spaces,
+                                              self.plugins.agent_cls)
         if self.allreduce:
             self.replicas = [spawn_server(self.placement, self.spec, self.spaces)
                              for _ in range(self.args.num_learners - 1)]
@@ -369,9 +377,12 @@ class SACTrainer(Trainer):
         while idle and self.may_collect(self.env_steps_submitted - self.base_env_steps,
                                         self.updates_done - self.base_updates):
             member = idle.pop(0)
+            # progress: the clock of the model's exploration schedule (begin_fragment)
             ref = self.workers.submit(member, "collect_to_buffer", *self.newest_weights(),
                                       self.steps_per_env, self.buffer,
-                                      self.args.prioritized_replay, self.obs_statistics())
+                                      self.args.prioritized_replay, self.obs_statistics(),
+                                      progress=self.env_steps_submitted
+                                      / max(1, self.args.total_steps))
             self.rollouts[ref] = member
             self.env_steps_submitted += self.fragment
 
