@@ -46,6 +46,11 @@ class BaseAgent:
             self.model.set_weights(weights)
             self.weights_version = version
 
+    def episodes_restarted(self):
+        """Every env of the worker starts a new episode without ending the old one (a restore
+        that could not continue them): drop what ties the next fragment to the last (n-step
+        windows, unfinished episodes). Nothing by default."""
+
     def get_state(self):
         """What a checkpoint keeps of this agent between fragments: its RNG, if it has one
         (``self.rng``, a numpy Generator). Override to keep more."""

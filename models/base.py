@@ -30,6 +30,9 @@ class BaseModel(nn.Module):
     #: Rollout workers, the test worker, --evaluate and videos carry the state per env slot
     #: (core/sampling/memory.py); core never asks which model it is.
     recurrent = False
+    #: the statistics of ``step`` a loop that lists them (the replay loop) puts in metrics.csv,
+    #: in this order
+    update_metrics = ()
 
     @staticmethod
     def add_args(parser):

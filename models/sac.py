@@ -144,6 +144,8 @@ class SACModel(BaseModel):
     """Soft Actor-Critic: tanh-Gaussian actor, twin Q critics with polyak targets, learned alpha."""
     trainer = "replay"
     default_agent = "sac_agent"
+    update_metrics = ("critic_loss", "actor_loss", "alpha_loss", "alpha", "q_mean", "entropy",
+                      "td_error_mean")
 
     @staticmethod
     def add_args(parser):

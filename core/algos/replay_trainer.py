@@ -37,17 +37,20 @@ from core.sampling.worker_group import MISSING, WorkerGroup, alive
 from core.argtypes import (auto_or_positive_int, non_negative_float, non_negative_int,
                              positive_float, positive_int)
 
+# The model's update statistics (BaseModel.update_metrics) go between these two.
 METRIC_COLUMNS = [
     "iteration", "env_steps", "wall_time_s", "steps_per_s", "updates", "updates_per_s",
     "utd_achieved", "replay_size", "train_return", "train_length", "episodes", "eval_return",
-    "eval_return_std", "critic_loss", "actor_loss", "alpha_loss", "alpha", "q_mean", "entropy",
-    "td_error_mean", "grad_norm", "policy_lag", "gradient_lag", "workers", "worker_restarts",
+    "eval_return_std",
+]
+METRIC_COLUMNS_AFTER_MODEL = [
+    "grad_norm", "policy_lag", "gradient_lag", "workers", "worker_restarts",
     "env_errors", "skipped_updates", "recoveries",
 ]
 
 
 def add_args(parser):
-    group = parser.add_argument_group("replay and learners (SAC)")
+    group = parser.add_argument_group("replay and learners (the off-policy loop)")
     group.add_argument("--buffer_size", type=positive_int, default=1_000_000,
                        help="replay buffer capacity, in transitions (default: %(default)s)")
     group.add_argument("--learning_starts", type=non_negative_int, default=1000,
@@ -169,8 +172,12 @@ class CoreActorLost(LoopPartLost):
 class ReplayTrainer(Trainer):
     """Off-policy actor-critic in the Ape-X shape: rollout workers -> replay buffer -> learner(s)
     -> parameter server (the module's docstring); SAC and CrossQ models."""
-    metric_columns = METRIC_COLUMNS
+    metric_columns = METRIC_COLUMNS + METRIC_COLUMNS_AFTER_MODEL
     add_args = staticmethod(add_args)
+
+    @classmethod
+    def metric_columns_for(cls, model_cls):
+        return METRIC_COLUMNS + list(model_cls.update_metrics) + METRIC_COLUMNS_AFTER_MODEL
     #: the buffer and the parameter server are actors: Ray must be up before the loop starts
     starts_without_ray = False
     agent_kind = OffPolicyAgent

@@ -75,6 +75,12 @@ class Trainer:
     updates_computed_by = ROLLOUT_WORKERS
 
     @classmethod
+    def metric_columns_for(cls, model_cls):
+        """metrics.csv's columns for a run of ``model_cls`` (a loop may add the statistics the
+        model's updates report, BaseModel.update_metrics)."""
+        return list(cls.metric_columns)
+
+    @classmethod
     def check_plugins(cls, plugins, spec):
         """Refuse, as a ConfigError, plugins this loop cannot drive with these configs (before
         anything starts)."""

@@ -125,7 +125,8 @@ class TrainingSession:
             if not learns_meanwhile:
                 self.ray_starter.ready(timeout=None)
         self.context = RunContext(args, self.run_dir, self.start_time,
-                                  list(trainer_cls.metric_columns), target, self.plotter)
+                                  trainer_cls.metric_columns_for(self.plugins.model_cls), target,
+                                  self.plotter)
         self.faults = Faults(args)
         self.save_resolved_config()
         self.trainer = trainer_cls(self.spec.loop, self.spec, self.plugins, self.spaces,

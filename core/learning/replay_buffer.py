@@ -142,12 +142,14 @@ class ReplayBuffer:
         return laps + (indices < position).astype(np.int64)
 
     def state_dict(self) -> dict:
-        """The stored rows (slot order) and counters, for checkpoints. The RNG state is not kept."""
+        """The stored rows (slot order), counters and the sampling generator's state, for
+        checkpoints (a restored buffer draws the batches this one would have)."""
         size = len(self)
         state = {name: spaces.tree_map(lambda c: c[:size].copy(), column)
                  for name, column in zip(Transitions._fields, self._columns)
                  if column is not None}
-        state.update(capacity=self._capacity, total_added=self._total_added)
+        state.update(capacity=self._capacity, total_added=self._total_added,
+                     rng=self.rng.bit_generator.state)
         return state
 
     def load_state_dict(self, state: dict):
@@ -171,6 +173,8 @@ class ReplayBuffer:
                                      f"expected {(size, *leaf.shape[1:])}")
                 leaf[:size] = data
         self._total_added = int(state["total_added"])
+        if state.get("rng") is not None:  # (not in checkpoints written before it was kept)
+            self.rng.bit_generator.state = state["rng"]
 
     # -- helpers ---------------------------------------------------------------------------
 

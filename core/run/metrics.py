@@ -95,6 +95,7 @@ class MetricsLogger:
                  f"eval {_fmt(row.get('eval_return'), '.1f')}"]
         for key, label, spec in (("policy_loss", "pi", ".3f"), ("value_loss", "vf", ".3f"),
                                  ("entropy", "ent", ".3f"), ("approx_kl", "kl", ".4f"),
+                                 ("q_loss", "q loss", ".3f"), ("epsilon", "eps", ".3f"),
                                  ("policy_lag", "lag", ".1f")):
             if row.get(key) is not None:
                 parts.append(f"{label} {_fmt(row[key], spec)}")

@@ -391,6 +391,7 @@ class RolloutWorker:
         self.episode_return[:] = 0.0
         self.episode_length[:] = 0
         self.memory.reset()
+        self.agent.episodes_restarted()
         return False
 
     def fetch_grads(self, weights, request):

@@ -1,0 +1,347 @@
+"""dqn: deep Q-learning for Discrete actions, as Ape-X runs it (Horgan et al. 2018,
+arXiv:1803.00933): many actors exploring with epsilons of their own, n-step returns computed on
+the workers (agents/dqn_agent.py), prioritized replay, and a learner training a double-Q,
+optionally dueling network against a target network.
+
+- Q network: the observation encoder (models/encoders.py: Nature CNN on pixels, one encoder per
+  leaf of a Dict observation, vectors as they are), a ReLU MLP of --dqn_hidden_sizes, and a head
+  of one Q value per action, or with --dueling a value and an advantage stream,
+  Q = V + A - mean(A) (Wang et al. 2016).
+- Target: y = R + gamma^k (1 - terminated) Q_target(s', a*), with R and gamma^k the
+  transition's n-step return and discount (core.learning.replay_buffer.Transitions), and
+  a* = argmax_a Q(s', a) of the online network (double Q, van Hasselt et al. 2016) or of the
+  target network (--no-double_q, the original DQN). Both argmaxes obey the action mask of s'.
+- Loss: the Huber loss of Q(s, a) - y, weighted by the replay's importance weights; gradients
+  clipped to --max_grad_norm by the learner. The target network is a buffer copy
+  (models/sac.py frozen_copy) that travels with the weights and checkpoints: every
+  --target_update_interval updates it moves to tau * online + (1 - tau) * target (tau 1: a
+  copy, as DQN; --target_update_interval 1 with a small tau: Polyak averaging).
+- Exploration: epsilon-greedy, uniform over the allowed actions. --exploration linear decays
+  epsilon from --eps_initial to --eps_final over the first --eps_fraction of --total_steps (as
+  SB3's DQN); --exploration ladder gives env slot i of N its own constant epsilon,
+  eps_base^(1 + eps_alpha i / (N - 1)) (Ape-X's actors; ddrl's rollout workers tell the model
+  their slots: models/base.py assign_env_slots). The test worker acts greedily, or with
+  --eval_eps.
+"""
+import argparse
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from gymnasium import spaces
+from torch import nn
+
+from core.argtypes import non_negative_float, positive_float, positive_int, unit_interval
+from core.registry import ConfigError
+from core.spaces import ACTION_MASK, layout_of
+from models import register_model
+from models.base import BaseModel
+from models.encoders import Flatten, add_encoder_args, make_encoder
+from models.numpy_mlp import NumpyMLP
+from models.ppo import hidden_sizes
+from models.sac import as_float_tensor, frozen_copy, relu_mlp
+
+# Finite, so that a row whose every action is masked still gives numbers, not NaN
+MASKED_Q = -1e9
+
+
+class QNetwork(nn.Module):
+    """encoder -> ReLU MLP -> one Q value per action (or a value and an advantage stream)."""
+
+    def __init__(self, encoder, sizes, num_actions, dueling):
+        super().__init__()
+        self.encoder = encoder
+        self.trunk = relu_mlp(encoder.features_dim, sizes)
+        width = sizes[-1] if sizes else encoder.features_dim
+        self.dueling = dueling
+        if dueling:
+            self.value = nn.Linear(width, 1)
+            self.advantage = nn.Linear(width, num_actions)
+        else:
+            self.q = nn.Linear(width, num_actions)
+
+    def forward(self, obs):
+        latent = self.trunk(self.encoder(obs))
+        if not self.dueling:
+            return self.q(latent)
+        advantage = self.advantage(latent)
+        return self.value(latent) + advantage - advantage.mean(-1, keepdim=True)
+
+
+class NumpyQ:
+    """QNetwork's forward pass in numpy on vectors, for acting (models/numpy_mlp.py says why)."""
+
+    def __init__(self, network):
+        self.trunk = NumpyMLP(network.trunk) if len(network.trunk) else None
+        heads = ((network.value, network.advantage) if network.dueling else (network.q,))
+        self.heads = [NumpyMLP(nn.Sequential(head)) for head in heads]
+
+    @classmethod
+    def of(cls, network):
+        if not isinstance(network.encoder, Flatten) or (
+                len(network.trunk) and NumpyMLP.of(network.trunk) is None):
+            return None
+        return cls(network)
+
+    def __call__(self, obs):
+        latent = self.trunk(obs) if self.trunk is not None else obs
+        if len(self.heads) == 1:
+            return self.heads[0](latent)
+        value, advantage = (head(latent) for head in self.heads)
+        return value + advantage - advantage.mean(-1, keepdims=True)
+
+
+def ladder_epsilons(slots, total, base, alpha):
+    """Ape-X's epsilons: slot i of N explores with base^(1 + alpha i / (N - 1)) (one slot:
+    base)."""
+    slots = np.asarray(slots, dtype=np.float64)
+    if total <= 1:
+        return np.full(len(slots), base)
+    return base ** (1.0 + alpha * slots / (total - 1))
+
+
+def linear_epsilon(progress, initial, final, fraction):
+    """From ``initial`` to ``final`` over the first ``fraction`` of the run, then ``final``."""
+    if fraction <= 0:
+        return final
+    return initial + (final - initial) * min(1.0, max(0.0, progress) / fraction)
+
+
+@register_model("dqn")
+class DQNModel(BaseModel):
+    """Double DQN (optionally dueling) with n-step targets, for Discrete actions."""
+    trainer = "replay"
+    default_agent = "dqn_agent"
+    update_metrics = ("q_loss", "q_mean", "td_error_mean", "epsilon")
+
+    @staticmethod
+    def add_args(parser):
+        parser.add_argument("--dqn_hidden_sizes", type=hidden_sizes, default=[64, 64],
+                            help="widths of the Q network's hidden layers after the encoder "
+                                 "(default: 64,64)")
+        parser.add_argument("--dqn_lr", type=non_negative_float, default=1e-4,
+                            help="Adam learning rate (default: %(default)s)")
+        parser.add_argument("--dqn_lr_schedule", choices=["constant", "linear"],
+                            default="constant",
+                            help="learning rate over the run: constant, or linear decay to 0 at "
+                                 "--total_steps env steps (default: %(default)s)")
+        parser.add_argument("--dueling", action=argparse.BooleanOptionalAction, default=False,
+                            help="a value and an advantage stream, Q = V + A - mean(A) "
+                                 "(default: off)")
+        parser.add_argument("--double_q", action=argparse.BooleanOptionalAction, default=True,
+                            help="the online network picks the next action, the target network "
+                                 "values it (double DQN); off: the target network's max "
+                                 "(default: on)")
+        parser.add_argument("--target_update_interval", type=positive_int, default=1000,
+                            help="gradient updates between target-network updates (SB3 counts "
+                                 "env steps: at --utd_ratio U, its N env steps are N x U "
+                                 "updates) (default: %(default)s)")
+        parser.add_argument("--tau", type=unit_interval, default=1.0,
+                            help="each target update moves the target network to tau * online "
+                                 "+ (1 - tau) * target: 1 copies it; with "
+                                 "--target_update_interval 1, a small tau is Polyak averaging "
+                                 "(default: %(default)s)")
+        parser.add_argument("--max_grad_norm", type=positive_float, default=10.0,
+                            help="global gradient-norm clip (default: %(default)s)")
+        parser.add_argument("--exploration", choices=["linear", "ladder"], default="linear",
+                            help="epsilon-greedy exploration: 'linear' decays one epsilon over "
+                                 "the start of the run (SB3's DQN), 'ladder' gives every env "
+                                 "slot a constant epsilon of its own (Ape-X) "
+                                 "(default: %(default)s)")
+        parser.add_argument("--eps_initial", type=unit_interval, default=1.0,
+                            help="linear: epsilon at the start (default: %(default)s)")
+        parser.add_argument("--eps_final", type=unit_interval, default=0.05,
+                            help="linear: epsilon after the decay (default: %(default)s)")
+        parser.add_argument("--eps_fraction", type=unit_interval, default=0.1,
+                            help="linear: the share of --total_steps the decay takes "
+                                 "(default: %(default)s)")
+        parser.add_argument("--eps_base", type=unit_interval, default=0.4,
+                            help="ladder: epsilon of the first slot, eps_base^(1 + eps_alpha "
+                                 "i / (N - 1)) for slot i of N (default: %(default)s)")
+        parser.add_argument("--eps_alpha", type=non_negative_float, default=7.0,
+                            help="ladder: how fast the epsilons fall over the slots "
+                                 "(default: %(default)s)")
+        parser.add_argument("--eval_eps", type=unit_interval, default=0.0,
+                            help="epsilon of the test worker, --evaluate and videos (0: "
+                                 "greedy) (default: %(default)s)")
+        add_encoder_args(parser)
+
+    @classmethod
+    def check_spaces(cls, observation_space, action_space):
+        layout_of(observation_space)  # a ConfigError for a leaf it cannot carry
+        if not isinstance(action_space, spaces.Discrete):
+            raise ConfigError(
+                f"model {cls.__name__} (DQN) takes Discrete actions: it values each action "
+                f"and picks the best. This env's action space is {action_space}. For "
+                f"continuous actions use --model_name sac (or ppo); for MultiDiscrete or "
+                f"MultiBinary, --model_name ppo.")
+
+    def __init__(self, args, observation_space, action_space):
+        super().__init__(args, observation_space, action_space)
+        self.register_buffer("device_marker", torch.empty(0), persistent=False)
+        self.layout = layout_of(observation_space)
+        self.num_actions = int(action_space.n)
+        self.action_start = int(action_space.start)
+        self.build_networks(args)
+        self.numpy_q = None if self.layout.structured else NumpyQ.of(self.q_net)
+        self.acting_rng = np.random.default_rng(int(torch.randint(0, 2**62, (1,)).item()))
+        # Exploration: the env slots this model acts for (set by its rollout worker), the
+        # epsilons of this fragment (begin_fragment), the run's progress (linear schedule)
+        self.slots, self.total_slots = None, 1
+        self.epsilons = None
+
+    def build_networks(self, args):
+        """The online Q network and its target copy; a subclass may override."""
+        encoder = make_encoder(args, self.observation_space)
+        self.q_net = QNetwork(encoder, args.dqn_hidden_sizes, self.num_actions, args.dueling)
+        self.q_target = frozen_copy(self.q_net)
+
+    @property
+    def device(self):
+        return self.device_marker.device
+
+    # -- acting --------------------------------------------------------------------------------
+    def assign_env_slots(self, slots, total_slots):
+        self.slots, self.total_slots = np.asarray(slots), int(total_slots)
+
+    def begin_fragment(self, num_envs, progress=None):
+        """This fragment's epsilon per env: the ladder's (constant) or the linear schedule's at
+        ``progress`` (the run's env steps over --total_steps)."""
+        args = self.args
+        if args.exploration == "ladder":
+            slots = self.slots if self.slots is not None else np.arange(num_envs)
+            self.epsilons = ladder_epsilons(slots, self.total_slots, args.eps_base,
+                                            args.eps_alpha)
+        else:
+            self.epsilons = np.full(num_envs, linear_epsilon(
+                progress or 0.0, args.eps_initial, args.eps_final, args.eps_fraction))
+
+    def epsilon_for(self, rows, deterministic):
+        if deterministic:
+            return np.full(rows, self.args.eval_eps)
+        if self.epsilons is None or len(self.epsilons) != rows:
+            self.begin_fragment(rows, None)
+        return self.epsilons
+
+    def flat_obs(self, obs):
+        """A batch as the network takes it (uint8 pixels and Dict leaves in their dtypes)."""
+        if self.layout.structured:
+            return {path: (leaf.to(self.device) if isinstance(leaf, torch.Tensor)
+                           else torch.tensor(np.asarray(leaf), device=self.device))
+                    for path, leaf in obs.items()}
+        if isinstance(obs, torch.Tensor):
+            tensor = obs.to(self.device)
+        else:  # a copy: arrays from Ray's object store are read-only
+            tensor = torch.tensor(np.asarray(obs), device=self.device)
+        if not isinstance(self.q_net.encoder, Flatten):
+            return tensor.reshape(-1, *self.observation_space.shape)
+        return tensor.float().reshape(len(tensor), -1)
+
+    @torch.no_grad()
+    def q_values(self, obs):
+        """Q of every action, numpy [B, A], with masked actions at MASKED_Q."""
+        if self.numpy_q is not None and self.device.type == "cpu":
+            x = np.asarray(obs, dtype=np.float32)
+            q = self.numpy_q(x.reshape(len(x), -1))
+        else:
+            q = self.q_net(self.flat_obs(obs)).float().cpu().numpy()
+        mask = obs.get(ACTION_MASK) if isinstance(obs, dict) else None
+        if mask is not None:
+            q = np.where(np.asarray(mask, dtype=bool), q, MASKED_Q)
+        return q
+
+    def choose_actions(self, obs, deterministic=False):
+        """Epsilon-greedy actions (module docstring), in the env's numbering; no extras."""
+        q = self.q_values(obs)
+        rows = len(q)
+        actions = q.argmax(-1)
+        explore = self.acting_rng.random(rows) < self.epsilon_for(rows, deterministic)
+        if explore.any():
+            # uniform over the allowed actions: the largest of uniform scores where allowed
+            scores = self.acting_rng.random((int(explore.sum()), self.num_actions))
+            actions[explore] = np.where(q[explore] > MASKED_Q, scores, -1.0).argmax(-1)
+        return (actions + self.action_start).astype(np.int64), {}
+
+    # -- learning ------------------------------------------------------------------------------
+    def masked(self, q, obs):
+        mask = obs.get(ACTION_MASK) if isinstance(obs, dict) else None
+        return q if mask is None else q.masked_fill(~mask.bool(), MASKED_Q)
+
+    def unpack(self, batch):
+        """(obs, action indices, n-step rewards, next obs, terminated, discounts, importance
+        weights) on the model's device."""
+        t = getattr(batch, "transitions", batch)
+        if t.discounts is None:
+            raise ValueError(f"model {type(self).__name__} learns from transitions with "
+                             f"discounts (an agent with transition_discounts: dqn_agent); "
+                             f"this batch has none")
+        device = self.device
+        rewards = as_float_tensor(t.rewards, device).reshape(-1)
+        weights = getattr(batch, "weights", None)
+        weights = (torch.ones_like(rewards) if weights is None
+                   else as_float_tensor(weights, device).reshape(-1))
+        actions = torch.as_tensor(np.asarray(t.actions), device=device).long().reshape(-1)
+        return (self.flat_obs(t.observations), actions - self.action_start, rewards,
+                self.flat_obs(t.next_observations),
+                as_float_tensor(t.terminated, device).reshape(-1),
+                as_float_tensor(t.discounts, device).reshape(-1), weights)
+
+    @torch.no_grad()
+    def targets(self, rewards, next_obs, terminated, discounts):
+        """R + gamma^k (1 - terminated) Q_target(s', a*), a* by the online network (double Q)
+        or by the target network itself, among the allowed actions."""
+        next_target = self.masked(self.q_target(next_obs).float(), next_obs)
+        chooser = (self.masked(self.q_net(next_obs).float(), next_obs) if self.args.double_q
+                   else next_target)
+        best = next_target.gather(1, chooser.argmax(1, keepdim=True)).squeeze(1)
+        return rewards + discounts * (1.0 - terminated) * best
+
+    @torch.no_grad()
+    def td_errors(self, batch):
+        """|Q(s, a) - y| per transition, numpy [B] (an actor's initial priorities)."""
+        obs, actions, rewards, next_obs, terminated, discounts, _ = self.unpack(batch)
+        y = self.targets(rewards, next_obs, terminated, discounts)
+        q = self.q_net(obs).float().gather(1, actions.unsqueeze(1)).squeeze(1)
+        return (q - y).abs().cpu().numpy()
+
+    def step(self, batch, progress=0.0):
+        """The gradient of the weighted Huber loss on a replay batch, by parameter name, and
+        statistics ("td_errors": numpy [B] |Q - y| for the priority update)."""
+        obs, actions, rewards, next_obs, terminated, discounts, weights = self.unpack(batch)
+        y = self.targets(rewards, next_obs, terminated, discounts)
+        q = self.q_net(obs).float().gather(1, actions.unsqueeze(1)).squeeze(1)
+        loss = (weights * F.smooth_l1_loss(q, y, reduction="none")).mean()
+        self.zero_grad(set_to_none=True)
+        loss.backward()
+        td_errors = (q.detach() - y).abs()
+        scalars = torch.stack([loss.detach(), q.detach().mean(), td_errors.mean()]).tolist()
+        stats = dict(zip(("q_loss", "q_mean", "td_error_mean"), scalars))
+        stats["epsilon"] = float(linear_epsilon(progress, self.args.eps_initial,
+                                                self.args.eps_final, self.args.eps_fraction)
+                                 if self.args.exploration == "linear" else self.args.eps_base)
+        stats["td_errors"] = td_errors.cpu().numpy()
+        return self.collect_gradients(), stats
+
+    def configure_optimizer(self):
+        # fused: the same update, several times faster on the CPU (see models/ppo.py)
+        return torch.optim.Adam(self.q_net.parameters(), lr=self.args.dqn_lr, fused=True)
+
+    def learning_rate(self, progress):
+        if self.args.dqn_lr_schedule != "linear":
+            return None
+        return self.args.dqn_lr * (1.0 - min(1.0, max(0.0, progress)))
+
+    def max_grad_norm(self):
+        return self.args.max_grad_norm
+
+    @torch.no_grad()
+    def after_update(self):
+        """Every --target_update_interval updates: target <- tau * online + (1 - tau) *
+        target. Counted by the learner's version (kept in checkpoints), before it moves on
+        to this update's."""
+        if (self.weights_version + 1) % self.args.target_update_interval:
+            return
+        targets = dict(self.q_target.named_buffers())
+        online = dict(self.q_net.named_parameters())
+        torch._foreach_lerp_([targets[name] for name in online], list(online.values()),
+                             self.args.tau)
