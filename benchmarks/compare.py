@@ -57,6 +57,37 @@ DDRL_SAC = ddrl("sac", "sac_agent")
 SB3_SAC_LUNAR_EQUAL = ("{python} benchmarks/sb3_sac.py --env LunarLanderContinuous-v3 --hyperparams ddrl"
                        " --ddrl_flags '--sac_lr_schedule linear' --target_return {target} --seed {seed}"
                        " --out_dir {run_dir} --max_steps {max_steps} --eval_freq 10000")
+# DQN (issue 32): RL-Zoo's dqn.yml entries (at 22e3ff2) as ddrl's flags, what
+# benchmarks/sb3_dqn.py zoo_as_ddrl gives (its docstring has the units: SB3 counts its target
+# interval in env steps and trains in bursts; ddrl counts updates). Plain DQN as SB3's (no double
+# Q, no dueling), one env per worker, epsilon reaching its final value at RL-Zoo's env step
+# (eps_fraction halved: the runs get twice RL-Zoo's n_timesteps). The sb3-ddrl rows pass SB3
+# these same flags (sb3_dqn.py --hyperparams ddrl takes ddrl's names and defaults).
+DDRL_DQN = ddrl("dqn", "dqn_agent")
+# CartPole-v1: lr 2.3e-3, batch 64, buffer 1e5, 1000 warm-up steps, train_freq 256 /
+# gradient_steps 128 (utd 0.5), target every 10 env steps = once per burst of 128 updates,
+# epsilon 1 -> 0.04 over 8,000 env steps, 256x256
+DQN_CARTPOLE = ("--dqn_hidden_sizes 256,256 --dqn_lr 0.0023 --dqn_lr_schedule constant --no-dueling"
+                " --no-double_q --target_update_interval 128 --tau 1 --max_grad_norm 10"
+                " --exploration linear --eps_initial 1 --eps_final 0.04 --eps_fraction 0.08 --eval_eps 0"
+                " --gamma 0.99 --n_step 1 --buffer_size 100000 --learning_starts 1000 --start_steps 1000"
+                " --utd_ratio 0.5 --batch_size 64 --num_envs_per_worker 1 --total_steps {max_steps}")
+# LunarLander-v3: lr 6.3e-4, batch 128, buffer 5e4, no warm-up, train_freq 4 / gradient_steps -1
+# (utd 1), target every 250 env steps = 250 updates, epsilon 1 -> 0.1 over 12,000 env steps, 256x256
+DQN_LUNAR = ("--dqn_hidden_sizes 256,256 --dqn_lr 0.00063 --dqn_lr_schedule constant --no-dueling"
+             " --no-double_q --target_update_interval 250 --tau 1 --max_grad_norm 10"
+             " --exploration linear --eps_initial 1 --eps_final 0.1 --eps_fraction 0.06 --eval_eps 0"
+             " --gamma 0.99 --n_step 1 --buffer_size 50000 --learning_starts 0 --start_steps 0"
+             " --utd_ratio 1 --batch_size 128 --num_envs_per_worker 1 --total_steps {max_steps}")
+# Atari: the Nature CNN straight into the Q head, lr 1e-4, batch 32, buffer 1e5, train_freq 4 /
+# gradient_steps 1 (utd 0.25), target every 1000 env steps = 250 updates, epsilon 1 -> 0.01 over
+# 10% of the run; RL-Zoo's 10M-step schedule shrunk to the 250k-step run (its 100k warm-up to 2,500)
+DQN_ATARI = ("--encoder nature_cnn --cnn_features 512 --dqn_hidden_sizes none --dqn_lr 0.0001"
+             " --dqn_lr_schedule constant --no-dueling --no-double_q --target_update_interval 250 --tau 1"
+             " --max_grad_norm 10 --exploration linear --eps_initial 1 --eps_final 0.01 --eps_fraction 0.1"
+             " --eval_eps 0 --gamma 0.99 --n_step 1 --buffer_size 100000 --learning_starts 2500"
+             " --start_steps 2500 --utd_ratio 0.25 --batch_size 32 --num_envs_per_worker 1"
+             " --total_steps {max_steps}")
 SUITES = {
     "cartpole": dict(
         target=475, max_steps=None, peer="sb3",
@@ -277,6 +308,55 @@ SUITES = {
                         " --activation tanh --ortho_init --normalize none --hide drop --no-use_sde"
                         " --log_std_init 0.0 --schedule_steps {max_steps}"
                         " --target_return {target} --seed {seed} --out_dir {run_dir} --max_steps {max_steps}",
+        }),
+    # DQN on CartPole-v1: RL-Zoo's CartPole entry (DQN_CARTPOLE above) in ddrl, one process or 2
+    # Ray workers (one env each: 2 envs where RL-Zoo has 1), the update on one thread; sb3-zoo:
+    # SB3's DQN with RL-Zoo's entry (sb3_dqn.py --hyperparams zoo: 100k steps, epsilon over
+    # RL-Zoo's 8,000); sb3-ddrl: SB3 given ddrl-0workers' flags (--hyperparams ddrl: bursts of
+    # 32 updates after each 64-step fragment as ddrl's, where RL-Zoo has 128 after 256).
+    # Evaluations every 2,000 env steps on all.
+    "cartpole-dqn": dict(
+        target=475, max_steps=100_000, peer="sb3-zoo", timeout=1200,
+        systems={
+            "ddrl-0workers": DDRL_DQN + " --gym_id CartPole-v1 --num_workers 0 --learner_threads 1 "
+                             + DQN_CARTPOLE + " --eval_interval 2000",
+            "ddrl-2workers": DDRL_DQN + " --gym_id CartPole-v1 --num_workers 2 --learner_threads 1 "
+                             + DQN_CARTPOLE + " --eval_interval 2000",
+            "sb3-zoo": "{python} benchmarks/sb3_dqn.py --env CartPole-v1 --hyperparams zoo"
+                       " --target_return {target} --seed {seed} --out_dir {run_dir} --max_steps {max_steps}"
+                       " --eval_freq 2000",
+            "sb3-ddrl": "{python} benchmarks/sb3_dqn.py --env CartPole-v1 --hyperparams ddrl --num_workers 0 "
+                        + DQN_CARTPOLE + " --target_return {target} --seed {seed} --out_dir {run_dir}"
+                        " --eval_freq 2000",
+        }),
+    # The same on LunarLander-v3 with RL-Zoo's LunarLander entry (DQN_LUNAR), 200k steps (RL-Zoo:
+    # 100k), evaluations every 5,000 env steps.
+    "lunar-dqn": dict(
+        target=200, max_steps=200_000, peer="sb3-zoo", timeout=3600,
+        systems={
+            "ddrl-0workers": DDRL_DQN + " --gym_id LunarLander-v3 --num_workers 0 --learner_threads 1 "
+                             + DQN_LUNAR + " --eval_interval 5000",
+            "ddrl-2workers": DDRL_DQN + " --gym_id LunarLander-v3 --num_workers 2 --learner_threads 1 "
+                             + DQN_LUNAR + " --eval_interval 5000",
+            "sb3-zoo": "{python} benchmarks/sb3_dqn.py --env LunarLander-v3 --hyperparams zoo"
+                       " --target_return {target} --seed {seed} --out_dir {run_dir} --max_steps {max_steps}"
+                       " --eval_freq 5000",
+            "sb3-ddrl": "{python} benchmarks/sb3_dqn.py --env LunarLander-v3 --hyperparams ddrl --num_workers 0 "
+                        + DQN_LUNAR + " --target_return {target} --seed {seed} --out_dir {run_dir}"
+                        " --eval_freq 5000",
+        }),
+    # DQN on ALE/Breakout-v5 for 1M frames (250k agent steps), as breakout-ppo: ddrl in one process
+    # with RL-Zoo's Atari entry (DQN_ATARI), both cores on the update; sb3: SB3's DQN given the same
+    # flags (sb3_dqn.py --hyperparams ddrl) on ddrl's own env chain, 2 torch threads. Both play 5
+    # whole games every 25k agent steps. No target. 5.6 GB of replay in each.
+    "breakout-dqn": dict(
+        target=None, max_steps=250_000, peer="sb3", timeout=5400,
+        systems={
+            "ddrl-0workers": DDRL_DQN + " --gym_id ALE/Breakout-v5 --num_workers 0 --torch_threads 2"
+                             " --learner_threads 2 " + DQN_ATARI + " --eval_interval 25000 --eval_episodes 5",
+            "sb3": "{python} benchmarks/sb3_dqn.py --env ALE/Breakout-v5 --hyperparams ddrl --num_workers 0 "
+                   + DQN_ATARI + " --seed {seed} --out_dir {run_dir} --eval_freq 25000 --eval_episodes 5"
+                   " --torch_threads 2",
         }),
 }
 
