@@ -280,7 +280,8 @@ class DQNModel(BaseModel):
         weights = getattr(batch, "weights", None)
         weights = (torch.ones_like(rewards) if weights is None
                    else as_float_tensor(weights, device).reshape(-1))
-        actions = torch.as_tensor(np.asarray(t.actions), device=device).long().reshape(-1)
+        # (a copy: arrays from Ray's object store are read-only)
+        actions = torch.tensor(np.asarray(t.actions), dtype=torch.long, device=device).reshape(-1)
         return (self.flat_obs(t.observations), actions - self.action_start, rewards,
                 self.flat_obs(t.next_observations),
                 as_float_tensor(t.terminated, device).reshape(-1),
