@@ -1,4 +1,4 @@
-"""Scaling benchmark: steady-state env steps/s of PPO and SAC against the number of rollout
+"""Scaling benchmark: steady-state env steps/s of PPO, SAC and DQN against the number of rollout
 workers, on an env whose step waits --step_ms (benchmarks/plugins/slow_env.py), as a fraction of
 the env's own limit (workers x envs x 1000 / step_ms steps/s).
 
@@ -76,6 +76,11 @@ SYSTEMS = {
     # (a 256x256 update is ~10 ms here; 64x64 at utd 0.02 is ~64 updates/s at 16 x 200 steps/s).
     "sac": "--model_name sac --gym_id Pendulum-v1 --num_envs_per_worker 1 "
            "--sac_hidden_sizes 64,64 --utd_ratio 0.02 --log_steps 500",
+    # Ape-X DQN on the same loop (CartPole): the Ape-X preset (the epsilon ladder, 3-step
+    # returns and initial priorities computed on the workers, prioritized replay, a dueling
+    # double-Q learner) at SAC's row's low update rate and net size
+    "dqn": "--config configs/dqn-apex.yaml --num_envs_per_worker 1 --dqn_hidden_sizes 64,64 "
+           "--utd_ratio 0.02 --learning_starts 1000 --log_steps 500",
 }
 WINDOW_MEANS = ("sample_time_s", "update_time_s", "updates_per_s", "utd_achieved", "policy_lag",
                 "sample_ahead")
