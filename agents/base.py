@@ -95,6 +95,13 @@ class OffPolicyAgent(BaseAgent):
     #: the agent's transitions carry ``discounts`` (n-step returns: core.learning.replay_buffer
     #: Transitions), so the replay buffer keeps a column for them
     transition_discounts = False
+    #: the agent can hand whole episodes (below): what hindsight relabelling needs (--her)
+    hands_whole_episodes = False
+    #: set True by the rollout worker before a fragment reaches the agent when the loop's buffer
+    #: needs episodes (collect_to_buffer's ``whole_episodes``): ``take_transitions`` then hands
+    #: only finished episodes, each one's steps consecutive and its last one marked in
+    #: ``Transitions.episode_ends``, and keeps every env's unfinished one (agents/episodes.py)
+    whole_episodes = False
 
     def __init__(self, args, model, seed=0):
         super().__init__(args, model, seed)

@@ -1,7 +1,9 @@
 """sac_agent: turns fragments into replay transitions, and replay batches into SAC gradients.
 
 On an explorer, ``send_trajectory`` flattens each fragment into a block of transitions and keeps
-it in ``self.pending`` until the trainer takes it (``take_transitions``) for the replay buffer.
+it in ``self.pending`` until the trainer takes it (``take_transitions``) for the replay buffer;
+asked for whole episodes (hindsight relabelling, --her), it keeps each env's unfinished episode
+across fragments and hands on only finished ones (agents/episodes.py), checkpointed with it.
 On a learner worker, ``fetch_grads(weights, batch, weights_version)`` loads the weights if they
 are new and returns the model's gradients on a sampled core.learning.replay_buffer.ReplayBatch.
 """
@@ -9,17 +11,21 @@ import numpy as np
 
 from agents import register_agent
 from agents.base import OffPolicyAgent
+from agents.episodes import Episodes
 from core import spaces
+from core.learning.replay_buffer import Transitions
 from core.types import GradientResult, Trajectory
 
 
 @register_agent("sac_agent")
 class SACAgent(OffPolicyAgent):
     """Replay transitions from fragments (bootstrapping at truncation); SAC gradients on batches."""
+    hands_whole_episodes = True
 
     def __init__(self, args, model, seed=0):
         super().__init__(args, model, seed)
         self.pending = None         # the Transitions of the last fragment, until taken
+        self.episodes = Episodes()  # with whole_episodes: each env's unfinished episode
         self.weights_version = None
 
     @staticmethod
@@ -35,51 +41,76 @@ class SACAgent(OffPolicyAgent):
         is not a terminal state; they keep terminated = 0 and bootstrap). Steps whose env raised
         (``trajectory.valid`` False) are not transitions and are dropped.
         """
-        from core.learning.replay_buffer import Transitions  # imported here: only SAC runs need it
+        steps = SACAgent.step_transitions(trajectory)
+        n = len(steps.rewards) * np.shape(steps.rewards)[1]
+        keep = (slice(None) if trajectory.valid is None
+                else np.asarray(trajectory.valid, dtype=bool).reshape(n))
+        return steps._replace(**{
+            name: spaces.tree_map(lambda a: a.reshape(n, *a.shape[2:])[keep], value)
+            for name, value in steps._asdict().items() if value is not None})
+
+    @staticmethod
+    def step_transitions(trajectory: Trajectory, terminal=False):
+        """The transition of every step, [T, E] arrays (``transitions`` says what the next
+        observations are); ``terminal``: terminated steps get their real final observation
+        (``trajectory.terminal_observations``) instead of the next episode's first, for whole
+        episodes whose achieved goals matter (agents/episodes.py)."""
         observations = trajectory.observations
         if not spaces.is_tree(observations):  # uint8 pixels stay uint8 into the replay buffer
             observations = np.asarray(observations)
             if observations.dtype != np.uint8:
                 observations = observations.astype(np.float32, copy=False)
-        num_steps, num_envs = np.shape(trajectory.rewards)
-        n = num_steps * num_envs
-        truncated = len(trajectory.truncated_index)
-        t, e = np.asarray(trajectory.truncated_index).T if truncated else (None, None)
+        finals = [(trajectory.truncated_index, trajectory.truncated_observations)]
+        if terminal and trajectory.terminal_index is not None:
+            finals.append((trajectory.terminal_index, trajectory.terminal_observations))
+        finals = [(np.asarray(index).T, values) for index, values in finals if len(index)]
 
-        def next_of(obs, last, final):  # one array (a leaf of a structured observation)
+        def next_of(obs, last, *final):  # one array (a leaf of a structured observation)
             following = np.empty_like(obs)
             following[:-1] = obs[1:]
             following[-1] = last
-            if truncated:
-                following[t, e] = final
+            for ((t, e), _), values in zip(finals, final):
+                following[t, e] = values
             return following
 
         next_observations = spaces.tree_map(next_of, observations, trajectory.last_observations,
-                                            trajectory.truncated_observations)
-        actions = np.asarray(trajectory.actions, dtype=np.float32)
-
-        keep = (slice(None) if trajectory.valid is None
-                else np.asarray(trajectory.valid, dtype=bool).reshape(n))
-
-        def flat(x):
-            return spaces.tree_map(lambda a: a.reshape(n, *a.shape[2:])[keep], x)
-
+                                            *[values for _, values in finals])
         return Transitions(
-            observations=flat(observations),
-            actions=flat(actions),
-            rewards=flat(np.asarray(trajectory.rewards, dtype=np.float32)),
-            next_observations=flat(next_observations),
-            terminated=flat(np.asarray(trajectory.terminated, dtype=np.float32)))
+            observations=observations,
+            actions=np.asarray(trajectory.actions, dtype=np.float32),
+            rewards=np.asarray(trajectory.rewards, dtype=np.float32),
+            next_observations=next_observations,
+            terminated=np.asarray(trajectory.terminated, dtype=np.float32))
 
     def send_trajectory(self, trajectory: Trajectory):
-        """Keep the fragment's transitions in ``self.pending`` (replacing any not taken)."""
+        """Keep the fragment's transitions in ``self.pending`` (replacing any not taken); with
+        ``whole_episodes``, add its steps to the episodes being assembled instead."""
+        if self.whole_episodes:
+            ends = (np.asarray(trajectory.terminated, dtype=bool)
+                    | np.asarray(trajectory.truncated, dtype=bool))
+            ready = self.episodes.add(self.step_transitions(trajectory, terminal=True), ends,
+                                      trajectory.valid)
+            return {"transitions": int(ready)}
         self.pending = self.transitions(trajectory)
         return {"transitions": int(len(self.pending.rewards))}
 
     def take_transitions(self):
-        """The pending Transitions (None if there are none), cleared."""
+        """The pending Transitions (None if there are none), cleared; with ``whole_episodes``,
+        the episodes finished since the last call (agents/episodes.py)."""
+        if self.whole_episodes:
+            return self.episodes.take()
         pending, self.pending = self.pending, None
         return pending
+
+    def episodes_restarted(self):
+        self.episodes.reset()
+
+    def get_state(self):
+        return {**super().get_state(), "episodes": self.episodes.get_state()}
+
+    def set_state(self, state):
+        super().set_state(state)
+        self.episodes.set_state(state.get("episodes"))
 
     def priorities(self, transitions):
         """Initial replay priorities |TD| for a block, with the weights loaded now."""

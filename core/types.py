@@ -53,6 +53,12 @@ class Trajectory:
 
     ``memory``: the policy's recurrent state along the fragment (``FragmentMemory``), None for
     a model without memory.
+
+    ``terminal_index`` and ``terminal_observations``: the (t, e) of every step that ended its
+    episode by termination and the observation the env returned there (``observations[t + 1,
+    e]`` is the next episode's first). Nothing bootstraps from it; an agent that keeps whole
+    episodes needs it where the goal an episode achieved matters (hindsight relabelling,
+    agents/episodes.py). None: not recorded.
     """
     observations: np.ndarray
     actions: np.ndarray
@@ -67,6 +73,8 @@ class Trajectory:
     weights_version: int = 0
     valid: Optional[np.ndarray] = None     # [T, E] bool; None means every step is valid
     memory: Optional[FragmentMemory] = None
+    terminal_index: Optional[np.ndarray] = None          # [J, 2] (t, e) of terminated steps
+    terminal_observations: Optional[np.ndarray] = None   # [J, ...] their final observations
 
     @property
     def num_steps(self) -> int:

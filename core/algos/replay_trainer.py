@@ -26,7 +26,9 @@ from core.distributed.devices import LEARNERS, plan_gpus, plan_of, resolve_preci
 from core.faults import death_inside, short_error
 from core.learning.parameter_server import LearnerWorker, ParameterServer, learner_threads
 from core.distributed.placement import Placement, cpus_per_actor
+from core.plugins import env_label
 from core.registry import ConfigError
+from core.learning.her import STRATEGIES, HERReplayBuffer, check_her
 from core.learning.replay_buffer import PrioritizedReplayBuffer, ReplayBuffer
 from core.spaces import carried
 from core.sampling.rollout import make_rollout_worker
@@ -104,6 +106,21 @@ def add_args(parser):
                        help="with one learner, updates the parameter server makes per call, "
                             "on as many batches sampled in one buffer call: fewer Ray round "
                             "trips and driver wake-ups per update (default: %(default)s)")
+    group.add_argument("--her", action="store_true",
+                       help="hindsight experience replay (Andrychowicz et al. 2017) for "
+                            "goal-conditioned envs (a Dict observation with achieved_goal and "
+                            "desired_goal, a vectorized compute_reward): the agent hands the "
+                            "buffer whole episodes, and a share of every sampled batch gets "
+                            "goals the episode achieved, its rewards recomputed by the env "
+                            "(core/learning/her.py)")
+    group.add_argument("--her_strategy", choices=STRATEGIES, default="future",
+                       help="with --her, where a relabelled transition's goal comes from: the "
+                            "goal achieved at a step of the same episode at or after it "
+                            "(future), at its last step (final) or at any of its steps "
+                            "(episode) (default: %(default)s)")
+    group.add_argument("--her_k", type=non_negative_int, default=4,
+                       help="with --her, relabelled goals per original one: k/(k+1) of every "
+                            "batch is relabelled (default: %(default)s)")
     group.add_argument("--checkpoint_buffer", action="store_true",
                        help="keep the replay buffer's contents in checkpoints (their size grows "
                             "with --buffer_size and the observation size), so a restored run "
@@ -136,6 +153,9 @@ def spawn_buffer(placement, spec, spaces, with_discounts=False):
     if args.prioritized_replay:
         buffer_kwargs.update(alpha=args.priority_alpha, beta0=args.priority_beta,
                              beta_steps=max(1, int(args.total_steps * args.utd_ratio)))
+    if args.her:  # it builds an env of its own from the spec, for compute_reward
+        buffer_cls = HERReplayBuffer
+        buffer_kwargs.update(spec=spec, strategy=args.her_strategy, k=args.her_k)
     return placement.spawn(buffer_cls, args.buffer_size, shapes, action_space.shape, num_cpus=0,
                            num_gpus=plan_of(spec).replay_buffer_gpus, **buffer_kwargs)
 
@@ -196,6 +216,9 @@ class ReplayTrainer(Trainer):
         if reason and spec.loop.num_learners > 1:
             raise ConfigError(f"--num_learners {spec.loop.num_learners} with --model_name "
                               f"{spec.model_name}: {reason} Use --num_learners 1.")
+        if spec.loop.her:
+            label = env_label(plugins.env_cls, spec.env)
+            check_her(spec, plugins, f"{spec.env_name}{' ' + label if label else ''}")
 
     def start_note(self):
         """', update in bf16 (auto) on 2 threads' and the like: what --sac_precision auto chose
@@ -295,11 +318,16 @@ class ReplayTrainer(Trainer):
             return 0
         return int(self.args.utd_ratio * max(0, env_steps - self.args.learning_starts)) + 1
 
-    def may_collect(self, env_steps_submitted, updates_done):
+    def may_collect(self, env_steps_submitted, updates_done, replay_size=None):
         # The first update needs a whole batch in the buffer too (updates_allowed): without it
         # in the warm-up, --learning_starts below --batch_size left both sides waiting.
         warm_up = max(self.args.learning_starts, self.args.start_steps, self.args.batch_size)
         slack = self.num_workers * self.fragment
+        # Nor may the warm-up end before the buffer holds what the first update needs: whole
+        # episodes (--her) reach it only as they end, later than their steps are counted.
+        if replay_size is not None and replay_size < max(self.args.learning_starts,
+                                                         self.args.batch_size):
+            return True
         return env_steps_submitted < warm_up + updates_done / self.args.utd_ratio + slack
 
     # -- the loop: the driver only submits work and books results ------------------------------
@@ -382,14 +410,15 @@ class ReplayTrainer(Trainer):
         busy = set(self.rollouts.values())
         idle = [m for m in sorted(self.workers.members, key=lambda m: m.slot) if m not in busy]
         while idle and self.may_collect(self.env_steps_submitted - self.base_env_steps,
-                                        self.updates_done - self.base_updates):
+                                        self.updates_done - self.base_updates, self.replay_size):
             member = idle.pop(0)
             # progress: the clock of the model's exploration schedule (begin_fragment)
             ref = self.workers.submit(member, "collect_to_buffer", *self.newest_weights(),
                                       self.steps_per_env, self.buffer,
                                       self.args.prioritized_replay, self.obs_statistics(),
                                       progress=self.env_steps_submitted
-                                      / max(1, self.args.total_steps))
+                                      / max(1, self.args.total_steps),
+                                      whole_episodes=self.args.her)
             self.rollouts[ref] = member
             self.env_steps_submitted += self.fragment
 
@@ -448,8 +477,9 @@ class ReplayTrainer(Trainer):
                 continue
             self.run.env_steps += stats.env_steps
             self.faults.env_errors(stats.env_errors, self.run.env_steps)
-            self.replay_size = min(self.args.buffer_size,
-                                   self.replay_size + stats.env_steps)  # every step is stored
+            # what the agent handed the buffer (whole episodes: those that ended), else every step
+            stored = stats.agent_stats.get("transitions", stats.env_steps)
+            self.replay_size = min(self.args.buffer_size, self.replay_size + stored)
             self.episode_returns += stats.episode_returns
             self.episode_lengths += stats.episode_lengths
             self.lags.append(self.updates_done - stats.weights_version)

@@ -26,13 +26,19 @@ class Transitions(NamedTuple):
     ended sooner: the agent summed ``rewards`` over those k steps); a loss still multiplies it
     by 1 - terminated. None: one-step transitions whose model applies its own gamma (SAC). A
     buffer keeps the column only when built ``with_discounts`` (an agent's
-    ``transition_discounts``: agents/base.py)."""
+    ``transition_discounts``: agents/base.py).
+
+    ``episode_ends`` (optional): True on the last step of an episode, in a block of whole
+    episodes, each one's steps consecutive and in order (an agent asked for ``whole_episodes``:
+    agents/episodes.py); a buffer that needs episodes (core/learning/her.py) reads it, the
+    others ignore it. None: a block with no episode structure."""
     observations: np.ndarray        # [N, *obs_shape]
     actions: np.ndarray             # [N, *action_shape]
     rewards: np.ndarray             # [N] float32
     next_observations: np.ndarray   # [N, *obs_shape] (the final observation for a truncated step)
     terminated: np.ndarray          # [N] float32: 1.0 = terminal, no bootstrap; truncation is 0.0
     discounts: Optional[np.ndarray] = None  # [N] float32, or None (see above)
+    episode_ends: Optional[np.ndarray] = None  # [N] bool, or None (see above); never stored
 
 
 class ReplayBatch(NamedTuple):
@@ -179,8 +185,10 @@ class ReplayBuffer:
     # -- helpers ---------------------------------------------------------------------------
 
     def _stored(self, transitions: Transitions) -> tuple:
-        """The fields of ``transitions`` this buffer keeps (no discounts without their column)."""
-        return tuple(transitions) if self._columns.discounts is not None else transitions[:-1]
+        """The fields of ``transitions`` this buffer keeps: the first five, and discounts when it
+        has their column (episode_ends is a block's structure, never a column)."""
+        kept = tuple(transitions[:5])
+        return kept + (transitions.discounts,) if self._columns.discounts is not None else kept
 
     def _check_block(self, transitions: Transitions) -> int:
         n = len(transitions.rewards)

@@ -216,6 +216,7 @@ class RolloutWorker:
         valid = np.ones((num_steps, num_envs), dtype=bool)
         actions, log_probs, values = [], [], []
         truncated_index, truncated_obs = [], []
+        terminal_index, terminal_obs = [], []
         memory = self.memory
         if memory.active:  # what the fragment's FragmentMemory holds
             state_buf = spaces.allocate(memory.state, (num_steps,))
@@ -293,6 +294,9 @@ class RolloutWorker:
                     if memory.active:  # valued from the state after step t
                         truncated_states.append(spaces.take(memory.state, e))
                         truncated_starts.append(False)
+                elif result.terminated[e]:
+                    terminal_index.append((t, e))
+                    terminal_obs.append(seen(final_obs))
                 finished_returns.append(float(self.episode_return[e]))
                 finished_lengths.append(int(self.episode_length[e]))
                 self.episode_return[e] = 0.0
@@ -322,7 +326,12 @@ class RolloutWorker:
                 spaces.tree_map(lambda a, dtype: np.asarray(a, dtype),
                                 spaces.stack(truncated_obs), carried) if truncated_obs
                 else spaces.allocate(spaces.take(obs_buf, (0, 0)), (0,))),
-            weights_version=weights_version, valid=valid, memory=fragment_memory)
+            weights_version=weights_version, valid=valid, memory=fragment_memory,
+            terminal_index=np.array(terminal_index, dtype=np.int64).reshape(-1, 2),
+            terminal_observations=(
+                spaces.tree_map(lambda a, dtype: np.asarray(a, dtype),
+                                spaces.stack(terminal_obs), carried) if terminal_obs
+                else spaces.allocate(spaces.take(obs_buf, (0, 0)), (0,))))
         return trajectory, RolloutStats(
             env_steps=trajectory.num_steps, episode_returns=finished_returns,
             # the version of the weights that really acted (the stamp the model loaded with
@@ -334,10 +343,14 @@ class RolloutWorker:
             env_errors=env_errors), acting_weights
 
     def collect_to_buffer(self, weights, weights_version, num_steps, buffer, prioritized=False,
-                          obs_statistics=None, progress=None):
+                          obs_statistics=None, progress=None, whole_episodes=False):
         """Collect a fragment and add it to the replay buffer as one block (never one call per
         step: a call costs about a millisecond). With prioritized replay the worker computes the new data's
-        initial priorities, |TD error| under its current weights, as in Ape-X."""
+        initial priorities, |TD error| under its current weights, as in Ape-X. With
+        ``whole_episodes`` the agent hands only finished episodes (agents/base.py
+        OffPolicyAgent.whole_episodes), told before the fragment reaches it."""
+        if whole_episodes:
+            self.agent.whole_episodes = True
         stats = self.collect(weights, weights_version, num_steps, obs_statistics,
                              progress=progress)
         transitions = self.agent.take_transitions()
