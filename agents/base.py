@@ -103,6 +103,12 @@ class OffPolicyAgent(BaseAgent):
     #: ``Transitions.episode_ends``, and keeps every env's unfinished one (agents/episodes.py)
     whole_episodes = False
 
+    @classmethod
+    def her_problem(cls, config):
+        """Why this agent's transitions cannot be relabelled with hindsight goals (--her) under
+        ``config`` (its flags), as a sentence for the error; None: they can."""
+        return None
+
     def __init__(self, args, model, seed=0):
         super().__init__(args, model, seed)
         if getattr(model, "recurrent", False):

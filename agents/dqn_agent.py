@@ -11,7 +11,8 @@ import numpy as np
 
 from agents import register_agent
 from agents.base import OffPolicyAgent
-from agents.n_step import Carry, n_step_transitions
+from agents.episodes import Episodes
+from agents.n_step import Carry, n_step_transitions, step_transitions
 from core.argtypes import positive_int, unit_interval
 from core.types import GradientResult, Trajectory
 
@@ -20,6 +21,15 @@ from core.types import GradientResult, Trajectory
 class DQNAgent(OffPolicyAgent):
     """n-step transitions on the workers (Ape-X); Q-learning gradients on replay batches."""
     transition_discounts = True
+    hands_whole_episodes = True
+
+    @classmethod
+    def her_problem(cls, config):
+        if config.n_step > 1:
+            return (f"--n_step {config.n_step}: a transition's reward is then a sum over up to "
+                    f"{config.n_step} steps under the goal that was pursued, which a relabelled "
+                    f"goal cannot recompute from one achieved goal. Use --n_step 1 with --her")
+        return None
 
     @staticmethod
     def add_args(parser):
@@ -37,15 +47,25 @@ class DQNAgent(OffPolicyAgent):
         super().__init__(args, model, seed)
         self.pending = None         # the Transitions of the fragments sent, until taken
         self.carry = None           # agents/n_step.py: windows open at the last fragment's end
+        self.episodes = Episodes()  # with whole_episodes (--her): each env's unfinished episode
         self.weights_version = None
 
     def send_trajectory(self, trajectory: Trajectory):
+        if self.whole_episodes:  # one-step transitions (her_problem refuses n > 1)
+            steps = step_transitions(trajectory, terminal=True)
+            steps = steps._replace(discounts=np.full(np.shape(steps.rewards), self.args.gamma,
+                                                     dtype=np.float32))
+            ends = (np.asarray(trajectory.terminated, dtype=bool)
+                    | np.asarray(trajectory.truncated, dtype=bool))
+            return {"transitions": int(self.episodes.add(steps, ends, trajectory.valid))}
         transitions, self.carry = n_step_transitions(trajectory, self.args.n_step,
                                                      self.args.gamma, self.carry)
         self.pending = transitions
         return {"transitions": int(len(transitions.rewards))}
 
     def take_transitions(self):
+        if self.whole_episodes:
+            return self.episodes.take()
         pending, self.pending = self.pending, None
         return pending
 
@@ -64,12 +84,16 @@ class DQNAgent(OffPolicyAgent):
     # -- checkpoints: the open windows are part of where the worker stands -------------------
     def get_state(self):
         return {**super().get_state(),
-                "carry": None if self.carry is None else self.carry.to_state()}
+                "carry": None if self.carry is None else self.carry.to_state(),
+                "episodes": self.episodes.get_state()}
 
     def set_state(self, state):
         super().set_state(state)
         self.carry = Carry.from_state(state.get("carry"))
+        self.episodes.set_state(state.get("episodes"))
 
     def episodes_restarted(self):
-        """Every env begins a new episode: no window continues into the next fragment."""
+        """Every env begins a new episode: no window or episode continues into the next
+        fragment."""
         self.carry = None
+        self.episodes.reset()

@@ -1,4 +1,6 @@
-"""n-step transitions from fragments, computed on the workers (Ape-X: Horgan et al. 2018).
+"""Transitions from fragments: one per step, [T, E] (``step_transitions``: what whole episodes
+are assembled from, agents/episodes.py), and n-step ones, computed on the workers (Ape-X:
+Horgan et al. 2018).
 
 A transition starting at step t of an env sums the next k rewards, discounted,
 
@@ -48,6 +50,42 @@ class Carry(NamedTuple):
     def from_state(cls, state):
         return None if state is None else cls(**{name: spaces.tree_map(np.asarray, state[name])
                                                  for name in cls._fields})
+
+
+def step_transitions(trajectory, terminal=False):
+    """The one-step transition of every step, [T, E] arrays. The next observation of step
+    (t, e) is the observation stored at (t + 1, e), or ``last_observations[e]`` for the
+    fragment's last step; a truncated step's is its final observation
+    (``truncated_observations``: a time limit is not a terminal state, it bootstraps), and with
+    ``terminal`` a terminated step's too (``trajectory.terminal_observations``, for whole
+    episodes whose achieved goals matter), else the next episode's first, which terminated = 1
+    keeps out of the target. Actions keep the trajectory's dtype; float observations become
+    float32, uint8 pixels stay uint8."""
+    observations = trajectory.observations
+    if not spaces.is_tree(observations):  # uint8 pixels stay uint8 into the replay buffer
+        observations = np.asarray(observations)
+        if observations.dtype != np.uint8:
+            observations = observations.astype(np.float32, copy=False)
+    finals = [(trajectory.truncated_index, trajectory.truncated_observations)]
+    if terminal and trajectory.terminal_index is not None:
+        finals.append((trajectory.terminal_index, trajectory.terminal_observations))
+    finals = [(np.asarray(index).T, values) for index, values in finals if len(index)]
+
+    def next_of(obs, last, *final):  # one array (a leaf of a structured observation)
+        following = np.empty_like(obs)
+        following[:-1] = obs[1:]
+        following[-1] = last
+        for ((t, e), _), values in zip(finals, final):
+            following[t, e] = values
+        return following
+
+    next_observations = spaces.tree_map(next_of, observations, trajectory.last_observations,
+                                        *[values for _, values in finals])
+    return Transitions(
+        observations=observations, actions=np.asarray(trajectory.actions),
+        rewards=np.asarray(trajectory.rewards, dtype=np.float32),
+        next_observations=next_observations,
+        terminated=np.asarray(trajectory.terminated, dtype=np.float32))
 
 
 def dense_finals(trajectory):

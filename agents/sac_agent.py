@@ -12,8 +12,8 @@ import numpy as np
 from agents import register_agent
 from agents.base import OffPolicyAgent
 from agents.episodes import Episodes
+from agents.n_step import step_transitions
 from core import spaces
-from core.learning.replay_buffer import Transitions
 from core.types import GradientResult, Trajectory
 
 
@@ -51,36 +51,9 @@ class SACAgent(OffPolicyAgent):
 
     @staticmethod
     def step_transitions(trajectory: Trajectory, terminal=False):
-        """The transition of every step, [T, E] arrays (``transitions`` says what the next
-        observations are); ``terminal``: terminated steps get their real final observation
-        (``trajectory.terminal_observations``) instead of the next episode's first, for whole
-        episodes whose achieved goals matter (agents/episodes.py)."""
-        observations = trajectory.observations
-        if not spaces.is_tree(observations):  # uint8 pixels stay uint8 into the replay buffer
-            observations = np.asarray(observations)
-            if observations.dtype != np.uint8:
-                observations = observations.astype(np.float32, copy=False)
-        finals = [(trajectory.truncated_index, trajectory.truncated_observations)]
-        if terminal and trajectory.terminal_index is not None:
-            finals.append((trajectory.terminal_index, trajectory.terminal_observations))
-        finals = [(np.asarray(index).T, values) for index, values in finals if len(index)]
-
-        def next_of(obs, last, *final):  # one array (a leaf of a structured observation)
-            following = np.empty_like(obs)
-            following[:-1] = obs[1:]
-            following[-1] = last
-            for ((t, e), _), values in zip(finals, final):
-                following[t, e] = values
-            return following
-
-        next_observations = spaces.tree_map(next_of, observations, trajectory.last_observations,
-                                            *[values for _, values in finals])
-        return Transitions(
-            observations=observations,
-            actions=np.asarray(trajectory.actions, dtype=np.float32),
-            rewards=np.asarray(trajectory.rewards, dtype=np.float32),
-            next_observations=next_observations,
-            terminated=np.asarray(trajectory.terminated, dtype=np.float32))
+        """agents/n_step.py step_transitions, actions as float32 (the env's Box units)."""
+        steps = step_transitions(trajectory, terminal)
+        return steps._replace(actions=np.asarray(steps.actions, dtype=np.float32))
 
     def send_trajectory(self, trajectory: Trajectory):
         """Keep the fragment's transitions in ``self.pending`` (replacing any not taken); with

@@ -24,7 +24,9 @@ the goal, which terminates the episode, else -1; the env truncates after n steps
 shortest path flips the bits that differ, returning -(d - 1) for a Hamming distance d (-3.95 on
 average for n = 10); uniform random actions return -9.93 for n = 10 (2,000 seeded episodes).
 Threshold -6 (for n = 10). Its ``compute_terminated`` is vectorized too, so relabelled
-transitions that reach their goal are terminal. Learned: not yet (DQN's loop is being written).
+transitions that reach their goal are terminal. Learned (tests/test_her.py's e2e run: DQN with
+256 units, lr 1e-3, batch 128, gamma 0.98, one process): with --her seeds 0-4 reached -4.1 to
+-4.6 at their first evaluation, 2,048 steps; without it seed 0 stayed at -10.0 for 20k steps.
 """
 import gymnasium as gym
 import numpy as np

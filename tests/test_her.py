@@ -300,16 +300,16 @@ def test_the_sac_agent_hands_whole_episodes_with_their_real_last_observations():
 
 
 # -- refusals ------------------------------------------------------------------------------------
-def her_spec(*flags):
-    args = parse_args(["--config", "none", "--model_name", "sac", "--num_workers", "0",
+def her_spec(*flags, model="sac"):
+    args = parse_args(["--config", "none", "--model_name", model, "--num_workers", "0",
                        "--her", *flags])
     spec = run_spec(args)
     return spec, load_plugins(spec)
 
 
-def refusal(*flags, plugins=None):
+def refusal(*flags, plugins=None, model="sac"):
     from core.algos.replay_trainer import ReplayTrainer
-    spec, loaded = her_spec(*flags)
+    spec, loaded = her_spec(*flags, model=model)
     with pytest.raises(ConfigError) as error:
         ReplayTrainer.check_plugins(plugins(loaded) if plugins else loaded, spec)
     return str(error.value)
@@ -325,16 +325,15 @@ def test_her_refusals_name_the_flags_and_what_is_needed():
     message = refusal("--gym_id", "ddrl/PointGoal-v0", "--normalize_obs")
     assert "--normalize_obs" in message
 
-    class NStepAgent(OffPolicyAgent):
-        transition_discounts = True
-        hands_whole_episodes = True
-
     class FragmentAgent(OffPolicyAgent):
         pass
 
-    message = refusal("--gym_id", "ddrl/PointGoal-v0", plugins=lambda p: Plugins(
-        p.env_cls, p.model_cls, NStepAgent))
-    assert "n-step" in message and "transition_discounts" in message
+    # DQN's n-step returns cannot be relabelled (its agent says why: her_problem)
+    message = refusal("--gym_id", "ddrl/BitFlip-v0", "--n_step", "3", model="dqn")
+    assert "--n_step 3" in message and "--n_step 1" in message and "dqn_agent" in message
+    spec, loaded = her_spec("--gym_id", "ddrl/BitFlip-v0", model="dqn")
+    from core.algos.replay_trainer import ReplayTrainer
+    ReplayTrainer.check_plugins(loaded, spec)   # one-step DQN transitions: accepted
     message = refusal("--gym_id", "ddrl/PointGoal-v0", plugins=lambda p: Plugins(
         p.env_cls, p.model_cls, FragmentAgent))
     assert "whole episodes" in message
@@ -514,3 +513,28 @@ def test_sac_learns_point_goal_with_her_and_not_without(tmp_path):
     assert int(rows[-1]["replay_size"]) % 50 == 0  # whole 50-step episodes only
     summary, _ = read_run(plain)
     assert not summary["target_reached"] and summary["best_eval_return"] < -40
+
+
+@pytest.mark.e2e
+def test_dqn_learns_bit_flipping_with_her_and_not_without(tmp_path):
+    """The HER paper's bit flipping (10 bits: uniform random play -9.93, the shortest paths
+    -3.95), DQN in one process, seed 0, side by side: with --her it reaches the threshold (-6)
+    within 8,192 env steps; without, it does not. Measured with these flags: with --her seeds
+    0-4 reached -4.2, -4.3, -4.1, -4.3 and -4.6 at their first evaluation (2,048 steps, 5 s
+    each); without it seed 0 stayed at -10.0 for 20k steps (every goal missed)."""
+    from test_e2e import read_run, run_mains
+    flags = ("--model_name", "dqn", "--gym_id", "ddrl/BitFlip-v0", "--config", "none",
+             "--num_workers", "0", "--seed", "0", "--total_steps", "8192",
+             "--dqn_hidden_sizes", "256", "--dqn_lr", "1e-3", "--batch_size", "128",
+             "--learning_starts", "1000", "--start_steps", "1000", "--gamma", "0.98",
+             "--target_update_interval", "250", "--eps_fraction", "0.2", "--eps_final", "0.1",
+             "--eval_interval", "2048", "--learner_threads", "1", "--quiet", "--no-tensorboard")
+    her, plain = str(tmp_path / "her"), str(tmp_path / "plain")
+    with_her, without = run_mains([*flags, "--her", "--run_dir", her],
+                                  [*flags, "--run_dir", plain], timeout=600)
+    assert with_her.returncode == 0, with_her.stderr
+    assert without.returncode == 0, without.stderr
+    summary, _ = read_run(her)
+    assert summary["target_reached"] and summary["steps_to_target"] <= 8192, summary
+    summary, _ = read_run(plain)
+    assert not summary["target_reached"] and summary["best_eval_return"] < -8, summary

@@ -100,13 +100,9 @@ def check_her(spec, plugins, env_name):
             "stored, but hindsight relabelling replays it with another goal and reward each time "
             "it is drawn, so the two do not compose here. Use one of them: --her for sparse "
             "goal-conditioned rewards, --prioritized_replay otherwise.")
-    if agent_cls.transition_discounts:
-        raise ConfigError(
-            f"--her with --agent_name {spec.agent_name}: its transitions carry their own "
-            f"discounts (transition_discounts: n-step returns, rewards summed over up to n steps "
-            f"under the goal that was pursued), which a relabelled goal cannot recompute from "
-            f"one achieved goal, so the pair is refused whatever n is. Use --her with an agent "
-            f"of one-step transitions (sac_agent).")
+    problem = agent_cls.her_problem(spec.agent)
+    if problem:
+        raise ConfigError(f"--her with --agent_name {spec.agent_name}: {problem}.")
     if not agent_cls.hands_whole_episodes:
         raise ConfigError(
             f"--her needs an agent that hands the replay buffer whole episodes "
