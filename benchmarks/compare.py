@@ -88,6 +88,13 @@ DQN_ATARI = ("--encoder nature_cnn --cnn_features 512 --dqn_hidden_sizes none --
              " --eval_eps 0 --gamma 0.99 --n_step 1 --buffer_size 100000 --learning_starts 2500"
              " --start_steps 2500 --utd_ratio 0.25 --batch_size 32 --num_envs_per_worker 1"
              " --total_steps {max_steps}")
+# SAC with hindsight replay on FetchReach-v4: configs/sac-her-FetchReach.yaml's flags (RL-Zoo's
+# HER entry) written out, so that the control row can leave --her out
+FETCH_SAC = ("--gym_id FetchReach-v4 --config none --num_workers 0 --num_envs_per_worker 1"
+             " --batch_size 256 --buffer_size 1000000 --learning_starts 1000 --start_steps 1000"
+             " --utd_ratio 1.0 --weight_sync_interval 32 --sac_hidden_sizes 64,64 --sac_gamma 0.95"
+             " --tau 0.005 --actor_lr 0.001 --critic_lr 0.001 --alpha_lr 0.001 --eval_interval 2000"
+             " --log_steps 1000 --total_steps {max_steps}")
 SUITES = {
     "cartpole": dict(
         target=475, max_steps=None, peer="sb3",
@@ -311,6 +318,21 @@ SUITES = {
                         " --activation tanh --ortho_init --normalize none --hide drop --no-use_sde"
                         " --log_std_init 0.0 --schedule_steps {max_steps}"
                         " --target_return {target} --seed {seed} --out_dir {run_dir} --max_steps {max_steps}",
+        }),
+    # Hindsight replay on FetchReach-v4 (sparse rewards: -1 a step until the gripper is within
+    # 5 cm of the goal; 50 steps an episode), SAC with RL-Zoo's HER entry (FETCH_SAC: 64x64, lr
+    # 1e-3, gamma 0.95, 1k warm-up, future goals, k 4) in one process: ddrl-her, its control
+    # without --her, and SB3's SAC with its HerReplayBuffer given the same settings
+    # (sb3_her.py --hyperparams ddrl; RL-Zoo's entry is the same but for observation
+    # normalization, which --her refuses). Evaluations every 2,000 env steps.
+    "fetchreach-her": dict(
+        target=-5, max_steps=20_000, peer="sb3", timeout=1800,
+        systems={
+            "ddrl-her": DDRL_SAC + " " + FETCH_SAC + " --her --her_strategy future --her_k 4",
+            "ddrl-no-her": DDRL_SAC + " " + FETCH_SAC,
+            "sb3": "{python} benchmarks/sb3_her.py --env FetchReach-v4 --hyperparams ddrl"
+                   " --ddrl_flags '--config configs/sac-her-FetchReach.yaml' --target_return {target}"
+                   " --seed {seed} --out_dir {run_dir} --max_steps {max_steps} --eval_freq 2000",
         }),
     # DQN on CartPole-v1: RL-Zoo's CartPole entry (DQN_CARTPOLE above) in ddrl, one process or 2
     # Ray workers (one env each: 2 envs where RL-Zoo has 1), the update on one thread; sb3-zoo:
