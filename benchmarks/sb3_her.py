@@ -26,8 +26,8 @@ they do not, so that a run with and one without HER compare as ddrl's do. Not ex
 refused (as sb3_sac.py refuses them): prioritized replay, normalized observations.
 
 Envs: FetchReach-v4 comes from gymnasium-robotics (requirements.txt), with the mujoco shim
-ddrl's gym_env installs (``fix_joint_types`` below, the same fix: envs/gym_env.py
-IntJointTypes says why; taken from there it would import Ray on this process's clock);
+ddrl's gym_env installs (envs/robotics_shim.py says why; loaded as a file, so that no ddrl
+package and no Ray is imported on this process's clock);
 ``ddrl/PointGoal-v0`` and ``ddrl/BitFlip-v0`` from envs/goal_envs.py, loaded as a file (numpy
 and gymnasium only).
 
@@ -44,7 +44,6 @@ import os
 import sys
 
 import gymnasium as gym
-import numpy as np
 import torch
 from stable_baselines3 import SAC, HerReplayBuffer
 from stable_baselines3.common.env_util import make_vec_env
@@ -66,29 +65,12 @@ PRESETS = {
 }
 
 
-class IntJointTypes:
-    """``mujoco`` with mjtJoint's members as plain ints (envs/gym_env.py's class of that name)."""
-
-    def __init__(self, mujoco):
-        self._mujoco = mujoco
-        self.mjtJoint = type("mjtJoint", (), {member.name: int(member)
-                                              for member in mujoco.mjtJoint.__members__.values()})
-
-    def __getattr__(self, name):
-        return getattr(self._mujoco, name)
-
-
-def fix_joint_types():
-    """gymnasium-robotics 1.4.2's mujoco_utils on mujoco 3.x: its joint-type check compares
-    mjtJoint members to numpy integers, which they refuse; give it the members as plain ints
-    (what envs/gym_env.py's fix_robotics_joint_types does for ddrl)."""
-    from gymnasium_robotics.utils import mujoco_utils
-    real = mujoco_utils.mujoco
-    if isinstance(real, IntJointTypes):
-        return
-    hinge = real.mjtJoint.mjJNT_HINGE
-    if np.int32(int(hinge)) not in (hinge,):
-        mujoco_utils.mujoco = IntJointTypes(real)
+def load_file(name, path):
+    """A module of the repository loaded from its file alone (no ddrl package, no Ray)."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, *path))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def register_envs(env_id):
@@ -97,15 +79,12 @@ def register_envs(env_id):
     if env_id.startswith("ddrl/"):
         if REPO not in sys.path:
             sys.path.append(REPO)
-        spec = importlib.util.spec_from_file_location(
-            "ddrl_goal_envs", os.path.join(REPO, "envs", "goal_envs.py"))
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        load_file("ddrl_goal_envs", ("envs", "goal_envs.py"))
         return
     with contextlib.redirect_stderr(io.StringIO()):
         import gymnasium_robotics
     gym.register_envs(gymnasium_robotics)
-    fix_joint_types()
+    load_file("ddrl_robotics_shim", ("envs", "robotics_shim.py")).fix_robotics_joint_types()
 
 
 def ddrl_settings(env_id, ddrl_flags):

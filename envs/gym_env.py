@@ -55,6 +55,8 @@ from core.run.state import (generator_state, plain_attributes, set_attributes,
                         set_generator_state)
 from core.spaces import ACTION_MASK
 from envs import register_env, OBSERVATION
+from envs.robotics_shim import (IntJointTypes, fix_robotics_joint_types,  # noqa: F401
+                                 joint_types_broken)
 from envs.toys import HideObs
 
 
@@ -468,45 +470,6 @@ except ImportError:  # pragma: no cover - a partial install: MiniGrid ids fail i
 
 
 # -- gymnasium-robotics (Fetch, Shadow Hand, ...; in requirements.txt) ----------------------------
-class IntJointTypes:
-    """The ``mujoco`` module as gymnasium_robotics.utils.mujoco_utils sees it, with mjtJoint's
-    members as plain ints: the shim ``fix_robotics_joint_types`` installs.
-
-    Why: mujoco_utils.set_joint_qpos (and get_joint_qpos, set_joint_qvel, get_joint_qvel)
-    check ``joint_type in (mujoco.mjtJoint.mjJNT_HINGE, mujoco.mjtJoint.mjJNT_SLIDE)`` with
-    ``joint_type`` a numpy integer read from ``model.jnt_type``. ``in`` compares the enum member
-    to it (``member == joint_type``), and since mujoco 3.x's enums (3.14 here) that is False for
-    a numpy integer, so making FetchReach-v4 (gymnasium-robotics 1.4.2) fails with a bare
-    AssertionError on its first hinge joint. Plain ints compare equal to numpy integers either
-    way round, and every other name is mujoco's own."""
-
-    def __init__(self, mujoco):
-        self._mujoco = mujoco
-        self.mjtJoint = type("mjtJoint", (), {member.name: int(member)
-                                              for member in mujoco.mjtJoint.__members__.values()})
-
-    def __getattr__(self, name):
-        return getattr(self._mujoco, name)
-
-
-def joint_types_broken(mujoco):
-    """True where a numpy integer joint type is not ``in`` a tuple of mjtJoint members."""
-    hinge = mujoco.mjtJoint.mjJNT_HINGE
-    return np.int32(int(hinge)) not in (hinge,)
-
-
-def fix_robotics_joint_types():
-    """Install IntJointTypes into gymnasium_robotics's mujoco_utils where mujoco needs it (the
-    installed package is never edited); returns whether it is installed."""
-    from gymnasium_robotics.utils import mujoco_utils
-    if isinstance(mujoco_utils.mujoco, IntJointTypes):
-        return True
-    if not joint_types_broken(mujoco_utils.mujoco):
-        return False
-    mujoco_utils.mujoco = IntJointTypes(mujoco_utils.mujoco)
-    return True
-
-
 try:  # registers FetchReach-v4 and the other robotics ids with gymnasium
     import contextlib
     import io
