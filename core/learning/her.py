@@ -31,7 +31,8 @@ kept (an env whose reward needs them gets ``{}``).
 
 Prioritized replay does not compose with it here (a priority is the |TD error| of the stored
 transition, not of a relabelled one): ``check_her`` refuses the pair, as it refuses envs without
-goals, agents without whole episodes or with n-step discounts, and normalized observations.
+goals, agents without whole episodes or whose transitions cannot be relabelled (an agent's
+``her_problem``: DQN's n-step returns), and normalized observations.
 """
 import numpy as np
 
