@@ -299,10 +299,12 @@ SUITES = {
                                   " --no-use_sde --bptt_len 128 --batch_size 128 --total_steps {max_steps}",
             # --sample_ahead off: a round here is 320 minibatch steps, so a fragment sampled
             # ahead is 320 updates behind the learner (policy_lag); --sample_ahead auto kept it
-            # on for its speed and seed 0 stayed below -200 in 300k steps (BENCHMARKS.md)
+            # on for its speed and seed 0 stayed below -200 in 300k steps. --grad_workers 0: the
+            # learner computes the round's 320 minibatch steps on the pooled sequences itself, as
+            # the Pendulum preset does (a Ray call per minibatch step costs more than it saves)
             "ddrl-lstm-2workers": DDRL + " --gym_id Pendulum-v1 --hide_obs 2 --recurrent lstm --num_workers 2"
                                   " --num_envs_per_worker 2 --no-use_sde --bptt_len 128 --batch_size 128"
-                                  " --sample_ahead off --total_steps {max_steps}",
+                                  " --sample_ahead off --grad_workers 0 --total_steps {max_steps}",
             # the control: the same without memory
             "ddrl-mlp-0workers": DDRL + " --gym_id Pendulum-v1 --hide_obs 2 --num_workers 0 --no-use_sde"
                                  " --batch_size 128 --total_steps {max_steps}",
