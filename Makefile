@@ -24,7 +24,7 @@ run: setup
 
 test: setup
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=30 tests
 
 test-fast: setup
 	$(PY) -m pytest -q -m "unit or contract" tests
