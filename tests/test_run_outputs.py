@@ -140,3 +140,51 @@ def test_a_sampled_evaluation_is_seeded_and_leaves_the_training_generators_alone
     # The untrained policy's argmax pushes the cart one way: short episodes, other returns.
     argmax = evaluator().evaluate(weights, env_steps=7)
     assert argmax["returns"] != first["returns"]
+
+
+class CoinEnv:
+    """One step; reward 1 and info["is_success"] True on heads, drawn at reset from the reset
+    seed, so an evaluation's success rate is its mean return whatever the policy does."""
+
+    def __new__(cls, **kwargs):
+        import gymnasium as gym
+        import numpy as np
+
+        class Coin(gym.Env):
+            observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+            action_space = gym.spaces.Discrete(2)
+
+            def reset(self, seed=None, options=None):
+                super().reset(seed=seed)
+                self.heads = bool(self.np_random.random() < 0.5)
+                return np.zeros(2, np.float32), {}
+
+            def step(self, action):
+                return (np.zeros(2, np.float32), float(self.heads), True, False,
+                        {"is_success": self.heads})
+        return Coin()
+
+
+@pytest.mark.contract
+def test_an_evaluation_reports_the_success_rate_of_envs_that_say_is_success():
+    """eval_success_rate: the share of episodes whose last info said is_success (goal envs,
+    as SB3's success_rate), None for envs that never say it (CartPole)."""
+    import gymnasium as gym
+    from core.sampling.evaluator import Evaluator
+    from options.options import parse_args
+
+    if "ddrl-test/Coin-v0" not in gym.registry:
+        gym.register("ddrl-test/Coin-v0", entry_point=CoinEnv)
+
+    def evaluation(gym_id):
+        args = parse_args(["--config", "none", "--num_workers", "0", "--seed", "5",
+                           "--gym_id", gym_id, "--model_name", "dqn",
+                           "--agent_name", "dqn_agent"])
+        evaluator = Evaluator(run_spec(args), 16)
+        return evaluator.evaluate(evaluator.model.get_weights(), env_steps=100)
+
+    coin = evaluation("ddrl-test/Coin-v0")
+    heads = sum(coin["returns"])
+    assert 0 < heads < 16     # both sides drawn: the rate is not a constant
+    assert coin["eval_success_rate"] == pytest.approx(heads / 16)
+    assert evaluation("CartPole-v1")["eval_success_rate"] is None

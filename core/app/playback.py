@@ -56,6 +56,9 @@ def evaluate_saved_model(args):
           f"episodes, return {returns.mean():.2f} "
           f"+- {returns.std():.2f} (min {returns.min():.2f}, max {returns.max():.2f}, "
           f"mean length {result['eval_length']:.1f})", flush=True)
+    if result.get("eval_success_rate") is not None:
+        print(f"ddrl: success rate {result['eval_success_rate']:.2f} (the env's "
+              f"info['is_success'] at each episode's last step)", flush=True)
     if args.record_video:
         for k in range(args.video_episodes):
             file = record_episode(spec, evaluator.model, args, k, args.record_video, statistics)

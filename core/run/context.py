@@ -63,6 +63,7 @@ class RunContext:
         if eval_result is not None:
             row["eval_return"] = eval_result["eval_return"]
             row["eval_return_std"] = eval_result["eval_return_std"]
+            row["eval_success_rate"] = eval_result.get("eval_success_rate")
         self.logger.log(row)
         if self.tensorboard is not None:
             self.tensorboard.log(row)

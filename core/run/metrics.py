@@ -93,7 +93,8 @@ class MetricsLogger:
                  f"{_fmt(row.get('wall_time_s'), '.1f')} s",
                  f"train {_fmt(row.get('train_return'), '.1f')}",
                  f"eval {_fmt(row.get('eval_return'), '.1f')}"]
-        for key, label, spec in (("policy_loss", "pi", ".3f"), ("value_loss", "vf", ".3f"),
+        for key, label, spec in (("eval_success_rate", "success", ".2f"),
+                                 ("policy_loss", "pi", ".3f"), ("value_loss", "vf", ".3f"),
                                  ("entropy", "ent", ".3f"), ("approx_kl", "kl", ".4f"),
                                  ("q_loss", "q loss", ".3f"), ("epsilon", "eps", ".3f"),
                                  ("policy_lag", "lag", ".1f")):

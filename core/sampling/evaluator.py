@@ -128,7 +128,9 @@ class Evaluator:
         updated here). An env that raises is rebuilt and its episode run again from the start
         with the same seed; "env_errors" counts the errors survived, "eval_episodes_lost" the
         episodes given up ("lost_episodes": [{"env", "failures", "error"}]), see the module's
-        docstring. Every return statistic is None when no episode finished."""
+        docstring. "eval_success_rate" is the share of finished episodes whose last step's info
+        said ``is_success`` (goal envs), None when no env says. Every return statistic is None
+        when no episode finished."""
         if weights is not None:
             self.model.set_weights(weights)
         # Each evaluation draws fresh starts, a function of the env-step count only, so a
@@ -142,6 +144,9 @@ class Evaluator:
         observations = [None] * len(self.envs)
         returns = np.zeros(len(self.envs))
         lengths = np.zeros(len(self.envs), dtype=np.int64)
+        # info["is_success"] at an episode's last step (goal envs: gymnasium-robotics, SB3's
+        # success_rate); NaN where the env does not say.
+        successes = np.full(len(self.envs), np.nan)
         running = []
         memory = EnvMemory(self.model, len(self.envs))  # a recurrent policy's state per env
         for k, s in enumerate(seeds):
@@ -162,7 +167,7 @@ class Evaluator:
             still_running = []
             for i, action in zip(running, actions):
                 try:
-                    obs, reward, terminated, truncated, _ = self.envs[i].step(
+                    obs, reward, terminated, truncated, info = self.envs[i].step(
                         to_env_action(self.action_space, action))
                 except Exception as exc:  # noqa: BLE001 - the episode is run again
                     returns[i], lengths[i] = 0.0, 0
@@ -181,9 +186,13 @@ class Evaluator:
                 observations[i] = self.encode(obs)
                 if not (terminated or truncated):
                     still_running.append(i)
+                elif "is_success" in info:
+                    successes[i] = float(info["is_success"])
             running = still_running
         finished = np.array(sorted(set(range(len(self.envs))) - set(lost)), dtype=np.int64)
         done_returns, done_lengths = returns[finished], lengths[finished]
+        done_successes = successes[finished]
+        done_successes = done_successes[~np.isnan(done_successes)]
 
         def statistic(fn, values):
             return float(fn(values)) if len(values) else None
@@ -192,6 +201,7 @@ class Evaluator:
                 "eval_return_min": statistic(np.min, done_returns),
                 "eval_return_max": statistic(np.max, done_returns),
                 "eval_length": statistic(np.mean, done_lengths),
+                "eval_success_rate": statistic(np.mean, done_successes),
                 "returns": done_returns.tolist(),
                 "weights_version": weights_version, "env_steps": env_steps,
                 "env_errors": self.error_count - errors_before,
