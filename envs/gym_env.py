@@ -25,9 +25,10 @@ env beneath. envs/toys.py registers both as ``ddrl/CartPoleNoVel-v1`` and
 ``ddrl/PendulumNoVel-v1`` with the same wrapper, for benchmarks that make the env with
 gymnasium.make (SB3's).
 
-The MiniGrid ids (``MiniGrid-DoorKey-5x5-v0``, ...; minigrid is in requirements.txt) are
-registered with gymnasium at the bottom of this module, the toy ids of envs/toys.py
-(``ddrl/MaskedChoice-v0``, ...) by that module.
+The MiniGrid ids (``MiniGrid-DoorKey-5x5-v0``, ...) and gymnasium-robotics' (``FetchReach-v4``,
+...; both packages in requirements.txt) are registered the first time an id gymnasium does not
+know is asked for (``register_ids_of``, at the bottom of this module), the toy ids of
+envs/toys.py (``ddrl/MaskedChoice-v0``, ...) and envs/goal_envs.py by those modules.
 
 Atari (any ``ALE/...`` id, from ale-py with its ROMs) gets the standard preprocessing by default
 (Mnih et al. 2015; Machado et al. 2018): up to 30 no-op starts, every action repeated for 4
@@ -55,8 +56,7 @@ from core.run.state import (generator_state, plain_attributes, set_attributes,
                         set_generator_state)
 from core.spaces import ACTION_MASK
 from envs import register_env, OBSERVATION
-from envs.robotics_shim import (IntJointTypes, fix_robotics_joint_types,  # noqa: F401
-                                 joint_types_broken)
+from envs.robotics_shim import fix_robotics_joint_types
 from envs.toys import HideObs
 
 
@@ -148,6 +148,7 @@ class GymEnv:
         if atari and args.repeat_action_probability is not None:
             kwargs["repeat_action_probability"] = args.repeat_action_probability
         try:
+            register_ids_of(args.gym_id)
             self.env = gym.make(args.gym_id, **kwargs)
         except gym.error.Error as exc:
             raise ConfigError(f"--gym_id {args.gym_id!r} cannot be made by gymnasium: {exc}. "
@@ -390,6 +391,7 @@ def is_atari(gym_id):
     if str(gym_id).startswith("ALE/"):
         return True
     try:
+        register_ids_of(gym_id)
         spec = gym.spec(gym_id)
     except gym.error.Error:
         return False
@@ -462,15 +464,17 @@ try:  # registers the ALE/... ids with gymnasium (ale-py is in requirements.txt)
 except ImportError:  # pragma: no cover - a partial install: is_atari ids fail in gym.make
     pass
 
-try:  # registers the MiniGrid-... ids with gymnasium (minigrid is in requirements.txt)
+# -- ids of optional packages: MiniGrid, gymnasium-robotics (Fetch, Shadow Hand, mazes) ------------
+# Both are in requirements.txt; importing them registers their ids with gymnasium, and costs 0.1 s
+# (minigrid) and 0.2 s (gymnasium_robotics, which imports mujoco) in every process that imports
+# envs: the driver, every Ray actor. Most runs need neither, so they are imported the first time an
+# id gymnasium does not know is asked for (register_ids_of), in each process that makes one.
+def _register_minigrid():
     import minigrid
     gym.register_envs(minigrid)
-except ImportError:  # pragma: no cover - a partial install: MiniGrid ids fail in gym.make
-    pass
 
 
-# -- gymnasium-robotics (Fetch, Shadow Hand, ...; in requirements.txt) ----------------------------
-try:  # registers FetchReach-v4 and the other robotics ids with gymnasium
+def _register_robotics():
     import contextlib
     import io
     # its import prints a notice about the Adroit envs to stderr, in every process (Ray's
@@ -479,5 +483,17 @@ try:  # registers FetchReach-v4 and the other robotics ids with gymnasium
         import gymnasium_robotics
     gym.register_envs(gymnasium_robotics)
     fix_robotics_joint_types()
-except ImportError:  # pragma: no cover - a partial install: the robotics ids fail in gym.make
-    pass
+
+
+_OPTIONAL_IDS = [_register_minigrid, _register_robotics]   # each imported at most once
+
+
+def register_ids_of(gym_id):
+    """Make ``gym_id`` known to gymnasium if an optional package registers it: a no-op for an id
+    gymnasium knows; else each package not imported yet is imported (a partial install without
+    one leaves its ids unknown, and gym.make says so)."""
+    while gym_id not in gym.registry and _OPTIONAL_IDS:
+        try:
+            _OPTIONAL_IDS.pop(0)()
+        except ImportError:  # pragma: no cover - a partial install
+            pass

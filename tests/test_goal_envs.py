@@ -5,7 +5,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-import envs.gym_env as gym_env
+import envs.robotics_shim as robotics_shim
 from core.plugins import load_plugins, make_env
 from envs.goal_envs import IDS
 from options.options import parse_args, run_spec
@@ -87,12 +87,12 @@ def test_goal_envs_resume_exactly_through_gym_env(gym_id):
 # -- gymnasium-robotics ---------------------------------------------------------------------------
 def test_the_joint_type_shim_compares_numpy_integers_as_mujoco_2_did():
     mujoco = pytest.importorskip("mujoco")
-    shim = gym_env.IntJointTypes(mujoco)
+    shim = robotics_shim.IntJointTypes(mujoco)
     joint = np.int32(int(mujoco.mjtJoint.mjJNT_HINGE))
     assert joint in (shim.mjtJoint.mjJNT_HINGE, shim.mjtJoint.mjJNT_SLIDE)
     assert shim.mjtJoint.mjJNT_FREE == 0 and shim.mj_name2id is mujoco.mj_name2id
     # what the shim is for, on the mujoco installed (3.14: the enum member refuses the numpy int)
-    assert gym_env.joint_types_broken(mujoco) == (joint not in (mujoco.mjtJoint.mjJNT_HINGE,))
+    assert robotics_shim.joint_types_broken(mujoco) == (joint not in (mujoco.mjtJoint.mjJNT_HINGE,))
 
 
 @pytest.mark.contract
@@ -100,7 +100,7 @@ def test_fetch_reach_works_through_gym_env():
     pytest.importorskip("gymnasium_robotics")
     from gymnasium_robotics.utils import mujoco_utils
     from core.algos.replay_trainer import ReplayTrainer
-    assert gym_env.fix_robotics_joint_types() == gym_env.joint_types_broken(
+    assert robotics_shim.fix_robotics_joint_types() == robotics_shim.joint_types_broken(
         getattr(mujoco_utils.mujoco, "_mujoco", mujoco_utils.mujoco))
     spec = run_spec(parse_args(["--config", "none", "--model_name", "sac", "--gym_id",
                                 "FetchReach-v4", "--num_workers", "0", "--her"]))
