@@ -33,13 +33,14 @@ from torch import nn
 
 from core.argtypes import non_negative_float, positive_float, positive_int, unit_interval
 from core.registry import ConfigError
-from core.spaces import ACTION_MASK, layout_of
+from core.spaces import action_mask, layout_of
 from models import register_model
 from models.base import BaseModel
 from models.encoders import Flatten, add_encoder_args, make_encoder
 from models.numpy_mlp import NumpyMLP
-from models.ppo import hidden_sizes
-from models.sac import as_float_tensor, frozen_copy, relu_mlp
+from models.ppo import action_mask_of, hidden_sizes
+from models.sac import (as_float_tensor, as_tensor, frozen_copy, polyak_update, relu_mlp,
+                        structured_tensors)
 
 # Finite, so that a row whose every action is masked still gives numbers, not NaN
 MASKED_Q = -1e9
@@ -78,7 +79,8 @@ class NumpyQ:
 
     @classmethod
     def of(cls, network):
-        if not isinstance(network.encoder, Flatten) or (
+        # QNetwork's own forward only: a subclass's (build_networks may install one) is its own
+        if type(network) is not QNetwork or not isinstance(network.encoder, Flatten) or (
                 len(network.trunk) and NumpyMLP.of(network.trunk) is None):
             return None
         return cls(network)
@@ -226,16 +228,10 @@ class DQNModel(BaseModel):
     def flat_obs(self, obs):
         """A batch as the network takes it (uint8 pixels and Dict leaves in their dtypes)."""
         if self.layout.structured:
-            return {path: (leaf.to(self.device) if isinstance(leaf, torch.Tensor)
-                           else torch.tensor(np.asarray(leaf), device=self.device))
-                    for path, leaf in obs.items()}
-        if isinstance(obs, torch.Tensor):
-            tensor = obs.to(self.device)
-        else:  # a copy: arrays from Ray's object store are read-only
-            tensor = torch.tensor(np.asarray(obs), device=self.device)
+            return structured_tensors(obs, self.device)
         if not isinstance(self.q_net.encoder, Flatten):
-            return tensor.reshape(-1, *self.observation_space.shape)
-        return tensor.float().reshape(len(tensor), -1)
+            return as_tensor(obs, self.device).reshape(-1, *self.observation_space.shape)
+        return as_float_tensor(obs, self.device).reshape(len(obs), -1)
 
     @torch.no_grad()
     def q_values(self, obs):
@@ -245,9 +241,9 @@ class DQNModel(BaseModel):
             q = self.numpy_q(x.reshape(len(x), -1))
         else:
             q = self.q_net(self.flat_obs(obs)).float().cpu().numpy()
-        mask = obs.get(ACTION_MASK) if isinstance(obs, dict) else None
+        mask = action_mask(obs)
         if mask is not None:
-            q = np.where(np.asarray(mask, dtype=bool), q, MASKED_Q)
+            q = np.where(mask, q, MASKED_Q)
         return q
 
     def choose_actions(self, obs, deterministic=False):
@@ -264,8 +260,8 @@ class DQNModel(BaseModel):
 
     # -- learning ------------------------------------------------------------------------------
     def masked(self, q, obs):
-        mask = obs.get(ACTION_MASK) if isinstance(obs, dict) else None
-        return q if mask is None else q.masked_fill(~mask.bool(), MASKED_Q)
+        mask = action_mask_of(obs)
+        return q if mask is None else q.masked_fill(~mask, MASKED_Q)
 
     def unpack(self, batch):
         """(obs, action indices, n-step rewards, next obs, terminated, discounts, importance
@@ -342,7 +338,4 @@ class DQNModel(BaseModel):
         to this update's."""
         if (self.weights_version + 1) % self.args.target_update_interval:
             return
-        targets = dict(self.q_target.named_buffers())
-        online = dict(self.q_net.named_parameters())
-        torch._foreach_lerp_([targets[name] for name in online], list(online.values()),
-                             self.args.tau)
+        polyak_update(self.q_target, self.q_net, self.args.tau)

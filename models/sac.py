@@ -139,6 +139,28 @@ def as_float_tensor(x, device=None):
     return torch.tensor(np.asarray(x), dtype=torch.float32, device=device)
 
 
+def as_tensor(x, device=None):
+    """A tensor on ``device`` in the batch's own dtype (uint8 pixels stay uint8). Already there,
+    a tensor is not copied; an array is (batches from Ray's object store are read-only)."""
+    if isinstance(x, torch.Tensor):
+        return x.to(device)
+    return torch.tensor(np.asarray(x), device=device)
+
+
+def structured_tensors(obs, device=None):
+    """A structured batch {path: leaf} as {path: tensor}, each leaf in its own dtype."""
+    return {path: as_tensor(leaf, device) for path, leaf in obs.items()}
+
+
+@torch.no_grad()
+def polyak_update(target, online, tau):
+    """target <- tau * online + (1 - tau) * target, for every parameter of ``online`` (its
+    ``frozen_copy``'s tensors are buffers of the same names), in one fused call."""
+    targets = dict(target.named_buffers())
+    params = dict(online.named_parameters())
+    torch._foreach_lerp_([targets[name] for name in params], list(params.values()), tau)
+
+
 @register_model("sac")
 class SACModel(BaseModel):
     """Soft Actor-Critic: tanh-Gaussian actor, twin Q critics with polyak targets, learned alpha."""
@@ -265,13 +287,9 @@ class SACModel(BaseModel):
         [B, *obs_shape] in the observations' dtype (uint8 pixels are scaled in the encoder),
         or for a structured observation {path: tensor} in the leaves' dtypes."""
         if self.layout.structured:
-            return {path: (leaf.to(self.device) if isinstance(leaf, torch.Tensor)
-                           else torch.tensor(np.asarray(leaf), device=self.device))
-                    for path, leaf in obs.items()}
-        if self.image_input:  # a copy: arrays from Ray's object store are read-only
-            tensor = (obs.to(self.device) if isinstance(obs, torch.Tensor)
-                      else torch.tensor(np.asarray(obs), device=self.device))
-            return tensor.reshape(-1, *self.observation_space.shape)
+            return structured_tensors(obs, self.device)
+        if self.image_input:
+            return as_tensor(obs, self.device).reshape(-1, *self.observation_space.shape)
         return as_float_tensor(obs, self.device).reshape(-1, self.obs_dim)
 
     def sample(self, obs, deterministic=False):
@@ -428,8 +446,4 @@ class SACModel(BaseModel):
     @torch.no_grad()
     def after_update(self):
         """Polyak averaging of the target critics: target = tau * online + (1 - tau) * target."""
-        targets = dict(self.critic_target.named_buffers())
-        online = dict(self.critic.named_parameters())
-        # one fused call over all tensors: target += tau * (online - target)
-        torch._foreach_lerp_([targets[name] for name in online], list(online.values()),
-                             self.args.tau)
+        polyak_update(self.critic_target, self.critic, self.args.tau)

@@ -190,8 +190,9 @@ class CoreActorLost(LoopPartLost):
 
 @register_trainer("replay")
 class ReplayTrainer(Trainer):
-    """Off-policy actor-critic in the Ape-X shape: rollout workers -> replay buffer -> learner(s)
-    -> parameter server (the module's docstring); SAC and CrossQ models."""
+    """The off-policy loop in the Ape-X shape: rollout workers -> replay buffer -> learner(s)
+    -> parameter server (the module's docstring), for every model whose ``trainer`` is "replay"
+    (SAC, CrossQ, DQN)."""
     metric_columns = METRIC_COLUMNS + METRIC_COLUMNS_AFTER_MODEL
     add_args = staticmethod(add_args)
 

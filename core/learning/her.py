@@ -108,8 +108,8 @@ def check_her(spec, plugins, env_name):
         raise ConfigError(
             f"--her needs an agent that hands the replay buffer whole episodes "
             f"(agents/base.py OffPolicyAgent.hands_whole_episodes, agents/episodes.py); "
-            f"--agent_name {spec.agent_name} does not. Use sac_agent, or give yours an "
-            f"Episodes.")
+            f"--agent_name {spec.agent_name} does not. Use sac_agent or dqn_agent, or give "
+            f"yours an Episodes.")
     if loop.normalize_obs:
         raise ConfigError(
             "--her with --normalize_obs: replay holds observations normalized, and the env's "
