@@ -302,6 +302,12 @@ def test_training_windows(tmp_path, capsys):
                                       "2000": {"train_return": 2.5, "entropy": 1.0}}
     assert capsys.readouterr().out.splitlines() == [  # a window without entropy is not printed
         f"{'ddrl':28s} 0k 17.50 / 0.750", f"{'sb3':28s} 0k 1.50 / 1.200 | 2k 2.50 / 1.000"]
+    # DQN: no entropy in either file; SB3's rows every log_interval episodes
+    ddrl.write_text("env_steps,train_return,episodes\n1000,10,1\n2500,4,2\n")
+    sb3.write_text("time/total_timesteps,rollout/ep_rew_mean\n640,1.0\n1280,2.0\n2560,2.5\n")
+    probe.main(["training-windows", "--window", "2000", f"ddrl={ddrl}", f"sb3={sb3}"])
+    assert capsys.readouterr().out.splitlines() == [
+        f"{'ddrl':28s} 0k 10.00 | 2k 4.00", f"{'sb3':28s} 0k 1.50 | 2k 2.50"]
 
 
 # -- probes in this process ------------------------------------------------------------------

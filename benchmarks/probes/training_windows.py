@@ -1,5 +1,6 @@
 """Training returns and policy entropy per window of env steps, ddrl's metrics.csv beside SB3's
-progress.csv (benchmarks/sb3_ppo.py writes one), for learning curves measured apart.
+progress.csv (benchmarks/sb3_ppo.py and sb3_dqn.py write one), for learning curves measured
+apart. Models without an entropy (DQN) get the returns alone.
 
     .venv/bin/python benchmarks/probe.py training-windows --window 50000 \\
         ddrl=benchmarks/results/breakout-ppo/ddrl-0workers/seed0/metrics.csv \\
@@ -23,13 +24,16 @@ def windows(path, width):
         steps = int(row["time/total_timesteps" if sb3 else "env_steps"])
         bucket = out.setdefault(steps // width * width, {"returns": [], "entropy": []})
         if sb3:
-            if row["train/entropy_loss"]:
+            # PPO: one row per rollout, after its training; DQN (no entropy): every
+            # log_interval episodes
+            if row.get("train/entropy_loss", row["rollout/ep_rew_mean"]):
                 bucket["returns"].append((float(row["rollout/ep_rew_mean"]), 1))
+            if row.get("train/entropy_loss"):
                 bucket["entropy"].append(-float(row["train/entropy_loss"]))
         else:
             if row["train_return"]:
                 bucket["returns"].append((float(row["train_return"]), int(row["episodes"])))
-            if row["entropy"]:
+            if row.get("entropy"):
                 bucket["entropy"].append(float(row["entropy"]))
     table = {}
     for start, b in sorted(out.items()):
@@ -51,9 +55,13 @@ def run(args, argv):
     for run in args.runs:
         name, path = run.split("=", 1)
         results[name] = {"csv": path, "windows": windows(path, args.window)}
-        cells = [f"{start // 1000}k {w['train_return']:.2f} / {w['entropy']:.3f}"
-                 for start, w in results[name]["windows"].items()
-                 if w["train_return"] is not None and w["entropy"] is not None]
+        table = results[name]["windows"]
+        # a run with entropies prints the windows that have both; one without (DQN) the returns
+        entropy = any(w["entropy"] is not None for w in table.values())
+        cells = [f"{start // 1000}k {w['train_return']:.2f}"
+                 + (f" / {w['entropy']:.3f}" if entropy else "")
+                 for start, w in table.items()
+                 if w["train_return"] is not None and (w["entropy"] is not None or not entropy)]
         print(f"{name:28s} " + " | ".join(cells))
     if args.out:
         with open(args.out, "w") as f:
