@@ -33,6 +33,8 @@ class BaseModel(nn.Module):
     #: the statistics of ``step`` a loop that lists them (the replay loop) puts in metrics.csv,
     #: in this order
     update_metrics = ()
+    #: which of them the terminal line shows, as (column, label, format) triples
+    line_metrics = ()
 
     @staticmethod
     def add_args(parser):

@@ -115,6 +115,7 @@ class DQNModel(BaseModel):
     trainer = "replay"
     default_agent = "dqn_agent"
     update_metrics = ("q_loss", "q_mean", "td_error_mean", "epsilon")
+    line_metrics = (("q_loss", "q loss", ".3f"), ("epsilon", "eps", ".3f"))
 
     @staticmethod
     def add_args(parser):

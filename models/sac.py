@@ -168,6 +168,7 @@ class SACModel(BaseModel):
     default_agent = "sac_agent"
     update_metrics = ("critic_loss", "actor_loss", "alpha_loss", "alpha", "q_mean", "entropy",
                       "td_error_mean")
+    line_metrics = (("critic_loss", "q loss", ".3f"), ("entropy", "ent", ".3f"))
 
     @staticmethod
     def add_args(parser):

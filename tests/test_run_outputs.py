@@ -101,6 +101,26 @@ def test_progress_bar_on_a_terminal_plain_lines_otherwise_nothing_when_quiet(tmp
     assert capsys.readouterr() == ("", "")
 
 
+@pytest.mark.contract
+def test_a_terminal_line_shows_the_loops_and_the_models_own_columns():
+    """Core names no model's statistics: the loop and the model say what their lines show."""
+    from core.algos.trainers import trainer_class
+    from core.run.metrics import MetricsLogger
+    from models import MODEL_REGISTRY
+    row = {"env_steps": 80, "steps_per_s": 10.0, "wall_time_s": 8.0, "train_return": 1.0,
+           "eval_return": 5.0, "q_loss": 0.25, "epsilon": 0.5, "entropy": 1.5,
+           "approx_kl": 0.01, "critic_loss": 2.0, "policy_lag": 1.0}
+
+    def line(trainer, model):
+        metrics = trainer_class(trainer).line_metrics_for(MODEL_REGISTRY.get(model))
+        return MetricsLogger(os.devnull, ["env_steps"], line_metrics=metrics).format_line(row)
+
+    dqn, sac, ppo = line("replay", "dqn"), line("replay", "sac"), line("ppo", "ppo")
+    assert "q loss 0.250 | eps 0.500 | lag 1.0" in dqn and "ent" not in dqn and "kl" not in dqn
+    assert "q loss 2.000 | ent 1.500" in sac and "| eps" not in sac
+    assert "ent 1.500 | kl 0.0100" in ppo and "q loss" not in ppo and "| eps" not in ppo
+
+
 def test_evaluate_prints_returns_and_record_video_writes_a_gif(cartpole_run, tmp_path):
     from PIL import Image
     run_dir, _ = cartpole_run

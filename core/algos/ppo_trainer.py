@@ -150,6 +150,8 @@ class PPOTrainer(Trainer):
     """Gradient-collecting PPO: workers collect fragments and compute minibatch gradients, the
     learner averages and applies them, lock-step rounds (the module's docstring)."""
     metric_columns = METRIC_COLUMNS
+    line_metrics = (("policy_loss", "pi", ".3f"), ("value_loss", "vf", ".3f"),
+                    ("entropy", "ent", ".3f"), ("approx_kl", "kl", ".4f"))
     add_args = staticmethod(add_args)
     #: learning can start before Ray is up (core/app/session.py starts it in the background)
     starts_without_ray = True

@@ -80,6 +80,16 @@ class Trainer:
         model's updates report, BaseModel.update_metrics)."""
         return list(cls.metric_columns)
 
+    #: the loop's own columns on the terminal line, (column, label, format), before the model's
+    line_metrics = ()
+
+    @classmethod
+    def line_metrics_for(cls, model_cls):
+        """What a terminal line shows after the returns: the evaluation's success rate, the
+        loop's columns, the model's (BaseModel.line_metrics), the policy lag."""
+        return ((("eval_success_rate", "success", ".2f"),) + tuple(cls.line_metrics)
+                + tuple(model_cls.line_metrics) + (("policy_lag", "lag", ".1f"),))
+
     @classmethod
     def check_plugins(cls, plugins, spec):
         """Refuse, as a ConfigError, plugins this loop cannot drive with these configs (before

@@ -126,7 +126,8 @@ class TrainingSession:
                 self.ray_starter.ready(timeout=None)
         self.context = RunContext(args, self.run_dir, self.start_time,
                                   trainer_cls.metric_columns_for(self.plugins.model_cls), target,
-                                  self.plotter)
+                                  self.plotter,
+                                  trainer_cls.line_metrics_for(self.plugins.model_cls))
         self.faults = Faults(args)
         self.save_resolved_config()
         self.trainer = trainer_cls(self.spec.loop, self.spec, self.plugins, self.spaces,

@@ -11,7 +11,8 @@ RUN_ONLY_KEYS = ("config", "restore", "list", "pause_at_steps", "evaluate", "rec
                  "video_episodes", "evaluation", "render_mode")
 
 class RunContext:
-    def __init__(self, args, run_dir, start_time, columns, target_return, plotter=None):
+    def __init__(self, args, run_dir, start_time, columns, target_return, plotter=None,
+                 line_metrics=()):
         self.args = args
         self.run_dir = run_dir
         self.start_time = start_time          # process start: what time-to-target is measured from
@@ -32,7 +33,7 @@ class RunContext:
         self.curves.load_csv(metrics_path)  # a restored run into the same directory continues
         self.logger = MetricsLogger(metrics_path, columns,
                                     log_interval=args.log_interval, quiet=args.quiet,
-                                    total_steps=args.total_steps)
+                                    total_steps=args.total_steps, line_metrics=line_metrics)
         self.tensorboard = (TensorBoardLogger(os.path.join(run_dir, "tensorboard"), start_time)
                             if args.tensorboard else None)
 

@@ -45,11 +45,14 @@ class MetricsLogger:
     """One CSV row per iteration (fixed columns, empty cells where a value is absent). On a
     terminal, a progress bar (env steps of --total_steps, steps/s, ETA, last train and eval
     return) with a line kept for every evaluation; otherwise (a file, a pipe, CI) a plain line
-    every ``log_interval`` rows and at every evaluation. Nothing with ``quiet``."""
+    every ``log_interval`` rows and at every evaluation. Nothing with ``quiet``. A line holds
+    the steps, speed, time and returns, then each of ``line_metrics`` ((column, label, format)
+    triples: the loop's and the model's, Trainer.line_metrics_for) the row has a value for."""
 
     def __init__(self, path, columns, log_interval=1, quiet=False, printer=print,
-                 total_steps=None, progress_bar=None):
+                 total_steps=None, progress_bar=None, line_metrics=()):
         self.columns = list(columns)
+        self.line_metrics = tuple(line_metrics)
         self.log_interval = log_interval
         self.quiet = quiet
         self.printer = printer
@@ -87,17 +90,12 @@ class MetricsLogger:
         elif not self.quiet and (self.rows % self.log_interval == 0 or evaluated):
             self.printer(self.format_line(row))
 
-    @staticmethod
-    def format_line(row):
+    def format_line(self, row):
         parts = [f"steps {row['env_steps']:>9,d}", f"{_fmt(row.get('steps_per_s'), ',.0f')} sps",
                  f"{_fmt(row.get('wall_time_s'), '.1f')} s",
                  f"train {_fmt(row.get('train_return'), '.1f')}",
                  f"eval {_fmt(row.get('eval_return'), '.1f')}"]
-        for key, label, spec in (("eval_success_rate", "success", ".2f"),
-                                 ("policy_loss", "pi", ".3f"), ("value_loss", "vf", ".3f"),
-                                 ("entropy", "ent", ".3f"), ("approx_kl", "kl", ".4f"),
-                                 ("q_loss", "q loss", ".3f"), ("epsilon", "eps", ".3f"),
-                                 ("policy_lag", "lag", ".1f")):
+        for key, label, spec in self.line_metrics:
             if row.get(key) is not None:
                 parts.append(f"{label} {_fmt(row[key], spec)}")
         return " | ".join(parts)
