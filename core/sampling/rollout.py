@@ -354,6 +354,8 @@ class RolloutWorker:
         stats = self.collect(weights, weights_version, num_steps, obs_statistics,
                              progress=progress)
         transitions = self.agent.take_transitions()
+        if transitions is None or not len(transitions.rewards):
+            return stats  # e.g. no episode finished (whole_episodes): no call to the buffer
         priorities = self.agent.priorities(transitions) if prioritized else None
         resolve(buffer.add.remote(transitions, priorities))  # backpressure: one wait per block
         return stats
