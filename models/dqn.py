@@ -314,11 +314,20 @@ class DQNModel(BaseModel):
         td_errors = (q.detach() - y).abs()
         scalars = torch.stack([loss.detach(), q.detach().mean(), td_errors.mean()]).tolist()
         stats = dict(zip(("q_loss", "q_mean", "td_error_mean"), scalars))
-        stats["epsilon"] = float(linear_epsilon(progress, self.args.eps_initial,
-                                                self.args.eps_final, self.args.eps_fraction)
-                                 if self.args.exploration == "linear" else self.args.eps_base)
+        stats["epsilon"] = self.exploration_now(progress)
         stats["td_errors"] = td_errors.cpu().numpy()
         return self.collect_gradients(), stats
+
+    def exploration_now(self, progress):
+        """The metrics column "epsilon": the linear schedule's value at ``progress``, or the
+        ladder's mean over the run's env slots (rollout workers' slots, as they act)."""
+        args = self.args
+        if args.exploration == "linear":
+            return float(linear_epsilon(progress, args.eps_initial, args.eps_final,
+                                        args.eps_fraction))
+        total = max(1, args.num_workers) * args.num_envs_per_worker
+        return float(ladder_epsilons(np.arange(total), total, args.eps_base,
+                                     args.eps_alpha).mean())
 
     def configure_optimizer(self):
         # fused: the same update, several times faster on the CPU (see models/ppo.py)

@@ -256,6 +256,12 @@ def test_the_ape_x_ladder_and_the_linear_schedule_by_hand():
     model.assign_env_slots([4, 5], 8)          # worker 2 of 4, 2 envs each
     model.begin_fragment(2, 0.3)
     np.testing.assert_allclose(model.epsilons, [0.4 ** (1 + 7 * 4 / 7), 0.4 ** (1 + 7 * 5 / 7)])
+    # the metrics column: the schedule's value now, or the ladder's mean over the run's slots
+    assert make_model().exploration_now(0.05) == pytest.approx(0.525)
+    ladder = make_model("--exploration", "ladder", "--num_workers", "4",
+                        "--num_envs_per_worker", "2")
+    assert ladder.exploration_now(0.3) == pytest.approx(
+        np.mean([0.4 ** (1 + 7 * i / 7) for i in range(8)]))
 
 
 def test_epsilon_greedy_acting_and_masks():
