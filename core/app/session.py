@@ -171,9 +171,20 @@ class TrainingSession:
                 "agent_name": args.agent_name, "gym_id": self.env_label,
                 "best_eval_return": context.best_eval_return,
                 "last_eval_return": context.last_eval_return, "run_dir": self.run_dir,
-                "faults": dict(self.faults.counts),
+                "faults": dict(self.faults.counts), "spaces": self.spaces_json(),
                 "config": {k: v for k, v in vars(args).items() if k != "config"},
                 **(extra or {})}
+
+    def spaces_json(self):
+        """The observation and action spaces as plain data (core/space_codec.py), so that
+        ddrl.load builds the policy without making the env; None where a space has no JSON
+        form (ddrl.load then makes one env to learn them)."""
+        from core.space_codec import space_to_json
+        try:
+            return {"observation": space_to_json(self.spaces[0]),
+                    "action": space_to_json(self.spaces[1])}
+        except ValueError:
+            return None
 
     def save(self, reason):
         # Work in flight first (SAC): the checkpoint's env steps, buffer, weights and worker

@@ -1,0 +1,152 @@
+"""The Python API (ddrl.train, ddrl.load, Policy.act): keywords checked as the command line
+checks flags, policies rebuilt from a checkpoint alone, acting as the test worker acts (the
+normalizer applied, masks obeyed, actions in the env's bounds, recurrent state threaded), and
+examples/python_api.py run as a user runs it."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import ddrl
+from core.app.api import argv_for, flags_to_argv
+from core.registry import ConfigError
+from options.options import parse_args
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+QUIET = dict(num_workers=0, seed=0, quiet=True, tensorboard=False)
+
+
+@pytest.mark.unit
+def test_keywords_become_the_flags_their_parser_takes():
+    # switches as their actions take them; lists comma-joined; None left at the default
+    argv = argv_for(dict(model_name="dqn", gym_id="CartPole-v1", dueling=True, double_q=False,
+                         quiet=True, tensorboard=False, dqn_hidden_sizes=[32, 32],
+                         total_steps=1000, run_dir=None))
+    assert argv == ["--model_name", "dqn", "--gym_id", "CartPole-v1", "--dueling",
+                    "--no-double_q", "--quiet", "--no-tensorboard", "--dqn_hidden_sizes",
+                    "32,32", "--total_steps", "1000"]
+    args = parse_args(argv)
+    assert args.dueling and not args.double_q and args.dqn_hidden_sizes == [32, 32]
+    # a name the parser does not know goes through as typed, for the parser to refuse
+    assert flags_to_argv({"bogus": 3, "quiet": True}) == ["--bogus", "3", "--quiet", "True"]
+
+
+@pytest.mark.contract
+@pytest.mark.parametrize("flags, argv", [
+    (dict(gym_id="CartPole-v1", bogus_flag=3), ["--gym_id", "CartPole-v1", "--bogus_flag", "3"]),
+    (dict(num_workers=-1), ["--num_workers", "-1"]),
+    (dict(model_name="no_such_model"), ["--model_name", "no_such_model"]),
+    (dict(model_name="dqn", exploration="sideways"), ["--model_name", "dqn", "--exploration",
+                                                      "sideways"]),
+])
+def test_a_bad_keyword_is_the_command_lines_paragraph(flags, argv):
+    with pytest.raises(ConfigError) as command_line:
+        parse_args(argv)
+    with pytest.raises(ConfigError) as keywords:
+        ddrl.train(**flags)
+    assert str(keywords.value) == str(command_line.value)
+
+
+@pytest.mark.contract
+def test_commands_of_their_own_are_refused_and_bad_paths_named(tmp_path):
+    with pytest.raises(ConfigError, match="--tune is a command of its own"):
+        ddrl.train(tune="configs/sweeps/ppo-cartpole.yaml")
+    with pytest.raises(ConfigError, match="no such file or directory"):
+        ddrl.load(tmp_path / "nothing-here")
+    junk = tmp_path / "junk.pt"
+    junk.write_bytes(b"not a checkpoint")
+    with pytest.raises(ConfigError, match="not a readable ddrl checkpoint"):
+        ddrl.load(junk)
+
+
+@pytest.fixture(scope="module")
+def normalized_run(tmp_path_factory):
+    run_dir = str(tmp_path_factory.mktemp("api") / "cartpole")
+    return ddrl.train(gym_id="CartPole-v1", normalize_obs=True, total_steps=2048,
+                      eval_interval=1024, run_dir=run_dir, **QUIET)
+
+
+@pytest.mark.e2e
+def test_a_run_comes_back_with_its_summary_metrics_and_policy(normalized_run, monkeypatch):
+    from core.app.policy import Policy
+    from core.learning.normalizer import normalize
+    run = normalized_run
+    assert run.exit_code == 0 and run.summary["stopped_because"] == "total_steps"
+    assert run.metrics and run.metrics[-1]["env_steps"] == run.summary["env_steps"]
+    assert "--normalize_obs" in run.argv
+    # the checkpoint alone rebuilds the policy: its spaces come from the metadata, not an env
+    monkeypatch.setattr(Policy, "make_env", lambda *a, **k: pytest.fail("made an env"))
+    policy = run.policy()
+    monkeypatch.undo()
+    assert policy.path.endswith(os.path.join("checkpoints", "best.pt"))
+    assert policy.observation_space.shape == (4,) and policy.action_space.n == 2
+    assert policy.obs_statistics is not None and not policy.recurrent
+    observations = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
+    batch = policy.act(observations)
+    assert batch.shape == (64,) and set(np.unique(batch)) <= {0, 1}
+    # one observation at a time: the batch's rows; the network sees normalized observations
+    assert [int(policy.act(o)) for o in observations] == batch.tolist()
+    seen = normalize(observations, policy.obs_statistics, policy.args.obs_clip)
+    with torch.no_grad():
+        expected, _ = policy.model.choose_actions(seen, deterministic=True)
+    np.testing.assert_array_equal(batch, expected)
+    assert len(policy.play(episodes=2)) == 2
+    last = run.policy("last")
+    assert last.path.endswith(os.path.join("checkpoints", "last.pt"))
+
+
+@pytest.mark.e2e
+def test_a_recurrent_policy_threads_its_state_and_obeys_the_mask(tmp_path):
+    run = ddrl.train(gym_id="ddrl/MemoryChoice-v0", total_steps=512, eval_interval=256,
+                     run_dir=str(tmp_path / "lstm"), **QUIET)
+    policy = run.policy()
+    assert policy.recurrent
+    env = policy.make_env(seed=3)
+    obs, _ = env.reset(seed=3)
+    state, steps, changed = None, 0, False
+    done = False
+    while not done:
+        action, new_state = policy.act(obs, state)
+        assert obs["action_mask"][action] == 1                  # masked actions never chosen
+        if state is not None:
+            changed |= any(not np.array_equal(new_state[k], state[k]) for k in state)
+        state = new_state
+        obs, _, terminated, truncated, _ = env.step(action)
+        done, steps = terminated or truncated, steps + 1
+    assert steps > 1 and changed
+    # a batch of 3 rows; episode_starts resets row 1's state to the initial one
+    batch = {key: np.stack([value] * 3) for key, value in obs.items()}
+    actions, three = policy.act(batch)
+    assert actions.shape == (3,) and all(v.shape[0] == 3 for v in three.values())
+    _, again = policy.act(batch, three, episode_starts=[False, True, False])
+    _, fresh = policy.act(batch)
+    for key in again:
+        np.testing.assert_allclose(again[key][1], fresh[key][1], atol=1e-6)
+
+
+@pytest.mark.e2e
+def test_continuous_actions_stay_in_the_envs_bounds(tmp_path):
+    run = ddrl.train(gym_id="Pendulum-v1", model_name="sac", total_steps=600,
+                     learning_starts=200, start_steps=200, eval_interval=300,
+                     run_dir=str(tmp_path / "sac"), **QUIET)
+    policy = run.policy()
+    observations = np.random.default_rng(1).normal(size=(32, 3)).astype(np.float32) * 5
+    actions = policy.act(observations, deterministic=False)
+    assert actions.shape == (32, 1) and np.all(np.abs(actions) <= 2.0)
+    assert policy.act(observations[0]).shape == (1,)
+
+
+@pytest.mark.e2e
+def test_the_python_api_example_trains_loads_and_plays_cartpole(tmp_path):
+    """examples/python_api.py: PPO on CartPole-v1 in one process to an evaluation of 495,
+    then 10 episodes played with policy.act on seeds the run never evaluated on."""
+    proc = subprocess.run([sys.executable, "examples/python_api.py", "--run_dir",
+                           str(tmp_path / "run")], cwd=REPO, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("played 10 episodes"))
+    mean = float(line.split("mean return ")[1].split()[0])
+    assert mean >= 475, proc.stdout
