@@ -127,3 +127,25 @@ def test_the_normalizer_keeps_statistics_of_float_leaves_only():
     # a Box space keeps the plain form (checkpoints of earlier runs load)
     plain = ObsNormalizer(gym_spaces.Box(-1, 1, (2,)))
     assert sorted(plain.state_dict()) == ["clip", "count", "m2", "mean"]
+
+
+@pytest.mark.unit
+def test_spaces_go_to_json_and_back():
+    """core/space_codec.py: what a checkpoint's metadata says about its spaces (infinite Box
+    bounds as strings, an image's uniform bounds as one number, Discrete starts kept)."""
+    import json
+
+    import gymnasium as gym
+    from gymnasium import spaces as gs
+
+    from core.space_codec import space_from_json, space_to_json
+    cases = [gym.make("CartPole-v1").observation_space, gs.Box(-2.0, 2.0, (1,)),
+             gs.Box(0, 255, (4, 84, 84), np.uint8), gs.MultiDiscrete([2, 3], start=[1, 0]),
+             gs.Dict({"a": gs.Discrete(3, start=1), "action_mask": gs.MultiBinary(5),
+                      "b": gs.Tuple([gs.MultiBinary(4), gs.Box(-np.inf, 0.0, (2,))])})]
+    for space in cases:
+        data = json.loads(json.dumps(space_to_json(space)))  # plain JSON, no inf literal
+        assert space_from_json(data) == space, space
+    assert space_to_json(cases[2])["low"] == 0.0 and space_to_json(cases[0])["high"][1] == "inf"
+    with pytest.raises(ValueError, match="no JSON form"):
+        space_to_json(gs.Text(5))
