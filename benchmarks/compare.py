@@ -9,6 +9,14 @@ Every command writes {run_dir}/summary.json (keys: env_steps, wall_time_s, best_
 last_eval_return, stopped_because, target_reached, time_to_target_s, steps_to_target, system) and an
 eval curve ({run_dir}/eval.csv or metrics.csv with env_steps, wall_time_s, eval_return columns).
 Writes RESULTS_DIR/<suite>.json and RESULTS_DIR/<suite>.png, prints a markdown table for BENCHMARKS.md.
+
+A second table gives rliable's estimates across the seeds (benchmarks/stats.py): the interquartile
+mean of the last and best eval return and of the time to target, each with a 95% stratified-bootstrap
+interval, and the probability that a run of each system beats one of the peer; the JSON keeps them
+under "interval_estimates", RESULTS_DIR/<suite>-profile.png plots the performance profiles. For a
+suite saved before (its run directories gone), recompute them from the JSON; nothing is rewritten:
+
+    .venv/bin/python benchmarks/compare.py --from_json benchmarks/results/cartpole.json --results_dir /tmp
 """
 import argparse
 import csv
@@ -24,6 +32,9 @@ import subprocess
 import sys
 import time
 from importlib import metadata
+
+from stats import (iqm, performance_profile, probability_of_improvement,  # benchmarks/stats.py
+                   probability_of_improvement_ci, stratified_bootstrap_ci)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # commands run from the repo root
 
@@ -482,6 +493,133 @@ def markdown(suite, cfg, agg, commands, peer):
     return "\n".join(lines)
 
 
+BOOTSTRAP = dict(reps=2000, confidence=0.95, seed=0)  # the intervals of interval_estimates()
+
+
+def run_scores(run):
+    """(last eval return, best eval return, time to target) of one run record. The returns come
+    from its eval curve, as the table's last eval return does (a run stopped before writing
+    summary.json has only that), else from its summary, else None; the time is inf unless the
+    run reached the target."""
+    returns = [r for _, r in run.get("curve") or []]
+    s = run.get("summary") or {}
+    last = returns[-1] if returns else s.get("last_eval_return")
+    best = max(returns) if returns else s.get("best_eval_return")
+    return last, best, s["time_to_target_s"] if run["reached"] else math.inf
+
+
+def system_scores(records, name):
+    """A system's scores across its seeds, one list per measure (one task: a suite is one env;
+    a suite over several envs would make these [seeds, envs] matrices). Runs without an eval
+    return are left out of the returns; every run counts for the time."""
+    scores = [run_scores(r) for r in records if r["system"] == name]
+    return dict(last_eval_return=[s[0] for s in scores if s[0] is not None],
+                best_eval_return=[s[1] for s in scores if s[1] is not None],
+                time_to_target_s=[s[2] for s in scores])
+
+
+def iqm_with_ci(values):
+    """The IQM of a system's runs with its interval, None when it has none."""
+    return dict(iqm=iqm(values), ci=list(stratified_bootstrap_ci(values, iqm, **BOOTSTRAP))) if values else None
+
+
+def improvement(x, y, higher_is_better):
+    """P(a run of x beats a run of y) with its interval, None when either has no runs."""
+    if not x or not y:
+        return None
+    ci = probability_of_improvement_ci(x, y, higher_is_better, **BOOTSTRAP)
+    return dict(p=probability_of_improvement(x, y, higher_is_better), ci=list(ci))
+
+
+def interval_estimates(records, systems, peer, target):
+    """rliable's estimates per system across its seeds: the IQM of the last and best eval return
+    and of the time to target (a run that did not reach counts as inf; none without a target),
+    each with its stratified-bootstrap interval, and the probability of improvement over the peer
+    on the last eval return (higher is better) and on the time to target (lower is better)."""
+    scores = {name: system_scores(records, name) for name in systems}
+    peer_scores = scores.get(peer)
+    out = {}
+    for name, s in scores.items():
+        vs_peer = peer_scores is not None and name != peer
+        out[name] = dict(
+            runs=len(s["time_to_target_s"]),
+            last_eval_return=iqm_with_ci(s["last_eval_return"]),
+            best_eval_return=iqm_with_ci(s["best_eval_return"]),
+            time_to_target_s=iqm_with_ci(s["time_to_target_s"]) if target is not None else None,
+            p_last_eval_return_above_peer=improvement(
+                s["last_eval_return"], peer_scores["last_eval_return"], True) if vs_peer else None,
+            p_time_to_target_below_peer=improvement(
+                s["time_to_target_s"], peer_scores["time_to_target_s"], False)
+            if vs_peer and target is not None else None)
+    return dict(BOOTSTRAP, systems=out)
+
+
+def interval_markdown(estimates, peer):
+    """The second table: interval_estimates() as IQM [95% CI] and P [95% CI]."""
+    lines = [f"Across seeds, rliable's estimators (Agarwal et al. 2021; benchmarks/stats.py): IQM = mean "
+             f"of the middle half of the runs (all of them under 4 runs) [95% CI, stratified bootstrap, "
+             f"{estimates['reps']:,} resamples]; a run that did not reach the target counts as an infinite "
+             f"time (inf); P = probability that a run of the system beats a run of `{peer}` (ties count "
+             f"half) [95% CI].", "",
+             f"| system | runs | IQM last eval return | IQM best eval return | IQM time to target (s) "
+             f"| P(last eval return > `{peer}`) | P(time to target < `{peer}`) |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+
+    def cell(d, key, nd):
+        return f"{d[key]:,.{nd}f} [{d['ci'][0]:,.{nd}f}, {d['ci'][1]:,.{nd}f}]" if d else "—"
+
+    for name, e in estimates["systems"].items():
+        lines.append(f"| {name} | {e['runs']} | {cell(e['last_eval_return'], 'iqm', 1)} | "
+                     f"{cell(e['best_eval_return'], 'iqm', 1)} | {cell(e['time_to_target_s'], 'iqm', 1)} | "
+                     f"{cell(e['p_last_eval_return_above_peer'], 'p', 2)} | "
+                     f"{cell(e['p_time_to_target_below_peer'], 'p', 2)} |")
+    return "\n".join(lines)
+
+
+def plot_profiles(path, title, target, records, systems):
+    """Performance profiles: the fraction of a system's runs whose last eval return exceeds each
+    threshold tau, with its 95% stratified-bootstrap band; one line per system."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    returns = {name: system_scores(records, name)["last_eval_return"] for name in systems}
+    pooled = [r for values in returns.values() for r in values]
+    fig, ax = plt.subplots(figsize=(8, 5))
+    if pooled:
+        pad = 0.05 * (max(pooled) - min(pooled)) or 1.0
+        taus = np.linspace(min(pooled) - pad, max(pooled) + pad, 201)
+        for i, (name, values) in enumerate(returns.items()):
+            if values:
+                lo, hi = stratified_bootstrap_ci(values, lambda m: performance_profile(m, taus), **BOOTSTRAP)
+                ax.plot(taus, performance_profile(values, taus), color=f"C{i}", drawstyle="steps-post",
+                        label=f"{name} ({len(values)} runs)")
+                ax.fill_between(taus, lo, hi, color=f"C{i}", alpha=0.2, step="post")
+    if target is not None:
+        ax.axvline(target, color="k", ls="--", lw=1, label=f"target {target}")
+    ax.set(xlabel="last eval return τ", ylabel="fraction of runs with last eval return > τ", ylim=(-0.02, 1.02),
+           title=f"{title}: performance profiles, 95% stratified-bootstrap bands")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def report_saved(path, results_dir):
+    """The interval estimates of a suite JSON written before, from the runs it recorded (their
+    run directories need not exist): print the table, write <name>-profile.png into results_dir;
+    the JSON itself is left as it is."""
+    with open(path) as f:
+        saved = json.load(f)
+    systems = [n for n in saved["commands"] if any(r["system"] == n for r in saved["runs"])]
+    estimates = interval_estimates(saved["runs"], systems, saved["peer"], saved["target"])
+    name = os.path.splitext(os.path.basename(path))[0]
+    os.makedirs(results_dir, exist_ok=True)
+    profile = os.path.join(results_dir, name + "-profile.png")
+    plot_profiles(profile, name, saved["target"], saved["runs"], systems)
+    print(interval_markdown(estimates, saved["peer"]) + f"\n\nWrote {profile}")
+    return estimates
+
+
 def plot(path, suite, cfg, records, systems):
     import matplotlib
     matplotlib.use("Agg")
@@ -551,10 +689,16 @@ def main():
     p.add_argument("--report_only", action="store_true",
                    help="run nothing: report the finished runs (harness.json) and, as not reached, "
                         "runs that were started but never finished (their curve so far)")
+    p.add_argument("--from_json", default=None, metavar="SUITE_JSON",
+                   help="run nothing: the interval estimates (second table, profile plot into "
+                        "--results_dir) of a suite JSON written before, from the runs it recorded")
     p.add_argument("--resume", action="store_true",
                    help="reuse the runs already finished with the same command (their run_dir holds "
                         "harness.json), e.g. after an interrupted multi-hour suite")
     args = p.parse_args()
+    if args.from_json:
+        report_saved(args.from_json, args.results_dir)
+        return
 
     cfg = dict(SUITES[args.suite])
     if args.target is not None:
@@ -609,15 +753,18 @@ def main():
     agg = aggregate(records, systems, cfg["peer"])
     commands = {n: t.format(seed="{seed}", run_dir="{run_dir}", **fill) for n, t in systems.items()}
     table = markdown(args.suite, cfg, agg, commands, cfg["peer"])
+    estimates = interval_estimates(records, systems, cfg["peer"], cfg["target"])
     os.makedirs(args.results_dir, exist_ok=True)
     out = os.path.join(args.results_dir, args.suite)
     with open(out + ".json", "w") as f:  # inf is not JSON: failed runs appear as null there
         json.dump(without_inf(dict(suite=args.suite, target=cfg["target"], max_steps=cfg["max_steps"], peer=cfg["peer"],
                              seeds=args.seeds, timeout_s=timeout, harness_cmd=" ".join(sys.argv),
                              commands=commands, machine=machine_info(), aggregates=agg, runs=records,
-                             markdown=table)), f, indent=1)
+                             markdown=table, interval_estimates=estimates)), f, indent=1)
     plot(out + ".png", args.suite, cfg, records, systems)
-    print("\n" + table + f"\n\nWrote {out}.json and {out}.png")
+    plot_profiles(out + "-profile.png", args.suite, cfg["target"], records, systems)
+    print("\n" + table + "\n\n" + interval_markdown(estimates, cfg["peer"])
+          + f"\n\nWrote {out}.json, {out}.png and {out}-profile.png")
 
 
 if __name__ == "__main__":
