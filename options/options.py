@@ -202,6 +202,21 @@ def add_common_args(parser):
                        help="do not train: run --eval_episodes episodes (as "
                             "--eval_deterministic says) with a saved model (a .pt file, or a run directory: its best.pt) and "
                             "print the mean and spread of their returns")
+    group.add_argument("--eval_seeds", type=positive_int, default=1,
+                       help="with --evaluate: that many evaluations of --eval_episodes "
+                            "episodes, on envs seeded --seed, --seed + 1, ...; prints each "
+                            "one's mean and their mean with a 95%% bootstrap interval "
+                            "(default: %(default)s)")
+    group.add_argument("--export", default=None, metavar="PATH",
+                       help="do not train: write the acting path of a saved model (a .pt "
+                            "file, or a run directory: its best.pt) to --out as one "
+                            "self-contained file (--format), with a JSON sidecar")
+    group.add_argument("--format", choices=["onnx", "pt2"], default="onnx", dest="export_format",
+                       help="with --export: 'onnx' (onnxruntime, any language) or 'pt2' "
+                            "(a torch.export program, torch.export.load) (default: %(default)s)")
+    group.add_argument("--out", default=None, metavar="FILE", dest="export_out",
+                       help="with --export: the file to write (default: the checkpoint's "
+                            "name with .onnx or .pt2, beside it)")
     group.add_argument("--record_video", default=None, metavar="DIR",
                        help="with --evaluate: also write --video_episodes episodes to "
                             "DIR/episode-<k>.gif from the env's rgb_array rendering")
@@ -410,6 +425,7 @@ def build_parser(argv):
 #: in no component's config, so never pickled into an actor.
 APP_ONLY_KEYS = (
     "config", "user_dir", "list", "restore", "evaluate", "record_video", "video_episodes",
+    "eval_seeds", "export", "export_format", "export_out",
     "run_dir", "address", "node_ip_address", "dashboard", "dashboard_host", "num_cpus", "gpu",
     "checkpoint_interval", "keep_checkpoints", "pause_at_steps", "log_interval", "tensorboard",
     "plot_interval", "max_time", "tune", "num_samples", "max_concurrent", "search", "scheduler",

@@ -3,6 +3,7 @@ with tensorboard's own reader) and the learning-curve PNG."""
 import csv
 import os
 
+import numpy as np
 import pytest
 
 from options.options import run_spec
@@ -101,6 +102,19 @@ def test_progress_bar_on_a_terminal_plain_lines_otherwise_nothing_when_quiet(tmp
     assert capsys.readouterr() == ("", "")
 
 
+@pytest.mark.unit
+def test_the_bootstrap_interval_of_a_mean():
+    from core.app.playback import bootstrap_interval
+    assert bootstrap_interval([5.0, 5.0, 5.0]) == (5.0, 5.0)
+    low, high = bootstrap_interval([0.0, 10.0])
+    # resamples of two values: means 0, 5 or 10 with chances 1/4, 1/2, 1/4
+    assert low == 0.0 and high == 10.0
+    values = np.random.default_rng(0).normal(100.0, 10.0, size=50)
+    low, high = bootstrap_interval(values)
+    assert low < values.mean() < high and high - low < 4 * 10.0 * 1.96 / np.sqrt(50)
+    assert bootstrap_interval(values) == (low, high)   # seeded: the same figures each time
+
+
 @pytest.mark.contract
 def test_a_terminal_line_shows_the_loops_and_the_models_own_columns():
     """Core names no model's statistics: the loop and the model say what their lines show."""
@@ -125,11 +139,21 @@ def test_evaluate_prints_returns_and_record_video_writes_a_gif(cartpole_run, tmp
     from PIL import Image
     run_dir, _ = cartpole_run
     videos = str(tmp_path / "videos")
-    proc, misplaced = run_mains(
+    proc, misplaced, seeds = run_mains(
         ["--evaluate", run_dir, "--eval_episodes", "3", "--record_video", videos],
-        ["--record_video", str(tmp_path / "elsewhere"), "--num_workers", "0"])
+        ["--record_video", str(tmp_path / "elsewhere"), "--num_workers", "0"],
+        ["--evaluate", run_dir, "--eval_episodes", "2", "--eval_seeds", "3"])
     assert proc.returncode == 0, proc.stderr
     assert "best.pt" in proc.stdout and "3 deterministic episodes, return" in proc.stdout
+    assert seeds.returncode == 0, seeds.stderr
+    # --eval_seeds: one line per seed, then the mean of their means with its interval
+    means = [float(line.split("return ")[1].split()[0]) for line in seeds.stdout.splitlines()
+             if line.startswith("ddrl: seed ")]
+    assert len(means) == 3
+    summary = seeds.stdout.splitlines()[-1]
+    assert "3 seeds x 2 deterministic episodes" in summary and "95% interval [" in summary
+    assert float(summary.split("mean return ")[1].split(",")[0]) == pytest.approx(
+        np.mean(means), abs=0.01)
     with Image.open(os.path.join(videos, "episode-0.gif")) as gif:
         assert gif.n_frames > 5 and gif.size == (600, 400)  # CartPole's rgb_array frames
 

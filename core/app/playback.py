@@ -6,6 +6,7 @@ Runs in this process, without Ray: the checkpoint's weights go into the model it
 Videos come from the env's rgb_array rendering (gymnasium's render_mode="rgb_array"), written
 as animated GIFs with Pillow at the env's own frame rate.
 """
+import dataclasses
 import os
 
 import numpy as np
@@ -42,6 +43,8 @@ def evaluate_saved_model(args):
         statistics = normalizer.statistics()
     result = evaluator.evaluate(None, meta.get("updates", 0), meta.get("env_steps", 0),
                                 statistics)
+    if args.eval_seeds > 1:
+        return evaluate_over_seeds(args, spec, weights, statistics, meta, path, result)
     returns = np.asarray(result["returns"])
     lost = result.get("eval_episodes_lost", 0)
     if lost:  # an episode whose env kept raising (core/sampling/evaluator.py)
@@ -64,6 +67,46 @@ def evaluate_saved_model(args):
             file = record_episode(spec, evaluator.model, args, k, args.record_video, statistics)
             print(f"ddrl: wrote {file}", flush=True)
     return result
+
+
+def evaluate_over_seeds(args, spec, weights, statistics, meta, path, first):
+    """--eval_seeds N: the evaluation above (envs seeded --seed) and N - 1 more on envs seeded
+    --seed + 1, ...; each one's mean return, and the mean of those means with a 95% percentile
+    bootstrap interval over the seeds (10,000 resamples, seeded: the same figures each time).
+    Returns {"seed_means": [...], "mean": m, "ci95": (lo, hi), "returns": every episode's}."""
+    results = [first]
+    for offset in range(1, args.eval_seeds):
+        evaluator = Evaluator(dataclasses.replace(spec, run=spec.run.replace(seed=args.seed + offset)),
+                              args.eval_episodes)
+        evaluator.model.set_weights(weights)
+        results.append(evaluator.evaluate(None, meta.get("updates", 0),
+                                          meta.get("env_steps", 0), statistics))
+    means = np.array([np.mean(r["returns"]) for r in results if len(r["returns"])])
+    if not len(means):
+        print(f"ddrl: {path}: no episode finished, so there is no return to report", flush=True)
+        return {"seed_means": [], "returns": []}
+    low, high = bootstrap_interval(means)
+    for offset, result in enumerate(results):
+        returns = np.asarray(result["returns"])
+        print(f"ddrl: seed {args.seed + offset}: {len(returns)} episodes, return "
+              f"{returns.mean() if len(returns) else float('nan'):.2f} +- "
+              f"{returns.std() if len(returns) else float('nan'):.2f}", flush=True)
+    print(f"ddrl: {path} ({meta.get('env_steps', '?')} env steps): {len(means)} seeds x "
+          f"{args.eval_episodes} {'deterministic' if args.eval_deterministic else 'sampled'} "
+          f"episodes, mean return {means.mean():.2f}, 95% interval [{low:.2f}, {high:.2f}] "
+          f"(bootstrap over the seeds' means)", flush=True)
+    return {"seed_means": means.tolist(), "mean": float(means.mean()), "ci95": (low, high),
+            "returns": [x for r in results for x in r["returns"]]}
+
+
+def bootstrap_interval(values, confidence=0.95, reps=10_000, seed=0):
+    """The percentile bootstrap interval of the mean of ``values``."""
+    values = np.asarray(values, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    means = values[rng.integers(0, len(values), size=(reps, len(values)))].mean(axis=1)
+    tail = (1.0 - confidence) / 2 * 100
+    low, high = np.percentile(means, [tail, 100 - tail])
+    return float(low), float(high)
 
 
 def record_episode(spec, model, args, k, directory, obs_statistics=None):

@@ -8,7 +8,8 @@ from core.run.plots import LearningCurves
 #: Flags that concern one process, not the run: left out of the configuration a run saves
 #: (config.yaml, checkpoints), so that re-running or restoring it does not repeat them.
 RUN_ONLY_KEYS = ("config", "restore", "list", "pause_at_steps", "evaluate", "record_video",
-                 "video_episodes", "evaluation", "render_mode")
+                 "video_episodes", "evaluation", "render_mode", "eval_seeds", "export",
+                 "export_format", "export_out")
 
 class RunContext:
     def __init__(self, args, run_dir, start_time, columns, target_return, plotter=None,
