@@ -207,6 +207,10 @@ def add_common_args(parser):
                             "episodes, on envs seeded --seed, --seed + 1, ...; prints each "
                             "one's mean and their mean with a 95%% bootstrap interval "
                             "(default: %(default)s)")
+    group.add_argument("--model_card", default=None, metavar="RUN_DIR",
+                       help="do not train: (re)write RUN_DIR/README.md, the run's model card "
+                            "(what was trained, on what, with which flags, its evaluations, "
+                            "how to load and export it); a run writes one when it ends")
     group.add_argument("--export", default=None, metavar="PATH",
                        help="do not train: write the acting path of a saved model (a .pt "
                             "file, or a run directory: its best.pt) to --out as one "
@@ -425,7 +429,7 @@ def build_parser(argv):
 #: in no component's config, so never pickled into an actor.
 APP_ONLY_KEYS = (
     "config", "user_dir", "list", "restore", "evaluate", "record_video", "video_episodes",
-    "eval_seeds", "export", "export_format", "export_out",
+    "eval_seeds", "export", "export_format", "export_out", "model_card",
     "run_dir", "address", "node_ip_address", "dashboard", "dashboard_host", "num_cpus", "gpu",
     "checkpoint_interval", "keep_checkpoints", "pause_at_steps", "log_interval", "tensorboard",
     "plot_interval", "max_time", "tune", "num_samples", "max_concurrent", "search", "scheduler",

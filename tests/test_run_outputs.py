@@ -66,6 +66,30 @@ def test_learning_curves_png_is_an_image_of_both_axes(cartpole_run):
         assert close[:, :550].sum() > 100 and close[:, 550:].sum() > 100, colour
 
 
+def test_a_run_leaves_a_model_card_and_main_rewrites_it(cartpole_run, tmp_path):
+    """RUN_DIR/README.md: what was trained with which flags, its evaluations with intervals,
+    the curve, how to load and export it; `--model_card RUN_DIR` rewrites it on demand."""
+    run_dir, rows = cartpole_run
+    card_path = os.path.join(run_dir, "README.md")
+    with open(card_path) as f:
+        card = f.read()
+    evaluations = [r for r in rows if r["eval_return"]]
+    best = max(evaluations, key=lambda r: float(r["eval_return"]))
+    assert card.startswith("# ppo on CartPole-v1")
+    assert f"| {float(best['eval_return']):.1f} |" in card and "95% interval" in card
+    assert f"(all {len(evaluations)})" in card
+    assert "![learning curves](learning_curves.png)" in card
+    assert f"ddrl.load({run_dir!r})" in card and "--export" in card and "--eval_seeds" in card
+    assert "```yaml\nenv_name: gym_env" in card and "total_steps: 3000" in card
+    os.remove(card_path)
+    rewrite, missing = run_mains(["--model_card", run_dir],
+                                 ["--model_card", str(tmp_path / "no-run")])
+    assert rewrite.returncode == 0, rewrite.stderr
+    with open(card_path) as f:
+        assert f.read() == card               # read from the run directory alone
+    assert missing.returncode == 2 and "not a run directory" in missing.stderr
+
+
 def test_no_tensorboard_writes_no_event_files(runs):
     _, run_dir, (_, proc) = runs
     assert proc.returncode == 0, proc.stderr

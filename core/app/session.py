@@ -363,7 +363,19 @@ class TrainingSession:
               f"{show(summary['time_to_target_s'], ' s')}" + (f"; faults: {counts}" if counts
                                                              else "")
               + f"; {os.path.join(self.run_dir, 'summary.json')}", flush=True)
+        self.write_model_card()
         return summary
+
+    def write_model_card(self):
+        """RUN_DIR/README.md (core/run/model_card.py), after the plot and summary.json are
+        final; a failure is a warning: the run's results are already on disk."""
+        from core.run.model_card import write_model_card
+        try:
+            write_model_card(self.run_dir)
+        except Exception as exc:  # noqa: BLE001 - the card is a report, never the run's fate
+            print(f"ddrl: could not write the model card: {type(exc).__name__}: "
+                  f"{str(exc).splitlines()[0][:300] if str(exc) else ''}", file=sys.stderr,
+                  flush=True)
 
     def shutdown(self):
         """Retire the workers and shut Ray down; nothing when the process is about to end

@@ -1,0 +1,167 @@
+"""A run directory's model card, RUN_DIR/README.md: what was trained, on what, with which flags,
+how its evaluations went (with their intervals), the learning curve, and how to load, evaluate
+and export the policy. Written atomically when a run ends, and on demand:
+
+    python main.py --model_card RUN_DIR
+
+Everything in it is read from the run directory (summary.json, config.yaml, metrics.csv,
+checkpoints/best.pt.json, learning_curves.png), so a card rewritten later says the same, plus
+what was added since (a longer run restored into the directory).
+"""
+import csv
+import json
+import math
+import os
+import shlex
+
+from core.atomic import atomic_write_text
+from core.registry import ConfigError
+
+CARD = "README.md"
+#: the z of a two-sided 95% normal interval
+Z95 = 1.959964
+
+
+def _read_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _evaluations(run_dir):
+    """metrics.csv's evaluation rows as (env steps, mean, std) floats."""
+    path = os.path.join(run_dir, "metrics.csv")
+    if not os.path.exists(path):
+        return []
+    rows = []
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            if row.get("eval_return"):
+                std = row.get("eval_return_std") or "nan"
+                rows.append((float(row["env_steps"]), float(row["eval_return"]), float(std)))
+    return rows
+
+
+def _number(value, spec=".1f"):
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return format(value, spec) if isinstance(value, float) else f"{value:,}"
+
+
+def _interval(mean, std, episodes):
+    """A 95% normal interval of an evaluation's mean from its episodes' spread."""
+    if math.isnan(std) or episodes < 2:
+        return "-"
+    half = Z95 * std / math.sqrt(episodes)
+    return f"[{mean - half:.1f}, {mean + half:.1f}]"
+
+
+def _placement(config):
+    workers, envs = config.get("num_workers"), config.get("num_envs_per_worker", "?")
+    if workers == 0:
+        return f"in one process (`--num_workers 0`) stepping {envs} envs"
+    return f"{workers if workers is not None else '?'} rollout workers x {envs} envs"
+
+
+def render_model_card(run_dir):
+    """The card's markdown for ``run_dir``."""
+    import yaml
+    summary = _read_json(os.path.join(run_dir, "summary.json")) or {}
+    config_path = os.path.join(run_dir, "config.yaml")
+    config = {}
+    if os.path.exists(config_path):
+        with open(config_path) as f:
+            config = yaml.safe_load(f) or {}
+    best_meta = _read_json(os.path.join(run_dir, "checkpoints", "best.pt.json"))
+    evaluations = _evaluations(run_dir)
+    episodes = int(config.get("eval_episodes") or 10)
+    model, agent = config.get("model_name", "?"), config.get("agent_name", "?")
+    env = config.get("gym_id") if config.get("env_name") == "gym_env" else config.get("env_name")
+    quoted = shlex.quote(run_dir)
+
+    lines = [f"# {model} on {env or '?'}", "",
+             f"A ddrl run: model `{model}`, agent `{agent}`, env `{config.get('env_name', '?')}`"
+             + (f" (`{config['gym_id']}`)" if config.get("gym_id") else "")
+             + f", seed {config.get('seed', '?')}, {_placement(config)}.", "",
+             "## Training", "",
+             "| | |", "| --- | --- |",
+             f"| env steps | {_number(summary.get('env_steps'))} |",
+             f"| wall time (s) | {_number(summary.get('wall_time_s'))} |",
+             f"| stopped because | {summary.get('stopped_because', 'still running, or killed')} |",
+             f"| target return | {_number(summary.get('target_return'))} |",
+             f"| time to target (s) | {_number(summary.get('time_to_target_s'))} |",
+             f"| env steps to target | {_number(summary.get('steps_to_target'))} |",
+             f"| best / last evaluation | {_number(summary.get('best_eval_return'))} / "
+             f"{_number(summary.get('last_eval_return'))} |", ""]
+    faults = {k: summary.get(k) for k in ("worker_restarts", "env_errors", "recoveries",
+                                          "skipped_updates") if summary.get(k)}
+    if faults:
+        lines += ["Faults survived: " + ", ".join(f"{k} {v}" for k, v in faults.items()) + ".",
+                  ""]
+
+    lines += ["## Evaluations", ""]
+    if evaluations:
+        best = max(evaluations, key=lambda row: row[1])
+        last = evaluations[-1]
+        lines += [f"Each evaluation: {episodes} "
+                  f"{'deterministic' if config.get('eval_deterministic', True) else 'sampled'} "
+                  f"episodes on envs of their own. The interval is a 95% normal interval of the "
+                  f"mean from those episodes' spread (one evaluation, one seed: for an interval "
+                  f"across seeds run `--evaluate` with `--eval_seeds`, below).", "",
+                  "| evaluation | env steps | mean return | std | 95% interval |",
+                  "| --- | ---: | ---: | ---: | --- |"]
+        for name, row in (("best (checkpoints/best.pt)", best), ("last", last)):
+            lines.append(f"| {name} | {_number(int(row[0]))} | {row[1]:.1f} | "
+                         f"{_number(row[2])} | {_interval(row[1], row[2], episodes)} |")
+        lines.append(f"| (all {len(evaluations)}) | | | | see metrics.csv |")
+    else:
+        lines.append("No evaluation finished.")
+    if best_meta is not None:
+        lines += ["", f"`checkpoints/best.pt` holds the weights of the evaluation that returned "
+                      f"{_number(best_meta.get('eval_return'))} at "
+                      f"{_number(best_meta.get('env_steps'))} env steps."]
+    lines.append("")
+    if os.path.exists(os.path.join(run_dir, "learning_curves.png")):
+        lines += ["## Learning curve", "", "![learning curves](learning_curves.png)", ""]
+
+    lines += ["## Use it", "",
+              "From Python (run from the ddrl repository's root):", "", "```python",
+              "import ddrl", f"policy = ddrl.load({run_dir!r})   # checkpoints/best.pt",
+              "env = policy.make_env()", "obs, _ = env.reset(seed=0)",
+              "action = policy.act(obs)" + ("   # recurrent: action, state = policy.act(obs, "
+                                            "state)" if config.get("recurrent") not in
+                                            (None, "none") else ""),
+              "```", "", "From the command line:", "", "```",
+              f"python main.py --evaluate {quoted} --eval_seeds 5        # returns over 5 seeds",
+              f"python main.py --evaluate {quoted} --record_video videos  # a GIF",
+              f"python main.py --export {quoted} --format onnx --out policy.onnx",
+              f"python main.py --export {quoted} --format pt2 --out policy.pt2",
+              f"python main.py --restore {quoted} --total_steps N   # train on", "```", ""]
+    if config:
+        lines += ["## Flags", "",
+                  "The run's whole configuration (`config.yaml`; `python main.py --config "
+                  "config.yaml` trains a new run with it):", "", "```yaml",
+                  yaml.safe_dump(config, sort_keys=False).rstrip(), "```", ""]
+    return "\n".join(lines)
+
+
+def write_model_card(run_dir):
+    """Write RUN_DIR/README.md atomically; returns its path."""
+    if not os.path.isdir(run_dir) or not os.path.exists(os.path.join(run_dir, "config.yaml")):
+        raise ConfigError(f"--model_card {run_dir}: not a run directory (no config.yaml). "
+                          f"Give the --run_dir of a training run.")
+    path = os.path.join(run_dir, CARD)
+    atomic_write_text(path, render_model_card(run_dir))
+    return path
+
+
+def write_model_card_command(argv):
+    """``main.py --model_card RUN_DIR``: returns the exit code."""
+    from options.options import Parser
+    parser = Parser(add_help=False)
+    parser.add_argument("--model_card", required=True)
+    args = parser.parse_args(argv)
+    print(f"ddrl: wrote {write_model_card(args.model_card)}", flush=True)
+    return 0
