@@ -38,8 +38,8 @@ def main(argv=None, leave_quickly=False):
             saved_argv, sweep_dir = resumed
             return run_sweep(parse_args(saved_argv), saved_argv, sweep_dir)
         if "--model_card" in argv:  # a run directory's card: no flags to parse but its own
-            from core.run.model_card import write_model_card_command
-            return write_model_card_command(argv)
+            from core.app.playback import model_card_command
+            return model_card_command(argv)
         args = parse_args(argv)
         if args.tune:
             return run_sweep(args, argv)

@@ -25,6 +25,18 @@ from core.registry import ConfigError
 from core.run.state import from_payload
 
 
+def model_card_command(argv):
+    """``main.py --model_card RUN_DIR``: (re)write the run's card (core/run/model_card.py);
+    returns the exit code."""
+    from core.run.model_card import write_model_card
+    from options.options import Parser
+    parser = Parser(add_help=False)
+    parser.add_argument("--model_card", required=True)
+    args = parser.parse_args(argv)
+    print(f"ddrl: wrote {write_model_card(args.model_card)}", flush=True)
+    return 0
+
+
 def evaluate_saved_model(args):
     path, payload, meta = load_for_restore(saved_model_path(args.evaluate), args, "--evaluate")
     spec = run_spec(args)

@@ -2,7 +2,7 @@
 how its evaluations went (with their intervals), the learning curve, and how to load, evaluate
 and export the policy. Written atomically when a run ends, and on demand:
 
-    python main.py --model_card RUN_DIR
+    python main.py --model_card RUN_DIR       (core/app/playback.py model_card_command)
 
 Everything in it is read from the run directory (summary.json, config.yaml, metrics.csv,
 checkpoints/best.pt.json, learning_curves.png), so a card rewritten later says the same, plus
@@ -155,13 +155,3 @@ def write_model_card(run_dir):
     path = os.path.join(run_dir, CARD)
     atomic_write_text(path, render_model_card(run_dir))
     return path
-
-
-def write_model_card_command(argv):
-    """``main.py --model_card RUN_DIR``: returns the exit code."""
-    from options.options import Parser
-    parser = Parser(add_help=False)
-    parser.add_argument("--model_card", required=True)
-    args = parser.parse_args(argv)
-    print(f"ddrl: wrote {write_model_card(args.model_card)}", flush=True)
-    return 0
