@@ -577,29 +577,44 @@ def interval_markdown(estimates, peer):
 
 
 def plot_profiles(path, title, target, records, systems):
-    """Performance profiles: the fraction of a system's runs whose last eval return exceeds each
-    threshold tau, with its 95% stratified-bootstrap band; one line per system."""
+    """Performance profiles with their 95% stratified-bootstrap bands, one line per system: the
+    fraction of a system's runs whose last eval return exceeds each threshold tau and, for a
+    suite with a target, the fraction that reached the target within t seconds (a run that never
+    did counts as infinitely late: its curve stays below 1)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
-    returns = {name: system_scores(records, name)["last_eval_return"] for name in systems}
-    pooled = [r for values in returns.values() for r in values]
-    fig, ax = plt.subplots(figsize=(8, 5))
-    if pooled:
-        pad = 0.05 * (max(pooled) - min(pooled)) or 1.0
-        taus = np.linspace(min(pooled) - pad, max(pooled) + pad, 201)
-        for i, (name, values) in enumerate(returns.items()):
-            if values:
-                lo, hi = stratified_bootstrap_ci(values, lambda m: performance_profile(m, taus), **BOOTSTRAP)
-                ax.plot(taus, performance_profile(values, taus), color=f"C{i}", drawstyle="steps-post",
-                        label=f"{name} ({len(values)} runs)")
-                ax.fill_between(taus, lo, hi, color=f"C{i}", alpha=0.2, step="post")
-    if target is not None:
-        ax.axvline(target, color="k", ls="--", lw=1, label=f"target {target}")
-    ax.set(xlabel="last eval return τ", ylabel="fraction of runs with last eval return > τ", ylim=(-0.02, 1.02),
-           title=f"{title}: performance profiles, 95% stratified-bootstrap bands")
-    ax.legend()
+    scores = {name: system_scores(records, name) for name in systems}
+    panels = [("last_eval_return", True)] + ([("time_to_target_s", False)] if target is not None else [])
+    fig, axes = plt.subplots(1, len(panels), figsize=(8 * len(panels), 5), squeeze=False)
+    for ax, (measure, higher_is_better) in zip(axes[0], panels):
+        values = {name: scores[name][measure] for name in systems}
+        pooled = [v for vs in values.values() for v in vs if np.isfinite(v)]
+        if pooled:
+            pad = 0.05 * (max(pooled) - min(pooled)) or 1.0
+            low = min(pooled) - pad if higher_is_better else 0.0
+            taus = np.linspace(low, max(pooled) + pad, 401)
+            for i, (name, vs) in enumerate(values.items()):
+                if vs:
+                    def profile(m, taus=taus, higher=higher_is_better):
+                        return performance_profile(m, taus, higher)
+                    lo, hi = stratified_bootstrap_ci(vs, profile, **BOOTSTRAP)
+                    ax.plot(taus, profile(vs), color=f"C{i}", drawstyle="steps-post",
+                            label=f"{name} ({len(vs)} runs)")
+                    ax.fill_between(taus, lo, hi, color=f"C{i}", alpha=0.2, step="post")
+        if higher_is_better:
+            if target is not None:
+                ax.axvline(target, color="k", ls="--", lw=1, label=f"target {target}")
+            ax.set(xlabel="last eval return τ", ylabel="fraction of runs with last eval return > τ",
+                   title=f"{title}: last eval return")
+        else:
+            ax.set(xlabel="wall time from process start t (s)",
+                   ylabel=f"fraction of runs that reached {target} before t",
+                   title=f"{title}: time to target")
+        ax.set_ylim(-0.02, 1.02)
+        ax.legend()
+    fig.suptitle("performance profiles, 95% stratified-bootstrap bands")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 
