@@ -47,6 +47,10 @@ def main(argv=None, leave_quickly=False):
             from core.app.playback import evaluate_saved_model
             evaluate_saved_model(args)
             return 0
+        if args.export:
+            from core.app.export import export_command
+            export_command(args)
+            return 0
         if args.record_video:
             raise ConfigError("--record_video goes with --evaluate PATH (the saved model to "
                               "film); training runs do not record.")

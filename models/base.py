@@ -7,6 +7,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from core.registry import ConfigError
 from core.types import WEIGHTS_VERSION_KEY
 
 Gradients = Dict[str, np.ndarray]
@@ -86,6 +87,33 @@ class BaseModel(nn.Module):
         """A recurrent model's state for ``batch_size`` fresh episodes: a dict {name: numpy
         array [batch_size, ...]}; None for a model without memory."""
         return None
+
+    def export_module(self) -> nn.Module:
+        """The acting path as a module of tensors only, for ``main.py --export`` (ONNX or a
+        torch.export program; core/app/export.py adds the normalizer and the env's action
+        bounds around it). Its ``forward`` takes, positionally:
+
+        - the observation: one tensor [B, *shape] for a Box space; for a Dict or Tuple space
+          one tensor per leaf, in ``layout_of(space).leaves`` order, each in the leaf's dtype
+          (the ``action_mask`` leaf included, as the env gives it: masked actions must never
+          be chosen), values as ddrl carries them (Discrete starts already subtracted);
+        - for a recurrent model, then the state tensors in ``initial_state``'s order and an
+          ``episode_starts`` bool tensor [B];
+
+        and returns the deterministic action [B, *action_shape] exactly as
+        ``choose_actions(deterministic=True)`` does (same index space, same numbers), or for a
+        recurrent model a tuple (action, *next state tensors in ``initial_state``'s order).
+        It must reuse this model's own torch submodules (so the export computes what the
+        model computes) and trace with ``torch.export.export`` at a dynamic batch size."""
+        raise ConfigError(
+            f"model {type(self).__name__} cannot be exported: it has no export_module(). "
+            f"Implement export_module(self) in {type(self).__name__}, returning a torch.nn.Module "
+            f"whose forward takes the observation tensors (one for a Box space, one per leaf of "
+            f"core.spaces.layout_of(observation_space).leaves for a Dict or Tuple, its "
+            f"action_mask included; a recurrent model's state tensors and episode_starts after "
+            f"them) and returns the action choose_actions(deterministic=True) returns (and the "
+            f"next state), built from the model's own submodules (models/base.py says how; "
+            f"models/ppo.py, models/sac.py and models/dqn.py have examples).")
 
     def step(self, batch) -> Tuple[Gradients, Dict[str, float]]:
         """Loss on a batch; returns (gradients by parameter name, statistics)."""

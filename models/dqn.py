@@ -37,6 +37,7 @@ from core.spaces import action_mask, layout_of
 from models import register_model
 from models.base import BaseModel
 from models.encoders import Flatten, add_encoder_args, make_encoder
+from models.exporting import ObservationInputs, refuse_changed_acting
 from models.numpy_mlp import NumpyMLP
 from models.ppo import action_mask_of, hidden_sizes
 from models.sac import (as_float_tensor, as_tensor, frozen_copy, polyak_update, relu_mlp,
@@ -259,6 +260,15 @@ class DQNModel(BaseModel):
             actions[explore] = np.where(q[explore] > MASKED_Q, scores, -1.0).argmax(-1)
         return (actions + self.action_start).astype(np.int64), {}
 
+    #: the methods of the acting path DQNActing rebuilds (models/exporting.py)
+    ACTING_METHODS = ("choose_actions", "q_values", "flat_obs")
+
+    def export_module(self):
+        """The greedy action from tensors only (models/base.py): DQNActing below, on this
+        model's own Q network. --eval_eps is left out: an exported policy is greedy."""
+        refuse_changed_acting(self, DQNModel, self.ACTING_METHODS)
+        return DQNActing(self)
+
     # -- learning ------------------------------------------------------------------------------
     def masked(self, q, obs):
         mask = action_mask_of(obs)
@@ -349,3 +359,25 @@ class DQNModel(BaseModel):
         if (self.weights_version + 1) % self.args.target_update_interval:
             return
         polyak_update(self.q_target, self.q_net, self.args.tau)
+
+
+class DQNActing(nn.Module):
+    """DQN's greedy acting path as a module of tensors only (models/base.py ``export_module``):
+    the argmax of the Q network's values, masked actions at MASKED_Q, in the numbering
+    ``choose_actions`` returns (the action space's start added)."""
+
+    def __init__(self, model):
+        super().__init__()
+        vectors = isinstance(model.q_net.encoder, Flatten) and not model.layout.structured
+        self.inputs = ObservationInputs(model.layout, model.observation_space,
+                                        as_vector=vectors)
+        self.q_net = model.q_net
+        self.action_start = model.action_start
+
+    def forward(self, *inputs):
+        batch = self.inputs(inputs)
+        q = self.q_net(batch).float()
+        mask = action_mask_of(batch)
+        if mask is not None:
+            q = q.masked_fill(~mask, MASKED_Q)
+        return q.argmax(-1) + self.action_start

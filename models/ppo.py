@@ -37,6 +37,7 @@ from core.spaces import ACTION_MASK, is_tree, layout_of
 from models.base import BaseModel
 from models.distributions import action_head
 from models.encoders import Flatten, MultiInputEncoder, add_encoder_args, make_encoder
+from models.exporting import ObservationInputs, refuse_changed_acting
 from models.numpy_mlp import NumpyMLP, log_softmax
 from models.recurrent import (RECURRENT_KINDS, NumpyCore, RecurrentCore, prefixed,
                               unprefixed)
@@ -552,6 +553,18 @@ class PPOModel(BaseModel):
             features = self.memory_step(features, state, starts, actor=False)[1]
         return self.values(features).cpu().numpy()
 
+    #: the methods of the acting path PPOActing rebuilds (a subclass that overrides one needs
+    #: an export_module of its own: models/exporting.py)
+    ACTING_METHODS = ("choose_actions", "act_with_memory", "act_with_memory_numpy", "act_numpy",
+                      "sample_numpy", "act_torch", "act_sde", "features", "flat_obs",
+                      "vector_obs", "memory_step", "latent_and_mean", "state_tensors")
+
+    def export_module(self):
+        """The deterministic action (and, with memory, the next state) from tensors only
+        (models/base.py): PPOActing below, on this model's own networks."""
+        refuse_changed_acting(self, PPOModel, self.ACTING_METHODS)
+        return PPOActing(self)
+
     # -- learning -----------------------------------------------------------------------------
     def step(self, batch: PPOBatch, progress: float = 0.0):
         clip_range = schedule(self.args.clip_range, self.args.clip_schedule, progress)
@@ -607,3 +620,51 @@ class PPOModel(BaseModel):
 
     def max_grad_norm(self):
         return self.args.max_grad_norm or None
+
+
+class PPOActing(nn.Module):
+    """PPO's deterministic acting path as a module of tensors only (models/base.py
+    ``export_module``): the model's encoder, recurrent cores, actor and action head, shared
+    with it, in ``choose_actions``'s order. The action is the policy's mode: the argmax of the
+    (masked) categoricals, the bits whose logit is positive, or the Gaussian's mean (gSDE's
+    too: mu(s), the actor's output)."""
+
+    # The model's own code: each reads only the attributes set below (encoder; rnn and
+    # critic_rnn), so the export runs exactly what acting runs.
+    features = PPOModel.features
+    memory_step = PPOModel.memory_step
+
+    def __init__(self, model):
+        super().__init__()
+        self.inputs = ObservationInputs(model.layout, model.observation_space,
+                                        as_vector=model.encoder is None)
+        self.encoder = model.encoder
+        self.rnn, self.critic_rnn = model.rnn, model.critic_rnn
+        self.actor, self.head = model.actor, model.head
+        self.discrete, self.action_shape = model.discrete, model.action_shape
+        self.state_names = list(model.initial_state(1) or ())
+
+    def forward(self, *inputs):
+        batch = self.inputs(inputs)
+        features = self.features(batch)
+        mask = action_mask_of(batch)
+        if self.rnn is None:
+            return self.action(features, mask)
+        count = self.inputs.count
+        state = dict(zip(self.state_names, inputs[count:-1]))
+        actor_input, _, next_state = self.memory_step(features, state, inputs[-1])
+        return (self.action(actor_input, mask),
+                *(next_state[name] for name in self.state_names))
+
+    def action(self, features, mask):
+        """``act_torch``'s (and the numpy path's) deterministic action at ``features``."""
+        out = self.actor(features)
+        if self.head is not None and (mask is not None or not self.discrete):
+            actions = self.head.sample(out, mask, deterministic=True)[0]
+        elif self.discrete:
+            actions = out.argmax(-1)
+        else:
+            actions = out  # the mean: deterministic acting adds zero noise
+        if self.head is None and len(self.action_shape) != 1:
+            actions = actions.reshape(actions.shape[0], *self.action_shape)
+        return actions

@@ -28,6 +28,7 @@ from models import register_model
 from models.base import BaseModel
 from core.spaces import layout_of
 from models.encoders import Flatten, add_encoder_args, make_encoder
+from models.exporting import ObservationInputs, refuse_changed_acting
 from models.numpy_mlp import NumpyMLP
 from models.ppo import hidden_sizes
 
@@ -322,6 +323,16 @@ class SACModel(BaseModel):
         actions = self.to_env_actions(actions).cpu().numpy()
         return actions.reshape(len(actions), *self.action_shape), {}
 
+    #: the methods of the acting path SACActing rebuilds (models/exporting.py)
+    ACTING_METHODS = ("choose_actions", "sample", "to_env_actions", "flat_obs")
+
+    def export_module(self):
+        """The deterministic action from tensors only (models/base.py): SACActing below, on
+        this model's own actor (CrossQ's too: its batch renormalization acts with the running
+        statistics, the model being in eval mode)."""
+        refuse_changed_acting(self, SACModel, self.ACTING_METHODS)
+        return SACActing(self)
+
     # -- learning -----------------------------------------------------------------------------
     @property
     def alpha(self):
@@ -448,3 +459,24 @@ class SACModel(BaseModel):
     def after_update(self):
         """Polyak averaging of the target critics: target = tau * online + (1 - tau) * target."""
         polyak_update(self.critic_target, self.critic, self.args.tau)
+
+
+class SACActing(nn.Module):
+    """SAC's deterministic acting path as a module of tensors only (models/base.py
+    ``export_module``): tanh of the actor's mean, scaled into the action bounds, as
+    ``choose_actions(deterministic=True)`` computes it (the numpy path computes the same)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.inputs = ObservationInputs(model.layout, model.observation_space,
+                                        as_vector=not (model.layout.structured
+                                                       or model.image_input))
+        self.actor = model.actor  # shared with the model, as its encoder is
+        self.register_buffer("action_scale", model.action_scale.detach().clone())
+        self.register_buffer("action_bias", model.action_bias.detach().clone())
+        self.action_shape = model.action_shape
+
+    def forward(self, *inputs):
+        mu = self.actor(self.inputs(inputs))[0].float()
+        actions = torch.tanh(mu) * self.action_scale + self.action_bias
+        return actions.reshape(actions.shape[0], *self.action_shape)
