@@ -185,7 +185,6 @@ class DQNModel(BaseModel):
         self.register_buffer("device_marker", torch.empty(0), persistent=False)
         self.layout = layout_of(observation_space)
         self.num_actions = int(action_space.n)
-        self.action_start = int(action_space.start)
         self.build_networks(args)
         self.numpy_q = None if self.layout.structured else NumpyQ.of(self.q_net)
         self.acting_rng = np.random.default_rng(int(torch.randint(0, 2**62, (1,)).item()))
@@ -249,7 +248,8 @@ class DQNModel(BaseModel):
         return q
 
     def choose_actions(self, obs, deterministic=False):
-        """Epsilon-greedy actions (module docstring), in the env's numbering; no extras."""
+        """Epsilon-greedy actions (module docstring), indices from 0 (the rollout adds the
+        action space's start, core.sampling.envs.to_env_action); no extras."""
         q = self.q_values(obs)
         rows = len(q)
         actions = q.argmax(-1)
@@ -258,7 +258,7 @@ class DQNModel(BaseModel):
             # uniform over the allowed actions: the largest of uniform scores where allowed
             scores = self.acting_rng.random((int(explore.sum()), self.num_actions))
             actions[explore] = np.where(q[explore] > MASKED_Q, scores, -1.0).argmax(-1)
-        return (actions + self.action_start).astype(np.int64), {}
+        return actions.astype(np.int64), {}
 
     #: the methods of the acting path DQNActing rebuilds (models/exporting.py)
     ACTING_METHODS = ("choose_actions", "q_values", "flat_obs")
@@ -289,7 +289,7 @@ class DQNModel(BaseModel):
                    else as_float_tensor(weights, device).reshape(-1))
         # (a copy: arrays from Ray's object store are read-only)
         actions = torch.tensor(np.asarray(t.actions), dtype=torch.long, device=device).reshape(-1)
-        return (self.flat_obs(t.observations), actions - self.action_start, rewards,
+        return (self.flat_obs(t.observations), actions, rewards,
                 self.flat_obs(t.next_observations),
                 as_float_tensor(t.terminated, device).reshape(-1),
                 as_float_tensor(t.discounts, device).reshape(-1), weights)
@@ -363,8 +363,8 @@ class DQNModel(BaseModel):
 
 class DQNActing(nn.Module):
     """DQN's greedy acting path as a module of tensors only (models/base.py ``export_module``):
-    the argmax of the Q network's values, masked actions at MASKED_Q, in the numbering
-    ``choose_actions`` returns (the action space's start added)."""
+    the argmax of the Q network's values, masked actions at MASKED_Q, as indices from 0 like
+    ``choose_actions`` (the exporter adds the action space's start, as to_env_action does)."""
 
     def __init__(self, model):
         super().__init__()
@@ -372,7 +372,6 @@ class DQNActing(nn.Module):
         self.inputs = ObservationInputs(model.layout, model.observation_space,
                                         as_vector=vectors)
         self.q_net = model.q_net
-        self.action_start = model.action_start
 
     def forward(self, *inputs):
         batch = self.inputs(inputs)
@@ -380,4 +379,4 @@ class DQNActing(nn.Module):
         mask = action_mask_of(batch)
         if mask is not None:
             q = q.masked_fill(~mask, MASKED_Q)
-        return q.argmax(-1) + self.action_start
+        return q.argmax(-1)

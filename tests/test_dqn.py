@@ -325,3 +325,26 @@ def test_dqn_picks_its_agent_and_stores_discounts():
     args = parse_args(["--model_name", "dqn", "--gym_id", "CartPole-v1"])
     assert args.agent_name == "dqn_agent"
     assert DQNAgent.transition_discounts
+
+
+def test_a_discrete_space_with_a_start_gets_its_own_numbers_once():
+    """The model acts and learns in indices from 0; the env's numbering (start 5) is added
+    once, by to_env_action, as for every model (it was added twice: actions 10-13)."""
+    from core.sampling.envs import to_env_action
+    space = spaces.Discrete(4, start=5)
+    torch.manual_seed(0)
+    model = DQNModel(make_args("--eps_initial", "1", "--eps_final", "1"), OBS, space)
+    obs = np.random.default_rng(0).normal(size=(256, 3)).astype(np.float32)
+    actions, _ = model.choose_actions(obs)
+    assert set(np.unique(actions)) == {0, 1, 2, 3}
+    assert set(np.unique(to_env_action(space, actions))) == {5, 6, 7, 8}
+    greedy, _ = model.choose_actions(obs, deterministic=True)
+    with torch.no_grad():
+        expected = model.q_net(torch.as_tensor(obs)).argmax(-1).numpy()
+    np.testing.assert_array_equal(greedy, expected)
+    # the loss reads stored actions as the indices they are
+    batch = batch_of(8)
+    batch = batch._replace(transitions=batch.transitions._replace(
+        actions=np.arange(8) % 4))
+    _, unpacked, *_ = model.unpack(batch)
+    assert unpacked.tolist() == (np.arange(8) % 4).tolist()
