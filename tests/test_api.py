@@ -94,6 +94,14 @@ def test_a_run_comes_back_with_its_summary_metrics_and_policy(normalized_run, mo
         expected, _ = policy.model.choose_actions(seen, deterministic=True)
     np.testing.assert_array_equal(batch, expected)
     assert len(policy.play(episodes=2)) == 2
+    # Policy.export: the file acts as the policy does (tests/test_export.py covers every model)
+    import onnxruntime
+    out = os.path.join(run.run_dir, "policy.onnx")
+    sidecar = policy.export(out)
+    assert os.path.exists(out) and os.path.exists(out + ".json") and sidecar["format"] == "onnx"
+    session = onnxruntime.InferenceSession(out)
+    exported = session.run(None, {session.get_inputs()[0].name: observations})[0]
+    np.testing.assert_array_equal(exported, batch)
     last = run.policy("last")
     assert last.path.endswith(os.path.join("checkpoints", "last.pt"))
 

@@ -165,6 +165,13 @@ class Policy:
             getattr(env, "close", lambda: None)()
         return returns
 
+    def export(self, out, fmt="onnx"):
+        """Write this policy's acting path to ``out`` as ``fmt`` ("onnx" or "pt2"), with its
+        JSON sidecar ``out``.json (core/app/export.py; ``main.py --export``); returns the
+        sidecar as a dict."""
+        from core.app.export import export_policy
+        return export_policy(self, fmt, str(out))
+
     def __repr__(self):
         return (f"Policy({self.args.model_name} on {self.meta.get('gym_id') or self.args.env_name}, "
                 f"{self.meta.get('env_steps', '?')} env steps, from {self.path})")
