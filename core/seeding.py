@@ -74,6 +74,12 @@ def evaluation_episode(seed, k, env_steps):
     return evaluation_env(seed, k) + 1_000 * int(env_steps)
 
 
+def evaluation_repeat(seed, i):
+    """The run seed of --evaluate --eval_seeds' evaluation ``i`` (0 is the run's own): the
+    seed of the next runs, so evaluation i uses the test envs a run with that seed builds."""
+    return seed + i
+
+
 def evaluation_sampling(seed, env_steps):
     """torch's and the model's acting generator for sampled evaluation actions."""
     return seed + EVALUATION_OFFSET + 1_000 * int(env_steps)

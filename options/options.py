@@ -204,7 +204,8 @@ def add_common_args(parser):
                             "print the mean and spread of their returns")
     group.add_argument("--eval_seeds", type=positive_int, default=1,
                        help="with --evaluate: that many evaluations of --eval_episodes "
-                            "episodes, on envs seeded --seed, --seed + 1, ...; prints each "
+                            "episodes, with the test envs of runs seeded --seed and the "
+                            "next seeds; prints each "
                             "one's mean and their mean with a 95%% bootstrap interval "
                             "(default: %(default)s)")
     group.add_argument("--model_card", default=None, metavar="RUN_DIR",

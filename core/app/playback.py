@@ -82,13 +82,14 @@ def evaluate_saved_model(args):
 
 
 def evaluate_over_seeds(args, spec, weights, statistics, meta, path, first):
-    """--eval_seeds N: the evaluation above (envs seeded --seed) and N - 1 more on envs seeded
-    --seed + 1, ...; each one's mean return, and the mean of those means with a 95% percentile
+    """--eval_seeds N: the evaluation above (the run's seed) and N - 1 more with the next seeds
+    (seeding.evaluation_repeat); each one's mean return, and the mean of those means with a 95% percentile
     bootstrap interval over the seeds (10,000 resamples, seeded: the same figures each time).
     Returns {"seed_means": [...], "mean": m, "ci95": (lo, hi), "returns": every episode's}."""
     results = [first]
     for offset in range(1, args.eval_seeds):
-        evaluator = Evaluator(dataclasses.replace(spec, run=spec.run.replace(seed=args.seed + offset)),
+        seed = seeding.evaluation_repeat(args.seed, offset)
+        evaluator = Evaluator(dataclasses.replace(spec, run=spec.run.replace(seed=seed)),
                               args.eval_episodes)
         evaluator.model.set_weights(weights)
         results.append(evaluator.evaluate(None, meta.get("updates", 0),
@@ -100,7 +101,8 @@ def evaluate_over_seeds(args, spec, weights, statistics, meta, path, first):
     low, high = bootstrap_interval(means)
     for offset, result in enumerate(results):
         returns = np.asarray(result["returns"])
-        print(f"ddrl: seed {args.seed + offset}: {len(returns)} episodes, return "
+        print(f"ddrl: seed {seeding.evaluation_repeat(args.seed, offset)}: {len(returns)} "
+              f"episodes, return "
               f"{returns.mean() if len(returns) else float('nan'):.2f} +- "
               f"{returns.std() if len(returns) else float('nan'):.2f}", flush=True)
     print(f"ddrl: {path} ({meta.get('env_steps', '?')} env steps): {len(means)} seeds x "
