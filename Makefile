@@ -16,7 +16,7 @@ setup: $(STAMP)
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
-	$(PY) -c "import torch, ray, ray.tune, optuna, gymnasium, Box2D, ale_py, cv2, mujoco, gymnasium_robotics, onnx, onnxscript, onnxruntime; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+	$(PY) -c "import torch, ray, ray.tune, optuna, gymnasium, Box2D, ale_py, cv2, mujoco, gymnasium_robotics, onnx, onnxscript, onnxruntime, pettingzoo, mpe2; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 	touch $(STAMP)
 
 run: setup
