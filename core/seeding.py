@@ -75,9 +75,13 @@ def evaluation_episode(seed, k, env_steps):
 
 
 def evaluation_repeat(seed, i):
-    """The run seed of --evaluate --eval_seeds' evaluation ``i`` (0 is the run's own): the
-    seed of the next runs, so evaluation i uses the test envs a run with that seed builds."""
-    return seed + i
+    """The run seed of --evaluate --eval_seeds' evaluation ``i``: 0 is the run's own seed (the
+    episodes its test worker played), the others are drawn from (seed, i), so that their test
+    envs' seeds (seed + EVALUATION_OFFSET + k) share no episode with another repeat's, as
+    consecutive seeds would (seed + 1's env k is seed's env k + 1)."""
+    if i == 0:
+        return seed
+    return int(np.random.SeedSequence([int(seed) & (2**64 - 1), int(i)]).generate_state(1)[0])
 
 
 def evaluation_sampling(seed, env_steps):

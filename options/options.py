@@ -204,8 +204,8 @@ def add_common_args(parser):
                             "print the mean and spread of their returns")
     group.add_argument("--eval_seeds", type=positive_int, default=1,
                        help="with --evaluate: that many evaluations of --eval_episodes "
-                            "episodes, with the test envs of runs seeded --seed and the "
-                            "next seeds; prints each "
+                            "episodes, the first with the run's own test envs, the others "
+                            "with seeds drawn from --seed; prints each "
                             "one's mean and their mean with a 95%% bootstrap interval "
                             "(default: %(default)s)")
     group.add_argument("--model_card", default=None, metavar="RUN_DIR",

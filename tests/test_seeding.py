@@ -64,3 +64,13 @@ def test_no_seed_arithmetic_outside_the_seeding_module():
                         if pattern.search(line.split("#")[0]):
                             found.append(f"{os.path.relpath(path, ROOT)}:{number}: {line.strip()}")
     assert not found, "seeds derived outside core/seeding.py:\n" + "\n".join(found)
+
+
+def test_eval_seeds_repeats_share_no_episode():
+    """--evaluate --eval_seeds: repeat 0 is the run's own evaluation; no two repeats play an
+    episode in common (consecutive run seeds would: seed + 1's env k is seed's env k + 1)."""
+    assert seeding.evaluation_repeat(7, 0) == 7
+    episodes = [{seeding.evaluation_episode(seeding.evaluation_repeat(7, i), k, 5_000)
+                 for k in range(100)} for i in range(5)]
+    assert all(len(a & b) == 0 for n, a in enumerate(episodes) for b in episodes[n + 1:])
+    assert seeding.evaluation_repeat(7, 1) == seeding.evaluation_repeat(7, 1)   # reproducible

@@ -82,8 +82,8 @@ def evaluate_saved_model(args):
 
 
 def evaluate_over_seeds(args, spec, weights, statistics, meta, path, first):
-    """--eval_seeds N: the evaluation above (the run's seed) and N - 1 more with the next seeds
-    (seeding.evaluation_repeat); each one's mean return, and the mean of those means with a 95% percentile
+    """--eval_seeds N: the evaluation above (the run's seed) and N - 1 more with seeds drawn
+    from it (seeding.evaluation_repeat: no episode in common); each one's mean return, and the mean of those means with a 95% percentile
     bootstrap interval over the seeds (10,000 resamples, seeded: the same figures each time).
     Returns {"seed_means": [...], "mean": m, "ci95": (lo, hi), "returns": every episode's}."""
     results = [first]
