@@ -15,6 +15,8 @@ import json
 
 import numpy as np
 
+from stats import stratified_bootstrap_ci
+
 # mpe2's discrete actions: 0 nothing, 1 -x, 2 +x, 3 -y, 4 +y
 PUSH = {(0, -1): 1, (0, 1): 2, (1, -1): 3, (1, 1): 4}
 
@@ -72,12 +74,6 @@ def play(policy, episodes, seed=0):
     return np.array(returns)
 
 
-def interval(values, reps=10_000, seed=0):
-    rng = np.random.default_rng(seed)
-    means = values[rng.integers(0, len(values), (reps, len(values)))].mean(axis=1)
-    return tuple(float(x) for x in np.percentile(means, [2.5, 97.5]))
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=200)
@@ -85,7 +81,8 @@ def main():
     results = {}
     for policy in ("random", "scripted"):
         returns = play(policy, args.episodes)
-        results[policy] = {"mean": float(returns.mean()), "ci95": interval(returns),
+        ci = stratified_bootstrap_ci(returns, np.mean, reps=10_000, seed=0)
+        results[policy] = {"mean": float(returns.mean()), "ci95": [float(x) for x in ci],
                            "episodes": args.episodes}
         print(f"{policy}: {returns.mean():.2f} [{results[policy]['ci95'][0]:.2f}, "
               f"{results[policy]['ci95'][1]:.2f}] over {args.episodes} episodes")
