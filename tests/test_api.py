@@ -158,3 +158,17 @@ def test_the_python_api_example_trains_loads_and_plays_cartpole(tmp_path):
     line = next(x for x in proc.stdout.splitlines() if x.startswith("played 10 episodes"))
     mean = float(line.split("mean return ")[1].split()[0])
     assert mean >= 475, proc.stdout
+
+
+@pytest.mark.e2e
+def test_a_run_restored_from_python_takes_its_plugins_switches(tmp_path):
+    """ddrl.train(restore=...): the keywords are converted by the restored run's parser (a DQN
+    switch such as double_q is known only to it)."""
+    run_dir = str(tmp_path / "dqn")
+    first = ddrl.train(gym_id="CartPole-v1", model_name="dqn", total_steps=600,
+                       eval_interval=300, eval_episodes=1, learning_starts=100,
+                       run_dir=run_dir, **QUIET)
+    assert first.summary["env_steps"] >= 600
+    more = ddrl.train(restore=run_dir, total_steps=1200, double_q=False, quiet=True)
+    assert "--no-double_q" in more.argv and more.summary["env_steps"] >= 1200
+    assert more.run_dir == run_dir

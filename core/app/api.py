@@ -19,8 +19,9 @@ import time
 
 from core.registry import ConfigError
 
-#: the flags that choose the parser (plugins, presets): read before the others are converted
-PARSER_KEYS = ("env_name", "model_name", "agent_name", "user_dir", "config", "gym_id")
+#: the flags that choose the parser (plugins, presets, a restored run's configuration): read
+#: before the others are converted
+PARSER_KEYS = ("env_name", "model_name", "agent_name", "user_dir", "config", "gym_id", "restore")
 
 
 def flags_to_argv(flags, actions=None):
