@@ -12,12 +12,12 @@ parser: an unknown keyword or a bad value raises core.registry.ConfigError with 
 comma-separated flags (``dqn_hidden_sizes=[256, 256]``), None to leave a flag at its default.
 """
 import argparse
-import csv
 import json
 import os
 import time
 
 from core.registry import ConfigError
+from core.run.metrics import read_metrics
 
 #: the flags that choose the parser (plugins, presets, a restored run's configuration): read
 #: before the others are converted
@@ -85,20 +85,6 @@ class Run:
     def __repr__(self):
         return (f"Run({self.run_dir!r}, stopped because {self.summary.get('stopped_because')}, "
                 f"best eval {self.summary.get('best_eval_return')})")
-
-
-def read_metrics(path):
-    def number(text):
-        if text == "":
-            return None
-        try:
-            return float(text)
-        except ValueError:
-            return text
-    if not os.path.exists(path):
-        return []
-    with open(path, newline="") as f:
-        return [{key: number(value) for key, value in row.items()} for row in csv.DictReader(f)]
 
 
 def train(argv=None, **flags):

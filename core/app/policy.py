@@ -91,12 +91,11 @@ class Policy:
         """The env as the run's test worker made it (its wrappers and preprocessing, training-
         only ones such as reward clipping left out), reset-ready; ``seed`` seeds its
         constructor (default: the run's evaluation seed)."""
-        from core.plugins import load_plugins, make_env
-        plugins = getattr(self, "plugins", None) or load_plugins(self.spec)
+        from core.plugins import make_env
         env_config = self.spec.env if render_mode is None else self.spec.env.replace(
             render_mode=render_mode)
         seed = seeding.evaluation_env(self.args.seed, 0) if seed is None else seed
-        return make_env(plugins, env_config, seed=seed, evaluation=True)
+        return make_env(self.plugins, env_config, seed=seed, evaluation=True)
 
     def initial_state(self, batch_size=1):
         """A recurrent policy's state for ``batch_size`` new episodes (None without memory)."""

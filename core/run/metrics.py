@@ -31,6 +31,22 @@ class TensorBoardLogger:
         self.writer.close()
 
 
+def read_metrics(path):
+    """metrics.csv's rows as dicts, numbers as floats, empty cells as None (text cells stay
+    text); no rows when the file does not exist."""
+    def cell(text):
+        if text == "":
+            return None
+        try:
+            return float(text)
+        except ValueError:
+            return text
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as f:
+        return [{key: cell(value) for key, value in row.items()} for row in csv.DictReader(f)]
+
+
 def write_json(path, data):
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 

@@ -8,7 +8,6 @@ Everything in it is read from the run directory (summary.json, config.yaml, metr
 checkpoints/best.pt.json, learning_curves.png), so a card rewritten later says the same, plus
 what was added since (a longer run restored into the directory).
 """
-import csv
 import json
 import math
 import os
@@ -16,6 +15,7 @@ import shlex
 
 from core.atomic import atomic_write_text
 from core.registry import ConfigError
+from core.run.metrics import read_metrics
 
 CARD = "README.md"
 #: the z of a two-sided 95% normal interval
@@ -31,17 +31,11 @@ def _read_json(path):
 
 
 def _evaluations(run_dir):
-    """metrics.csv's evaluation rows as (env steps, mean, std) floats."""
-    path = os.path.join(run_dir, "metrics.csv")
-    if not os.path.exists(path):
-        return []
-    rows = []
-    with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            if row.get("eval_return"):
-                std = row.get("eval_return_std") or "nan"
-                rows.append((float(row["env_steps"]), float(row["eval_return"]), float(std)))
-    return rows
+    """metrics.csv's evaluation rows as (env steps, mean, std) floats (std NaN when absent)."""
+    return [(row["env_steps"], row["eval_return"],
+             row["eval_return_std"] if row.get("eval_return_std") is not None else math.nan)
+            for row in read_metrics(os.path.join(run_dir, "metrics.csv"))
+            if row.get("eval_return") is not None]
 
 
 def _number(value, spec=".1f"):

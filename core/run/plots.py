@@ -7,7 +7,6 @@ as a dashed line. Drawn with matplotlib's object API on the Agg canvas (no displ
 pyplot global state), in a child process of the run's (``PlotProcess``) when it has one, else
 in this process at the first drawing.
 """
-import csv
 import json
 import math
 import os
@@ -16,6 +15,7 @@ import sys
 import time
 
 from core.atomic import atomic_path
+from core.run.metrics import read_metrics
 
 FILE_NAME = "learning_curves.png"
 
@@ -44,10 +44,8 @@ class LearningCurves:
 
     def load_csv(self, path):
         """Start from the rows of an existing metrics.csv (a resumed run continues its curves)."""
-        if os.path.exists(path):
-            with open(path, newline="") as f:
-                for row in csv.DictReader(f):
-                    self.add(row)
+        for row in read_metrics(path):
+            self.add(row)
 
     def add(self, row):
         point = {key: _number(row.get(key)) for key in
