@@ -117,3 +117,6 @@ class RolloutStats:
     # The agent's data of this fragment (BaseAgent.export_data), when the trainer asked for it:
     # a gradient worker then computes on it together with its own (--grad_workers).
     data: Any = None
+    # What finished episodes scored besides their returns ({name: number} each, from the env's
+    # info at their last step: core/sampling/envs.py EPISODE_METRICS_KEY).
+    episode_metrics: List[dict] = field(default_factory=list)

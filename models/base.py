@@ -36,6 +36,8 @@ class BaseModel(nn.Module):
     update_metrics = ()
     #: which of them the terminal line shows, as (column, label, format) triples
     line_metrics = ()
+    #: the columns ``observe_episodes`` fills in metrics.csv, in this order
+    episode_metrics = ()
 
     @staticmethod
     def add_args(parser):
@@ -82,6 +84,16 @@ class BaseModel(nn.Module):
         ``begin_fragment(num_envs, progress)``, ``progress`` being the run's env steps over
         --total_steps when the loop gives it (the off-policy loop does), else None (gSDE draws
         its exploration matrices there, DQN sets its epsilon schedule)."""
+
+    def observe_episodes(self, episodes):
+        """Optional, on the learner's model: the episodes that finished in the round just
+        learned from, as the env scored them (a list of {name: number}: the env's
+        info["episode_metrics"] at each one's last step, core/sampling/envs.py). Returns
+        {column: value} for metrics.csv (columns named in ``episode_metrics``). What the model
+        keeps of them in its buffers (a self-play pool's win rates and ratings:
+        models/selfplay_ppo.py) reaches the workers with the next weights and is checkpointed
+        with them. The on-policy loop calls it once per round, after the round's updates."""
+        return {}
 
     def initial_state(self, batch_size):
         """A recurrent model's state for ``batch_size`` fresh episodes: a dict {name: numpy

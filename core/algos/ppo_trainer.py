@@ -84,6 +84,7 @@ class Learned:
     grad_norms: list = field(default_factory=list)
     gradient_lags: list = field(default_factory=list)
     policy_lags: list = field(default_factory=list)
+    episodes: dict = field(default_factory=dict)  # the model's observe_episodes columns
 
 
 def add_args(parser):
@@ -156,6 +157,13 @@ class PPOTrainer(Trainer):
     #: learning can start before Ray is up (core/app/session.py starts it in the background)
     starts_without_ray = True
     agent_kind = OnPolicyAgent
+
+    @classmethod
+    def metric_columns_for(cls, model_cls):
+        """The loop's columns, then the model's episode_metrics (models/base.py
+        observe_episodes)."""
+        return list(cls.metric_columns) + [c for c in model_cls.episode_metrics
+                                           if c not in cls.metric_columns]
 
     def __init__(self, args, spec, plugins, spaces, run, faults, ray_starter=None):
         super().__init__(args, spec, plugins, spaces, run, faults, ray_starter)
@@ -398,6 +406,10 @@ class PPOTrainer(Trainer):
         """K epochs x M minibatch steps on the round's data (``update``)."""
         learned = Learned(*self.update(collected.delivered, collected.weights,
                                        collected.progress))
+        # The round's finished episodes, told to the learner's model after its updates: what
+        # it keeps of them (a self-play pool's ratings) goes out with the next weights.
+        episodes = [m for r in collected.delivered.values() for m in r.episode_metrics]
+        learned.episodes = self.model.observe_episodes(episodes) or {}
         self.sample_ahead.record(sum(r.env_steps for r in collected.delivered.values()),
                                  self.all_remote_up(collected.delivered))
         return learned
@@ -503,6 +515,7 @@ class PPOTrainer(Trainer):
         }
         for key in stats[0] if stats else ():
             row[key] = float(np.mean([s[key] for s in stats]))
+        row.update(learned.episodes)
         return row
 
     # -- checkpoints -------------------------------------------------------------------------

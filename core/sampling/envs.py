@@ -20,6 +20,7 @@ from gymnasium import spaces as gym_spaces
 from core import seeding, spaces
 from core.sampling.env_host import EnvHost
 from core.plugins import make_env
+from core.registry import ConfigError, unwrap_actor_class as unwrap_env_class
 
 
 class EnvFailure(RuntimeError):
@@ -64,12 +65,19 @@ def env_failure(where, count, last_error):
         f"raise the limit with --max_env_errors (now {count}).")
 
 
+#: An env's info at an episode's last step may carry {name: number} under this key: what the
+#: episode scored besides its return (a game's win, draw or loss, the opponent it met). The
+#: rollout worker hands them to the loop (RolloutStats.episode_metrics), which passes them to
+#: the learner's model (models/base.py observe_episodes).
+EPISODE_METRICS_KEY = "episode_metrics"
+
+
 class StepResult:
     __slots__ = ("observations", "rewards", "terminated", "truncated", "final_observations",
-                 "failed", "errors")
+                 "failed", "errors", "episode_metrics")
 
     def __init__(self, observations, rewards, terminated, truncated, final_observations,
-                 failed=None, errors=None):
+                 failed=None, errors=None, episode_metrics=None):
         self.observations = observations            # [E, ...] after auto-reset (or rebuild)
         self.rewards = rewards                      # [E]
         self.terminated = terminated                # [E] bool
@@ -82,6 +90,8 @@ class StepResult:
         # [{"env": e, "method": "step" or "reset", "error": "TypeName: text"}], every error
         # survived during this step: the steps that raised and the resets that did.
         self.errors = [] if errors is None else errors
+        # {e: {name: number}} for ended episodes whose last info had EPISODE_METRICS_KEY
+        self.episode_metrics = {} if episode_metrics is None else episode_metrics
 
 
 def to_env_action(action_space, action):
@@ -128,6 +138,29 @@ class EnvGroup:
         self.layout = spaces.layout_of(self.observation_space)
         spaces.check_action_mask(self.layout, self.action_space)
         self.encode = self.layout.encode
+        self.policy_source = None
+
+    def bind_policy(self, source):
+        """Hand every env that asks for one (an optional ``bind_policy(source)`` method, e.g.
+        envs/pettingzoo_aec.py whose opponents are snapshots of the learning policy) ``source``:
+        a callable that returns the model acting now. Rebuilt envs get it too. Such envs step
+        in the worker's process only (the model is there)."""
+        self.policy_source = source
+        if self.placement == "actor":
+            if hasattr(unwrap_env_class(self.plugins.env_cls), "bind_policy"):
+                raise ConfigError(
+                    "--env_placement actor with an env whose opponents are the learning "
+                    "policy's own snapshots (its bind_policy): those envs must step in the "
+                    "rollout worker's process, where the model is. Use --env_placement worker.")
+            return
+        for env in self.envs:
+            self._bind(env)
+
+    def _bind(self, env):
+        bind = getattr(env, "bind_policy", None)
+        if bind is not None and self.policy_source is not None:
+            bind(self.policy_source)
+        return env
 
     def __len__(self):
         return len(self.seeds)
@@ -216,7 +249,7 @@ class EnvGroup:
                     getattr(self.envs[e], "close", lambda: None)()
                 except Exception:  # noqa: BLE001
                     pass
-                self.envs[e] = make_env(self.plugins, self.args, seed)
+                self.envs[e] = self._bind(make_env(self.plugins, self.args, seed))
                 return self.encode(self.envs[e].reset(seed=seed)[0])
             except Exception as exc:  # noqa: BLE001 - counts as another error of env e
                 self._record(e, "reset", exc, errors)
@@ -266,6 +299,7 @@ class EnvGroup:
         truncated = np.zeros(num_envs, dtype=bool)
         failed = np.zeros(num_envs, dtype=bool)
         errors = []
+        episode_metrics = {}
         for e, (result, exc, _) in enumerate(outcomes):
             if exc is not None:
                 failed[e] = truncated[e] = True
@@ -274,6 +308,9 @@ class EnvGroup:
             self.errors_in_a_row[e] = 0
             observations[e] = self.encode(result[0])
             rewards[e], terminated[e], truncated[e] = result[1], result[2], result[3]
+            if (terminated[e] or truncated[e]) and len(result) > 4 and result[4] \
+                    and EPISODE_METRICS_KEY in result[4]:
+                episode_metrics[e] = dict(result[4][EPISODE_METRICS_KEY])
         ended = [e for e in range(num_envs) if not failed[e] and (terminated[e] or truncated[e])]
         final = {e: observations[e] for e in ended}
         if self.placement != "actor" and ended:
@@ -289,7 +326,7 @@ class EnvGroup:
         for e in np.flatnonzero(failed):
             observations[e] = self._rebuild(int(e), errors)
         return StepResult(spaces.stack(observations), rewards, terminated, truncated, final,
-                          failed, errors)
+                          failed, errors, episode_metrics)
 
     def get_state(self):
         """Every env's state (see envs/gym_env.py:get_state), or None if one of them cannot

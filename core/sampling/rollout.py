@@ -49,8 +49,12 @@ class RolloutWorker:
         self.agent = plugins.agent_cls(spec.agent, learning_model(self.model, device),
                                        seed=seeding.worker_agent(args.seed, worker_index,
                                                                  generation))
-        # Guarded like every reset (core/sampling/envs.py): an env that raises here is rebuilt; the
-        # errors are reported with the first fragment's stats.
+        # Envs whose opponents are the policy's own snapshots act them with the model acting
+        # now (envs/pettingzoo_aec.py); bound before the first reset, where an opponent may
+        # move first. Guarded like every reset (core/sampling/envs.py): an env that raises here
+        # is rebuilt; the errors are reported with the first fragment's stats.
+        self.acting_model = self.model
+        self.envs.bind_policy(lambda: self.acting_model)
         self.observations = self.envs.reset()
         num_envs = len(self.envs)
         self.episode_return = np.zeros(num_envs)
@@ -222,7 +226,7 @@ class RolloutWorker:
             state_buf = spaces.allocate(memory.state, (num_steps,))
             starts_buf = np.empty((num_steps, num_envs), dtype=bool)
             truncated_states, truncated_starts = [], []
-        finished_returns, finished_lengths = [], []
+        finished_returns, finished_lengths, finished_metrics = [], [], []
         raw_seen = (spaces.tree_map(np.empty_like, obs_buf) if self.normalize_obs else None)
         env_errors = [dict(worker=self.worker_index, **error, step=None)  # initial reset etc.
                       for error in self.envs.take_reset_errors()]
@@ -287,6 +291,7 @@ class RolloutWorker:
             for e in np.flatnonzero(result.failed):  # a cut episode is not a finished one
                 self.episode_return[e] = 0.0
                 self.episode_length[e] = 0
+            finished_metrics.extend(result.episode_metrics.values())
             for e, final_obs in result.final_observations.items():
                 if result.truncated[e] and not result.terminated[e]:
                     truncated_index.append((t, e))
@@ -340,7 +345,7 @@ class RolloutWorker:
             sample_time_s=time.perf_counter() - start,
             obs_moments=(moments_of(spaces.reshape_leading(raw_seen, 2, (-1,)))
                          if raw_seen is not None else None),
-            env_errors=env_errors), acting_weights
+            env_errors=env_errors, episode_metrics=finished_metrics), acting_weights
 
     def collect_to_buffer(self, weights, weights_version, num_steps, buffer, prioritized=False,
                           obs_statistics=None, progress=None, whole_episodes=False):

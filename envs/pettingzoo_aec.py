@@ -1,0 +1,274 @@
+"""pettingzoo_aec: a turn-based PettingZoo (AEC) game as the env of one learning player.
+
+    python main.py --env_name pettingzoo_aec --model_name selfplay_ppo     # Connect Four
+
+One agent of the game is the learner's (its seat drawn per episode with ``--seat random``, so
+the policy learns to move first and second); every other agent is an opponent that moves inside
+``step`` until it is the learner's turn again:
+
+- ``--opponent selfplay`` (training's default): a frozen snapshot of the learning policy, drawn
+  per episode from the model's pool (models/selfplay_ppo.py: ``sample_opponent`` and
+  ``opponent_actions``); the env is handed the acting model by its rollout worker
+  (``bind_policy``), so it steps in the worker's process (``--env_placement worker``);
+- ``--opponent random``: uniform over the legal moves;
+- ``--opponent scripted``: win now if a move wins, else block a move that would let the
+  opponent win now, else a random legal move, nearer the centre column first (Connect Four and
+  Tic-Tac-Toe: ``scripted_move``).
+
+The test worker, ``--evaluate`` and ``ddrl.load(...).play`` meet ``--eval_opponent`` (default
+random) instead of ``--opponent``. The learner sees the game as the game shows it to its seat
+(Classic games: a Dict of the board planes, its own pieces first, and an int8 ``action_mask``,
+which ddrl's models obey); its reward is the game's reward to its seat summed since its last
+move (+1 win, -1 loss, 0 draw in Classic games). The info of an episode's last step carries
+``episode_metrics`` (win, draw, loss, illegal: 1 if the learner's move was illegal, opponent:
+the pool slot met, -1 for a fixed opponent, and that snapshot's stamp) for the loop, and
+``is_success`` (a win) for the evaluations' success rate.
+
+``--pz_env`` names a module with an AEC ``env(**kwargs)`` (``pettingzoo.classic.connect_four_v3``,
+``pettingzoo.classic.tictactoe_v3``, a module of your own); ``--pz_kwargs`` is a JSON object of
+its arguments. Every agent must observe and act in the spaces of the first (one policy plays any
+seat).
+"""
+import importlib
+
+import numpy as np
+from gymnasium import spaces
+
+from core import spaces as carried_spaces
+from core.registry import ConfigError
+from envs import register_env
+from envs.pettingzoo_env import _kwargs, _parse_kwargs
+
+OPPONENTS = ("selfplay", "random", "scripted")
+
+
+def make_aec_env(module_name, kwargs):
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"--pz_env {module_name}: cannot import it ({exc}). Give a module with "
+                          f"an AEC env() function, such as pettingzoo.classic.connect_four_v3 "
+                          f"or pettingzoo.classic.tictactoe_v3.") from None
+    factory = getattr(module, "env", None)
+    if factory is None:
+        raise ConfigError(f"--pz_env {module_name} has no env() function: this wrapper takes "
+                          f"PettingZoo's AEC (turn-based) API.")
+    return factory(**kwargs)
+
+
+# -- the scripted player ---------------------------------------------------------------------
+BOARDS = {"connect_four": (6, 7, 4, True), "tictactoe": (3, 3, 3, False)}
+
+
+def board_game(module_name):
+    """(rows, columns, in a row to win, pieces fall) of a board game the scripted player
+    knows, or None."""
+    for name, shape in BOARDS.items():
+        if module_name.split(".")[-1].startswith(name):
+            return name, shape
+    return None
+
+
+def _wins(board, row, col, need):
+    """Whether a piece at (row, col) of ``board`` (bool [rows, cols], that piece set) completes
+    ``need`` in a row."""
+    rows, cols = board.shape
+    for dr, dc in ((0, 1), (1, 0), (1, 1), (1, -1)):
+        count = 1
+        for sign in (1, -1):
+            r, c = row + sign * dr, col + sign * dc
+            while 0 <= r < rows and 0 <= c < cols and board[r, c]:
+                count += 1
+                r, c = r + sign * dr, c + sign * dc
+        if count >= need:
+            return True
+    return False
+
+
+def _cell(game, action, occupied):
+    """The cell an action fills: Connect Four's lowest free row of a column, Tic-Tac-Toe's
+    cell (the observation's plane at [action // 3, action % 3])."""
+    rows, cols, _, falls = BOARDS[game]
+    if falls:
+        free = np.flatnonzero(~occupied[:, action])
+        return int(free[-1]), action
+    return action // cols, action % cols
+
+
+def scripted_move(game, observation, rng):
+    """Win now, else block the opponent's win now, else a random legal move (nearer the
+    centre first). ``observation``: the Classic game's Dict for the player to move (planes:
+    its own pieces, then the opponent's; an action_mask)."""
+    rows, cols, need, _ = BOARDS[game]
+    planes = np.asarray(observation["observation"], bool).reshape(rows, cols, 2)
+    mine, theirs = planes[..., 0], planes[..., 1]
+    legal = np.flatnonzero(np.asarray(observation["action_mask"]))
+    occupied = mine | theirs
+    for board in (mine, theirs):  # my win first, then the block
+        for action in legal:
+            r, c = _cell(game, int(action), occupied)
+            trial = board.copy()
+            trial[r, c] = True
+            if _wins(trial, r, c, need):
+                return int(action)
+    centre = (cols - 1) / 2 if BOARDS[game][3] else None
+    if centre is None:
+        return int(rng.choice(legal))
+    distance = np.abs(legal - centre)
+    nearest = legal[distance == distance.min()]
+    # mostly the most central legal column, now and then any: a scripted player that never
+    # varies is beaten by one memorized line
+    return int(rng.choice(nearest) if rng.random() < 0.5 else rng.choice(legal))
+
+
+@register_env("pettingzoo_aec")
+class PettingZooTurnEnv:
+    """A PettingZoo AEC game as one learning player's env (the module docstring)."""
+
+    @staticmethod
+    def add_args(parser):
+        parser.add_argument("--pz_env", default="pettingzoo.classic.connect_four_v3",
+                            help="module with a PettingZoo AEC env() (default: %(default)s)")
+        parser.add_argument("--pz_kwargs", type=_kwargs, default="{}",
+                            help="JSON object of env()'s arguments (default: '{}')")
+        parser.add_argument("--opponent", choices=OPPONENTS, default="selfplay",
+                            help="who plays the other seats in training: snapshots of the "
+                                 "learning policy (selfplay, with --model_name selfplay_ppo), "
+                                 "random legal moves, or the scripted player (default: "
+                                 "%(default)s)")
+        parser.add_argument("--eval_opponent", choices=OPPONENTS[1:], default="random",
+                            help="who plays the other seats in evaluations, --evaluate and "
+                                 "play (default: %(default)s)")
+        parser.add_argument("--seat", default="random",
+                            help="the learner's agent: random (drawn per episode), or an agent "
+                                 "id such as player_0 (default: %(default)s)")
+
+    @staticmethod
+    def label(config):
+        return getattr(config, "pz_env", "pettingzoo_aec").split(".")[-1]
+
+    def __init__(self, args, seed=None):
+        self.module_name = args.pz_env
+        self.env = make_aec_env(args.pz_env, _parse_kwargs(args.pz_kwargs))
+        self.agents = list(self.env.possible_agents)
+        evaluation = getattr(args, "evaluation", False)
+        self.opponent = args.eval_opponent if evaluation else args.opponent
+        self.game = board_game(args.pz_env)
+        if self.opponent == "scripted" and self.game is None:
+            raise ConfigError(
+                f"--opponent/--eval_opponent scripted with --pz_env {args.pz_env}: the scripted "
+                f"player knows {', '.join(sorted(BOARDS))} only. Use random or selfplay.")
+        if args.seat != "random" and args.seat not in self.agents:
+            raise ConfigError(f"--seat {args.seat!r}: {args.pz_env}'s agents are "
+                              f"{', '.join(self.agents)}; or random.")
+        self.seat = args.seat
+        first = self.agents[0]
+        self.observation_space = self.env.observation_space(first)
+        self.action_space = self.env.action_space(first)
+        for agent in self.agents[1:]:
+            if (self.env.observation_space(agent) != self.observation_space
+                    or self.env.action_space(agent) != self.action_space):
+                raise ConfigError(
+                    f"--env_name pettingzoo_aec: the agents of {args.pz_env} observe or act in "
+                    f"different spaces ({first}: {self.observation_space}, "
+                    f"{self.action_space}; {agent}: {self.env.observation_space(agent)}, "
+                    f"{self.env.action_space(agent)}); one policy plays every seat here.")
+        if not isinstance(self.action_space, spaces.Discrete):
+            raise ConfigError(f"--env_name pettingzoo_aec takes games with Discrete moves; "
+                              f"{args.pz_env}'s are {self.action_space}.")
+        self.encode = carried_spaces.layout_of(self.observation_space).encode
+        self.rng = np.random.default_rng(seed)
+        self.reward_threshold = None
+        self.policy_source = None
+        self.learner, self.opponents = None, {}
+
+    def bind_policy(self, source):
+        """The rollout worker's callable giving the model acting now (core/sampling/envs.py)."""
+        self.policy_source = source
+
+    # -- a game ------------------------------------------------------------------------------
+    def reset(self, seed=None, options=None):
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self.env.reset(seed=None if seed is None else int(seed))
+        self.learner = (self.agents[int(self.rng.integers(len(self.agents)))]
+                        if self.seat == "random" else self.seat)
+        self.opponents = {agent: self._draw_opponent() for agent in self.agents
+                          if agent != self.learner}
+        self.pending = 0.0
+        self.illegal = 0
+        self._play_opponents()
+        return self.env.observe(self.learner), {}
+
+    def _draw_opponent(self):
+        if self.opponent != "selfplay":
+            return (-1, -1)
+        model = self._model()
+        return model.sample_opponent(self.rng)
+
+    def _model(self):
+        model = self.policy_source() if self.policy_source is not None else None
+        if model is None or not hasattr(model, "opponent_actions"):
+            raise ConfigError(
+                "--opponent selfplay: the opponents are snapshots of the learning policy, so "
+                "the model must keep a pool of them (--model_name selfplay_ppo) and the env must "
+                "step in a rollout worker (it is handed the model there). Or train against "
+                "--opponent random or scripted.")
+        return model
+
+    def _over(self):
+        return self.env.terminations[self.learner] or self.env.truncations[self.learner]
+
+    def _play_opponents(self):
+        """Opponents move until it is the learner's turn or the game is over."""
+        while not self._over() and self.env.agent_selection != self.learner:
+            agent = self.env.agent_selection
+            if self.env.terminations[agent] or self.env.truncations[agent]:
+                self.env.step(None)
+            else:
+                self.env.step(self._opponent_move(agent, self.env.observe(agent)))
+            self.pending += float(self.env.rewards.get(self.learner, 0.0))
+
+    def _opponent_move(self, agent, observation):
+        if self.opponent == "scripted":
+            return scripted_move(self.game[0], observation, self.rng)
+        if self.opponent == "random":
+            mask = observation.get("action_mask") if isinstance(observation, dict) else None
+            legal = (np.flatnonzero(mask) if mask is not None
+                     else np.arange(self.action_space.n))
+            return int(self.rng.choice(legal))
+        slot, _ = self.opponents[agent]
+        batch = carried_spaces.stack([self.encode(observation)])
+        return int(self._model().opponent_actions(slot, batch)[0]) + int(self.action_space.start)
+
+    def step(self, action):
+        action = int(action)
+        observation = self.env.observe(self.learner)
+        mask = observation.get("action_mask") if isinstance(observation, dict) else None
+        if mask is not None and not mask[action - int(self.action_space.start)]:
+            self.illegal = 1  # the game itself ends it (Classic: -1 to the mover)
+        self.env.step(action)
+        self.pending = float(self.env.rewards.get(self.learner, 0.0))
+        self._play_opponents()
+        reward, self.pending = self.pending, 0.0
+        terminated = bool(self.env.terminations[self.learner])
+        truncated = not terminated and bool(self.env.truncations[self.learner])
+        info = {}
+        if terminated or truncated:
+            score = self.env._cumulative_rewards.get(self.learner, reward)
+            outcome = np.sign(score)
+            slots = [slot for slot, _ in self.opponents.values()]
+            stamps = [stamp for _, stamp in self.opponents.values()]
+            info = {"is_success": bool(outcome > 0), "episode_metrics": {
+                "win": float(outcome > 0), "draw": float(outcome == 0),
+                "loss": float(outcome < 0), "illegal": float(self.illegal),
+                # two-player games: the one opponent's pool slot and snapshot stamp
+                "opponent": float(slots[0]) if len(slots) == 1 else -1.0,
+                "opponent_stamp": float(stamps[0]) if len(stamps) == 1 else -1.0}}
+        return self.env.observe(self.learner), reward, terminated, truncated, info
+
+    def render(self):
+        return self.env.render()
+
+    def close(self):
+        self.env.close()

@@ -1,0 +1,160 @@
+"""selfplay_ppo: PPO that plays a two-player game against frozen snapshots of itself.
+
+    python main.py --env_name pettingzoo_aec --model_name selfplay_ppo
+
+The model keeps a pool of ``--selfplay_pool K`` snapshots of its own parameters as buffers, so
+the pool travels to the rollout workers with the weights, and is checkpointed and resumed with
+them (nothing besides the weights to save). The pool starts with the initial policy; every
+``--snapshot_every N`` updates (optimizer steps) the learner's parameters replace the oldest
+snapshot. The env (envs/pettingzoo_aec.py ``--opponent selfplay``) asks, per episode, which
+snapshot to meet (``sample_opponent``: uniformly, or with ``--opponent_sampling hard`` weighted
+by (1 - the learner's score against it)^2 + 0.05, prioritized fictitious self-play as in
+AlphaStar) and has it move (``opponent_actions``, sampling from its policy).
+
+After each round the loop hands the learner's model the games that finished
+(``observe_episodes``): each updates an Elo rating of the learner and of the snapshot it met
+(K = ``--elo_k``; a snapshot enters the pool with the learner's rating at that moment) and that
+snapshot's score; metrics.csv gets the round's win/draw/loss rates, illegal moves, the learner's
+rating, the pool's size and every snapshot's rating ("pool_elo": one number per slot, oldest
+slot first as stored). A game whose snapshot was replaced before the round ended is not rated
+(its stamp no longer matches).
+
+Everything else is PPOModel's (models/ppo.py): the masked policy on the board's Dict
+observation, the update, export (of the learning policy).
+"""
+import copy
+
+import numpy as np
+import torch
+
+from core.argtypes import positive_int
+from core.registry import ConfigError
+from models import register_model
+from models.ppo import PPOModel
+
+START_RATING = 1000.0
+
+
+@register_model("selfplay_ppo")
+class SelfPlayPPOModel(PPOModel):
+    """PPO with a pool of its own frozen snapshots as opponents (the module docstring)."""
+
+    episode_metrics = ("win_rate", "draw_rate", "loss_rate", "illegal_moves", "elo",
+                       "pool_size", "pool_elo")
+    line_metrics = (("win_rate", "win", ".2f"), ("elo", "elo", ".0f"))
+
+    @staticmethod
+    def add_args(parser):
+        PPOModel.add_args(parser)
+        parser.add_argument("--selfplay_pool", type=positive_int, default=8,
+                            help="snapshots of the policy kept as opponents (default: "
+                                 "%(default)s)")
+        parser.add_argument("--snapshot_every", type=positive_int, default=40,
+                            help="updates (optimizer steps) between snapshots (default: "
+                                 "%(default)s)")
+        parser.add_argument("--opponent_sampling", choices=["uniform", "hard"],
+                            default="uniform",
+                            help="how each game's opponent is drawn from the pool: uniformly, "
+                                 "or favouring the snapshots the learner scores worst against "
+                                 "(default: %(default)s)")
+        parser.add_argument("--elo_k", type=float, default=16.0,
+                            help="the Elo update's step (default: %(default)s)")
+
+    def __init__(self, args, observation_space, action_space):
+        super().__init__(args, observation_space, action_space)
+        if args.recurrent != "none":
+            raise ConfigError(f"--recurrent {args.recurrent} with --model_name selfplay_ppo: the "
+                              f"snapshots act without memory. Drop --recurrent.")
+        self.shapes = [(name, p.shape, p.numel()) for name, p in self.named_parameters()]
+        size = sum(n for _, _, n in self.shapes)
+        slots = args.selfplay_pool
+        self.register_buffer("pool", torch.zeros(slots, size))
+        self.register_buffer("pool_stamp", torch.full((slots,), -1.0))   # -1: empty
+        self.register_buffer("pool_rating", torch.full((slots,), START_RATING))
+        self.register_buffer("pool_score", torch.full((slots,), 0.5))
+        self.register_buffer("rating", torch.tensor(START_RATING))
+        self.register_buffer("updates_done", torch.tensor(0.0))
+        self.register_buffer("next_slot", torch.tensor(0.0))
+        self.opponent_cache = {}
+        self.snapshot()  # the initial policy is the first opponent
+
+    # -- the pool (on the learner) -----------------------------------------------------------
+    @torch.no_grad()
+    def snapshot(self):
+        slot = int(self.next_slot)
+        self.pool[slot] = torch.cat([p.detach().reshape(-1) for p in self.parameters()])
+        self.pool_stamp[slot] = self.updates_done
+        self.pool_rating[slot] = self.rating
+        self.pool_score[slot] = 0.5
+        self.next_slot.fill_((slot + 1) % len(self.pool))
+
+    @torch.no_grad()
+    def after_update(self):
+        """The learner's hook after each optimizer step (core/learning/learner.py)."""
+        self.updates_done += 1
+        if int(self.updates_done) % self.args.snapshot_every == 0:
+            self.snapshot()
+
+    @torch.no_grad()
+    def observe_episodes(self, episodes):
+        """Rate the round's games (the module docstring); metrics.csv's columns."""
+        if not episodes:
+            return {}
+        k = self.args.elo_k
+        for episode in episodes:
+            slot = int(episode.get("opponent", -1))
+            if slot < 0 or float(self.pool_stamp[slot]) != episode.get("opponent_stamp"):
+                continue
+            score = episode["win"] + 0.5 * episode["draw"]
+            expected = 1.0 / (1.0 + 10.0 ** ((float(self.pool_rating[slot])
+                                              - float(self.rating)) / 400.0))
+            self.rating += k * (score - expected)
+            self.pool_rating[slot] -= k * (score - expected)
+            self.pool_score[slot] = 0.9 * self.pool_score[slot] + 0.1 * score
+        filled = self.pool_stamp >= 0
+
+        def rate(key):
+            return float(np.mean([e[key] for e in episodes]))
+        return {"win_rate": rate("win"), "draw_rate": rate("draw"), "loss_rate": rate("loss"),
+                "illegal_moves": float(sum(e["illegal"] for e in episodes)),
+                "elo": float(self.rating), "pool_size": int(filled.sum()),
+                "pool_elo": " ".join(f"{r:.0f}" for r, f in zip(self.pool_rating.tolist(),
+                                                                filled.tolist()) if f)}
+
+    # -- the opponents (on the rollout workers, asked by the env) ----------------------------
+    def sample_opponent(self, rng):
+        """(slot, stamp) of the snapshot a new game meets, drawn with the env's ``rng``."""
+        filled = np.flatnonzero(self.pool_stamp.numpy() >= 0)
+        if self.args.opponent_sampling == "uniform":
+            slot = int(rng.choice(filled))
+        else:
+            weights = (1.0 - self.pool_score.numpy()[filled]) ** 2 + 0.05
+            slot = int(rng.choice(filled, p=weights / weights.sum()))
+        return slot, float(self.pool_stamp[slot])
+
+    def opponent_actions(self, slot, obs):
+        """The snapshot in ``slot`` acting on ``obs`` (a batch, as choose_actions takes it),
+        sampling from its policy."""
+        stamp = float(self.pool_stamp[slot])
+        cached = self.opponent_cache.get(slot)
+        if cached is None or cached[0] != stamp:
+            opponent = cached[1] if cached is not None else self._frozen_copy()
+            opponent.set_weights(self._snapshot_weights(slot, opponent))
+            self.opponent_cache[slot] = cached = (stamp, opponent)
+        actions, _ = cached[1].choose_actions(obs, values=False)
+        return actions
+
+    def _frozen_copy(self):
+        cache, self.opponent_cache = self.opponent_cache, {}
+        try:
+            return copy.deepcopy(self)
+        finally:
+            self.opponent_cache = cache
+
+    def _snapshot_weights(self, slot, opponent):
+        weights = {name: t.numpy() for name, t in opponent.state_dict().items()}
+        vector, offset = self.pool[slot].numpy(), 0
+        for name, shape, n in self.shapes:
+            weights[name] = vector[offset:offset + n].reshape(shape)
+            offset += n
+        return weights

@@ -1,0 +1,249 @@
+"""Turn-based games and self-play (envs/pettingzoo_aec.py, models/selfplay_ppo.py): the scripted
+player's moves on hand-made boards, AEC turn order with masks, illegal moves, the snapshot pool
+(snapshots, replacement, the opponents' weights), Elo by hand, opponent sampling, errors, and a
+whole run (train with the pool in metrics.csv, resume, evaluate against the scripted player)."""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from core.registry import ConfigError
+from envs.pettingzoo_aec import PettingZooTurnEnv, scripted_move
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytestmark = pytest.mark.unit
+
+
+def game_env(evaluation=False, **flags):
+    args = argparse.Namespace(pz_env="pettingzoo.classic.tictactoe_v3", pz_kwargs="{}",
+                              opponent="random", eval_opponent="random", seat="random",
+                              evaluation=evaluation)
+    vars(args).update(flags)
+    return PettingZooTurnEnv(args, seed=0)
+
+
+def board(game, mine, theirs):
+    rows, cols = (6, 7) if game == "connect_four" else (3, 3)
+    planes = np.zeros((rows, cols, 2), np.int8)
+    for r, c in mine:
+        planes[r, c, 0] = 1
+    for r, c in theirs:
+        planes[r, c, 1] = 1
+    if game == "connect_four":
+        mask = (planes[0].sum(-1) == 0).astype(np.int8)
+    else:  # action a is the cell [a // 3, a % 3]
+        mask = (planes.sum(-1).reshape(-1) == 0).astype(np.int8)
+    return {"observation": planes, "action_mask": mask}
+
+
+def test_the_scripted_player_wins_then_blocks():
+    rng = np.random.default_rng(0)
+    # Connect Four, bottom row: mine at columns 0-2 -> column 3 wins; theirs too at 4-6 -> still
+    # mine first (win before block)
+    obs = board("connect_four", [(5, 0), (5, 1), (5, 2)], [(4, 0), (4, 1), (4, 2)])
+    assert scripted_move("connect_four", obs, rng) == 3
+    # theirs three high in column 6: block on top of them (row 2)
+    obs = board("connect_four", [(5, 0), (5, 1)], [(5, 6), (4, 6), (3, 6)])
+    assert scripted_move("connect_four", obs, rng) == 6
+    # a diagonal of theirs whose last cell rests on a column of three: block column 3
+    obs = board("connect_four", [(5, 3), (4, 3), (3, 3), (5, 1), (5, 2)],
+                [(5, 0), (4, 1), (3, 2), (4, 2)])
+    assert scripted_move("connect_four", obs, rng) == 3
+    # Tic-Tac-Toe: mine on cells 0 and 4 -> 8 wins; then theirs on 2 and 5 -> block 8
+    obs = board("tictactoe", [(0, 0), (1, 1)], [(0, 1), (0, 2)])
+    assert scripted_move("tictactoe", obs, rng) == 8
+    obs = board("tictactoe", [(0, 0), (2, 1)], [(0, 2), (1, 2)])
+    assert scripted_move("tictactoe", obs, rng) == 8
+    # nothing to win or block: a legal move (the centre column half of the time)
+    obs = board("connect_four", [], [])
+    moves = [scripted_move("connect_four", obs, rng) for _ in range(200)]
+    assert set(moves) <= set(range(7)) and 0.4 < np.mean(np.array(moves) == 3) < 0.75
+
+
+def test_turn_order_masks_and_the_outcome():
+    """The learner is asked to move only on its turn, with the game's mask; the opponent has
+    moved first when the learner's seat is the second; the reward is the learner's and the
+    last info scores the game."""
+    env = game_env()
+    rng = np.random.default_rng(1)
+    seats, outcomes = set(), []
+    for episode in range(40):
+        obs, _ = env.reset(seed=episode)
+        seats.add(env.learner)
+        assert env.env.agent_selection == env.learner
+        pieces = obs["observation"].sum(axis=(0, 1))
+        # own pieces first: the second seat starts with one opposing piece on the board
+        assert tuple(pieces) == ((0, 0) if env.learner == env.agents[0] else (0, 1))
+        done, total = False, 0.0
+        while not done:
+            assert env.env.agent_selection == env.learner
+            legal = np.flatnonzero(obs["action_mask"])
+            before = obs["observation"].sum()
+            obs, reward, terminated, truncated, info = env.step(int(rng.choice(legal)))
+            total += reward
+            done = terminated or truncated
+            if not done:  # mine and one of theirs more
+                assert obs["observation"].sum() == before + 2
+        scored = info["episode_metrics"]
+        assert scored["illegal"] == 0 and scored["opponent"] == -1
+        assert scored["win"] == float(total > 0) and scored["loss"] == float(total < 0)
+        assert scored["draw"] == float(total == 0) and info["is_success"] == (total > 0)
+        outcomes.append(total)
+    assert seats == {"player_1", "player_2"}
+    assert {-1.0, 1.0} <= set(outcomes)
+
+
+def test_an_illegal_move_ends_the_game_and_is_counted():
+    env = game_env(seat="player_1")
+    obs, _ = env.reset(seed=0)
+    obs, _, _, _, _ = env.step(4)
+    taken = int(np.flatnonzero(obs["observation"].reshape(-1, 2)[:, 1])[0])
+    *_, terminated, truncated, info = env.step(taken)
+    assert terminated and info["episode_metrics"]["illegal"] == 1
+    assert info["episode_metrics"]["loss"] == 1
+
+
+def selfplay_model(*flags, game="pettingzoo.classic.tictactoe_v3"):
+    from models.selfplay_ppo import SelfPlayPPOModel
+    from options.options import parse_args
+    args = parse_args(["--config", "none", "--env_name", "pettingzoo_aec", "--pz_env", game,
+                       "--model_name", "selfplay_ppo", "--num_workers", "0", *flags])
+    env = game_env(pz_env=game)
+    torch.manual_seed(0)
+    return SelfPlayPPOModel(args, env.observation_space, env.action_space), env
+
+
+def flat(model):
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def test_the_pool_snapshots_every_n_updates_and_replaces_the_oldest():
+    model, env = selfplay_model("--selfplay_pool", "3", "--snapshot_every", "2")
+    assert model.pool_stamp.tolist() == [0, -1, -1]
+    torch.testing.assert_close(model.pool[0], flat(model))
+    stamps = []
+    for update in range(1, 9):
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.01)
+        model.after_update()
+        stamps.append(model.pool_stamp.tolist())
+        if update % 2 == 0:  # the newest snapshot is the parameters of this update
+            slot = (update // 2) % 3
+            torch.testing.assert_close(model.pool[slot], flat(model))
+    # snapshots at updates 2, 4 fill the pool; 6 replaces the initial one, 8 the one of 2
+    assert stamps[1] == [0, 2, -1] and stamps[3] == [0, 2, 4]
+    assert stamps[5] == [6, 2, 4] and stamps[7] == [6, 8, 4]
+
+
+def test_an_opponent_acts_with_its_snapshot_not_the_learner():
+    model, env = selfplay_model("--selfplay_pool", "2")
+    obs, _ = env.reset(seed=0)
+    batch = {"observation": obs["observation"][None], "action_mask": obs["action_mask"][None]}
+    model.opponent_actions(0, batch)
+    opponent = model.opponent_cache[0][1]
+    torch.testing.assert_close(flat(opponent), model.pool[0])
+    with torch.no_grad():  # the learner moves on; the frozen snapshot does not
+        for p in model.parameters():
+            p.add_(1.0)
+    model.opponent_actions(0, batch)
+    torch.testing.assert_close(flat(model.opponent_cache[0][1]), model.pool[0])
+    # a masked cell is never chosen by an opponent either
+    batch["action_mask"] = np.zeros((1, 9), np.int8)
+    batch["action_mask"][0, 7] = 1
+    assert {int(model.opponent_actions(0, batch)[0]) for _ in range(20)} == {7}
+    # the pool reaches a worker's model with the weights
+    other, _ = selfplay_model("--selfplay_pool", "2")
+    model.snapshot()
+    other.set_weights(model.get_weights())
+    torch.testing.assert_close(other.pool, model.pool)
+    assert other.pool_stamp.tolist() == model.pool_stamp.tolist()
+
+
+def test_elo_and_the_win_rates_by_hand():
+    model, _ = selfplay_model("--selfplay_pool", "2", "--elo_k", "16")
+    game = {"win": 1.0, "draw": 0.0, "loss": 0.0, "illegal": 0.0, "opponent": 0.0,
+            "opponent_stamp": 0.0}
+    row = model.observe_episodes([game])
+    # equal ratings: expected score 0.5; a win moves each by 16 * 0.5
+    assert float(model.rating) == pytest.approx(1008.0)
+    assert float(model.pool_rating[0]) == pytest.approx(992.0)
+    assert float(model.pool_score[0]) == pytest.approx(0.55)
+    assert row["win_rate"] == 1.0 and row["pool_size"] == 1 and row["pool_elo"] == "992"
+    # a draw against it now: expected 1 / (1 + 10^(-16/400))
+    expected = 1.0 / (1.0 + 10.0 ** ((992.0 - 1008.0) / 400.0))
+    row = model.observe_episodes([dict(game, win=0.0, draw=1.0)])
+    assert float(model.rating) == pytest.approx(1008.0 + 16.0 * (0.5 - expected))
+    assert row["draw_rate"] == 1.0 and row["illegal_moves"] == 0
+    # a game against a snapshot since replaced (another stamp) is not rated
+    rating = float(model.rating)
+    model.observe_episodes([dict(game, opponent_stamp=5.0)])
+    assert float(model.rating) == rating
+
+
+def test_hard_sampling_favours_the_snapshots_the_learner_loses_to():
+    model, _ = selfplay_model("--selfplay_pool", "2", "--opponent_sampling", "hard")
+    model.snapshot()
+    model.pool_score[:] = torch.tensor([1.0, 0.0])  # always beats 0, always loses to 1
+    rng = np.random.default_rng(0)
+    slots = [model.sample_opponent(rng)[0] for _ in range(2000)]
+    # weights 0.05 and 1.05
+    assert np.mean(np.array(slots) == 1) == pytest.approx(1.05 / 1.10, abs=0.02)
+
+
+def test_errors_are_one_paragraph():
+    with pytest.raises(ConfigError, match="knows connect_four, tictactoe only"):
+        game_env(pz_env="pettingzoo.classic.rps_v2", opponent="scripted")
+    with pytest.raises(ConfigError, match="--seat 'north'"):
+        game_env(seat="north")
+    with pytest.raises(ConfigError, match="no env\\(\\) function"):
+        game_env(pz_env="json")
+    env = game_env(opponent="selfplay")  # no model handed to it: outside a rollout worker
+    with pytest.raises(ConfigError, match="--model_name selfplay_ppo"):
+        env.reset(seed=0)
+    env.bind_policy(lambda: torch.nn.Linear(1, 1))  # a model without a pool
+    with pytest.raises(ConfigError, match="--model_name selfplay_ppo"):
+        env.reset(seed=0)
+
+
+@pytest.mark.e2e
+def test_selfplay_trains_resumes_and_evaluates(tmp_path):
+    """Tic-Tac-Toe against the pool for a few rounds: metrics.csv has the rates, the ratings
+    and a pool that grew, no illegal move; a resumed run starts from the saved pool; --evaluate
+    plays the scripted player."""
+    run_dir = str(tmp_path / "ttt")
+    common = [sys.executable, "main.py", "--env_name", "pettingzoo_aec", "--pz_env",
+              "pettingzoo.classic.tictactoe_v3", "--model_name", "selfplay_ppo",
+              "--num_workers", "0", "--quiet", "--no-tensorboard", "--target_return", "none",
+              "--num_envs_per_worker", "8", "--rollout_steps", "16", "--batch_size", "64",
+              "--snapshot_every", "4", "--selfplay_pool", "3", "--eval_interval", "1024",
+              "--eval_episodes", "4"]
+    train = subprocess.run([*common, "--total_steps", "1536", "--run_dir", run_dir], cwd=REPO,
+                           capture_output=True, text=True, timeout=300)
+    assert train.returncode == 0, train.stderr[-3000:]
+    from core.run.metrics import read_metrics
+    rows = read_metrics(os.path.join(run_dir, "metrics.csv"))
+    assert all(row["illegal_moves"] == 0 for row in rows if row["win_rate"] is not None)
+    assert rows[-1]["pool_size"] == 3 and len(str(rows[-1]["pool_elo"]).split()) == 3
+    assert all(0 <= row["win_rate"] + row["draw_rate"] <= 1 for row in rows
+               if row["win_rate"] is not None)
+    resumed = subprocess.run([sys.executable, "main.py", "--restore", run_dir,
+                              "--total_steps", "2048", "--quiet", "--no-tensorboard"],
+                             cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    after = read_metrics(os.path.join(run_dir, "metrics.csv"))
+    assert len(after) > len(rows) and after[-1]["pool_size"] == 3
+    # the pool's clock went on from the saved one: it counts every update of both runs
+    saved = torch.load(os.path.join(run_dir, "checkpoints", "last.pt"), weights_only=True)
+    assert float(saved["model"]["updates_done"]) == after[-1]["updates"] > rows[-1]["updates"]
+    assert float(saved["model"]["pool_stamp"].max()) > rows[-1]["updates"] - 4
+    evaluate = subprocess.run([sys.executable, "main.py", "--evaluate", run_dir,
+                               "--eval_episodes", "6", "--eval_opponent", "scripted"],
+                              cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert evaluate.returncode == 0, evaluate.stderr[-3000:]
+    assert "6 deterministic episodes" in evaluate.stdout
