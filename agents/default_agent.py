@@ -55,6 +55,11 @@ def cat(parts):
     return torch.cat(parts)
 
 
+def return_sums(returns):
+    """The sums a learner merges the round's return moments from (--value_norm)."""
+    return {"return_sum": float(returns.sum()), "return_sq_sum": float((returns ** 2).sum())}
+
+
 @register_agent("default_agent")
 class DefaultAgent(OnPolicyAgent):
     """GAE(lambda) with bootstrapping at truncation; minibatch gradients for the learner."""
@@ -133,9 +138,11 @@ class DefaultAgent(OnPolicyAgent):
             "old_values": flat(trajectory.values).float(),
         }
         kept = advantages.reshape(n)[valid].astype(np.float64)
+        kept_returns = returns.reshape(n)[valid].astype(np.float64)
         return {"advantage_sum": float(kept.sum()),
                 "advantage_sq_sum": float((kept ** 2).sum()),
-                "advantage_count": int(valid.sum())}
+                "advantage_count": int(valid.sum()),
+                **return_sums(kept_returns)}
 
     def keep_sequences(self, trajectory, advantages, returns):
         """A recurrent model's data: sequences batch-first [S, L, ...] (module docstring); the
@@ -167,6 +174,7 @@ class DefaultAgent(OnPolicyAgent):
         return {"advantage_sum": float(kept.sum()),
                 "advantage_sq_sum": float((kept ** 2).sum()),
                 "advantage_count": int(valid.sum()),
+                **return_sums(returns[valid].astype(np.float64)),
                 "sequences": len(self.data["returns"])}
 
     def export_data(self):

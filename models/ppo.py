@@ -148,6 +148,10 @@ class PPOModel(BaseModel):
                             help="clip the value change per update to this (default: off)")
         parser.add_argument("--ent_coef", type=non_negative_float, default=0.0,
                             help="entropy bonus coefficient (default: %(default)s)")
+        parser.add_argument("--value_norm", action="store_true",
+                            help="the critic learns returns standardized by their running "
+                                 "mean and std over the run (MAPPO's value normalization); "
+                                 "its values are scaled back for the advantages")
         parser.add_argument("--vf_coef", type=non_negative_float, default=0.5,
                             help="value loss coefficient (default: %(default)s)")
         parser.add_argument("--max_grad_norm", type=non_negative_float, default=0.5,
@@ -218,6 +222,15 @@ class PPOModel(BaseModel):
         self.rnn = self.critic_rnn = None  # memory (build_networks sets them with --recurrent)
         self.build_networks(args)
         self.recurrent = self.rnn is not None
+        self.value_norm = bool(getattr(args, "value_norm", False))
+        if self.value_norm:
+            if self.recurrent:
+                raise ConfigError(f"--value_norm with --recurrent {args.recurrent}: the recurrent "
+                                  f"critic has no normalized form yet. Drop one of them.")
+            # the returns' moments over the run (observe_returns), travelling with the weights
+            self.register_buffer("return_count", torch.tensor(0.0, dtype=torch.float64))
+            self.register_buffer("return_mean", torch.tensor(0.0, dtype=torch.float64))
+            self.register_buffer("return_var", torch.tensor(1.0, dtype=torch.float64))
         if self.use_sde and not (isinstance(self.actor, nn.Sequential)
                                  and isinstance(self.actor[-1], nn.Linear)
                                  and self.log_std.dim() == 2):
@@ -387,7 +400,29 @@ class PPOModel(BaseModel):
         return self.log_prob(dist, actions), self.entropy(dist)
 
     def values(self, features):
-        return self.critic(features).squeeze(-1)
+        """V(s): the critic's output, scaled back from standardized returns with
+        --value_norm."""
+        values = self.critic(features).squeeze(-1)
+        if self.value_norm:
+            values = values * self.return_std() + self.return_mean.float()
+        return values
+
+    def return_std(self):
+        return self.return_var.float().clamp(min=1e-4).sqrt()
+
+    @torch.no_grad()
+    def observe_returns(self, count, mean, var):
+        """--value_norm, on the learner after each round: merge the round's returns' moments
+        into the run's (Chan et al.'s parallel update); the next round's workers get them with
+        the weights, so a round's targets and values are scaled alike everywhere."""
+        if not self.value_norm or count <= 0:
+            return
+        total = self.return_count + count
+        delta = mean - self.return_mean
+        self.return_var.copy_((self.return_var * self.return_count + var * count
+                               + delta ** 2 * self.return_count * count / total) / total)
+        self.return_mean.add_(delta * count / total)
+        self.return_count.copy_(total)
 
     @property
     def device(self):
@@ -590,10 +625,13 @@ class PPOModel(BaseModel):
         clipped = batch.advantages * ratio.clamp(1.0 - clip_range, 1.0 + clip_range)
         policy_loss = -mean(torch.min(surrogate, clipped))
 
+        # --value_norm: the error in standardized units (the critic's own), so the value
+        # loss keeps one scale whatever the returns'; clipped in those units too
+        scale = self.return_std().detach() if self.value_norm else 1.0
         if self.args.clip_range_vf is not None:
             values = batch.old_values + (values - batch.old_values).clamp(
-                -self.args.clip_range_vf, self.args.clip_range_vf)
-        value_loss = mean((batch.returns - values) ** 2)
+                -self.args.clip_range_vf * scale, self.args.clip_range_vf * scale)
+        value_loss = mean(((batch.returns - values) / scale) ** 2)
         entropy = mean(entropy)
 
         loss = policy_loss + self.args.vf_coef * value_loss - self.args.ent_coef * entropy

@@ -233,3 +233,35 @@ def test_learner_does_not_clip_when_max_grad_norm_is_zero():
     exp_avg = torch.cat([learner.optimizer.state[p]["exp_avg"].flatten()
                          for p in model.parameters()])
     torch.testing.assert_close(exp_avg, torch.full_like(exp_avg, 0.1 * 3.0))
+
+
+# -- --value_norm ------------------------------------------------------------------------------
+def test_value_norm_merges_the_rounds_returns_and_scales_the_critic():
+    model = make_model(spaces.Discrete(2), "--value_norm")
+    rounds = [np.array([1.0, 3.0, 5.0]), np.array([-2.0, 10.0]), np.array([4.0] * 5)]
+    for returns in rounds:  # a round's (count, mean, variance), as the trainer sends them
+        model.observe_returns(len(returns), returns.mean(), returns.var())
+    everything = np.concatenate(rounds)
+    assert float(model.return_count) == len(everything)
+    assert float(model.return_mean) == pytest.approx(everything.mean())
+    assert float(model.return_var) == pytest.approx(everything.var())
+    # the values are the critic's output scaled back; predict_values and acting agree
+    obs = torch.as_tensor(random_obs(5))
+    raw = model.critic(model.features(obs)).squeeze(-1)
+    expected = raw * everything.std() + everything.mean()
+    torch.testing.assert_close(model.values(model.features(obs)), expected.float())
+    torch.testing.assert_close(torch.as_tensor(model.predict_values(obs.numpy())),
+                               expected.detach().float())
+    # the value loss is the standardized one: (target - mu) / sigma against the critic's output
+    returns = torch.tensor([0.0, 7.0, -3.0, 2.0, 12.0])
+    batch = PPOBatch(obs, torch.zeros(5, dtype=torch.int64),
+                     torch.zeros(5), torch.zeros(5), returns, torch.zeros(5))
+    _, stats = model.step(batch)
+    target = (returns - everything.mean()) / everything.std()
+    assert stats["value_loss"] == pytest.approx(float(((target - raw) ** 2).mean()), rel=1e-4)
+    # without the flag nothing changes scale
+    plain = make_model(spaces.Discrete(2))
+    torch.testing.assert_close(plain.values(plain.features(obs)),
+                               plain.critic(plain.features(obs)).squeeze(-1))
+    plain.observe_returns(3, 5.0, 4.0)
+    assert not hasattr(plain, "return_mean")

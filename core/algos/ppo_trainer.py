@@ -133,6 +133,20 @@ def samples(rollout):
     return rollout.agent_stats.get("advantage_count", rollout.env_steps)
 
 
+def return_moments(rollouts):
+    """(count, mean, variance) of the round's returns (the value targets), all workers
+    together, or None when an agent does not report them."""
+    stats = [r.agent_stats for r in rollouts]
+    if not stats or not all("return_sum" in s for s in stats):
+        return None
+    count = sum(s["advantage_count"] for s in stats)
+    if count == 0:
+        return None
+    mean = sum(s["return_sum"] for s in stats) / count
+    var = max(sum(s["return_sq_sum"] for s in stats) / count - mean ** 2, 0.0)
+    return float(count), float(mean), float(var)
+
+
 def advantage_moments(rollouts):
     """Mean and std of the advantages of the whole rollout, all workers together."""
     stats = [r.agent_stats for r in rollouts]
@@ -408,6 +422,10 @@ class PPOTrainer(Trainer):
                                        collected.progress))
         # The round's finished episodes, told to the learner's model after its updates: what
         # it keeps of them (a self-play pool's ratings) goes out with the next weights.
+        moments = return_moments(list(collected.delivered.values()))
+        observe_returns = getattr(self.model, "observe_returns", None)
+        if moments is not None and observe_returns is not None:  # PPO's --value_norm
+            observe_returns(*moments)
         episodes = [m for r in collected.delivered.values() for m in r.episode_metrics]
         learned.episodes = self.model.observe_episodes(episodes) or {}
         self.sample_ahead.record(sum(r.env_steps for r in collected.delivered.values()),
