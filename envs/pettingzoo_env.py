@@ -23,11 +23,22 @@ as MAPPO: Yu et al. 2022) or each agent's own. What this shape does not give: a 
 (mixed and competitive games), several policies mapped to groups of agents, turn-taking (AEC)
 envs and self-play.
 
+With ``--policy_map PATTERN=NAME,...`` the agents are grouped by the policy that acts for
+them (shell-style patterns on agent ids, the first that matches wins; ``per_agent``: a policy
+per agent, named by its id): the observation is then a Dict {policy name: Box(agents of that
+policy, D)}, policies in sorted order (as gymnasium orders a Dict), their agents in
+``possible_agents`` order, and the team action lists the agents in that same order. The model
+learns a policy per name from its own agents' rows (models/ma_ppo.py); each episode's last info
+carries every policy's return (the mean over its agents of their own rewards' sum) as
+``return_<name>`` for metrics.csv.
+
 ``--pz_env`` names a module with a ``parallel_env(**kwargs)`` function (``mpe2.simple_spread_v3``,
 ``pettingzoo.butterfly.pistonball_v6``, a module of your own); ``--pz_kwargs`` is a JSON object of
 its arguments (default for MPE: ``{"N": 3, "max_cycles": 25, "continuous_actions": false}``
 where the module takes them).
 """
+import argparse
+import fnmatch
 import importlib
 import json
 
@@ -54,6 +65,58 @@ def _parse_kwargs(text):
         raise ConfigError(f"--pz_kwargs {text!r}: a JSON object of the env's arguments, such as "
                           f"'{{\"N\": 3}}'.")
     return value
+
+
+def _mapping(text):
+    """``--policy_map``: PATTERN=NAME pairs separated by commas, or per_agent; checked here,
+    kept as the text (configs are plain data)."""
+    try:
+        map_entries(text)
+    except ConfigError as exc:  # argparse shows an ArgumentTypeError's own words
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def map_entries(text):
+    entries = [entry.strip() for entry in text.split(",") if entry.strip()]
+    if entries == ["per_agent"]:
+        return entries
+    for entry in entries:
+        pattern, sep, name = entry.partition("=")
+        if not sep or not pattern or not name.isidentifier():
+            raise ConfigError(f"--policy_map {text!r}: give PATTERN=NAME pairs separated by "
+                              f"commas (a shell-style pattern on agent ids, a policy name that "
+                              f"is an identifier), such as 'adversary_*=adversary,agent_*=good', "
+                              f"or per_agent.")
+    return entries
+
+
+def policy_groups(agents, entries):
+    """{policy name: [agent indices]} for ``--policy_map`` entries (the module docstring)."""
+    if list(entries) == ["per_agent"]:
+        return {agent: [i] for i, agent in enumerate(agents)}
+    if "per_agent" in entries:
+        raise ConfigError("--policy_map: per_agent stands alone (a policy for every agent); "
+                          "drop the PATTERN=NAME pairs beside it.")
+    pairs = [entry.partition("=")[::2] for entry in entries]
+    groups, unmatched = {}, []
+    for i, agent in enumerate(agents):
+        name = next((name for pattern, name in pairs if fnmatch.fnmatchcase(agent, pattern)),
+                    None)
+        if name is None:
+            unmatched.append(agent)
+        else:
+            groups.setdefault(name, []).append(i)
+    if unmatched:
+        raise ConfigError(f"--policy_map {','.join(entries)}: no pattern covers agent(s) "
+                          f"{', '.join(unmatched)} (the env's agents: {', '.join(agents)}). Add "
+                          f"a pattern for them, such as '*=shared' last.")
+    idle = [pattern for pattern, _ in pairs
+            if not any(fnmatch.fnmatchcase(agent, pattern) for agent in agents)]
+    if idle:
+        raise ConfigError(f"--policy_map: pattern(s) {', '.join(idle)} match none of the env's "
+                          f"agents ({', '.join(agents)}); a typo?")
+    return groups
 
 
 def make_parallel_env(module_name, kwargs):
@@ -89,6 +152,12 @@ class PettingZooTeamEnv:
                                  "agents' (default: %(default)s)")
         parser.add_argument("--agent_ids", action="store_true",
                             help="append a one-hot of the agent's index to its row")
+        parser.add_argument("--policy_map", type=_mapping, default=None,
+                            help="which policy acts for which agents: PATTERN=NAME pairs "
+                                 "separated by commas (shell-style patterns on agent ids, the "
+                                 "first match wins), or per_agent; the observation becomes a "
+                                 "Dict by policy (default: one policy for every agent, rows in "
+                                 "a Box)")
 
     @staticmethod
     def label(config):
@@ -111,9 +180,22 @@ class PettingZooTeamEnv:
         self.obs_width = max(self.widths)
         n = len(self.agents)
         row = self.obs_width + 1 + (n if self.agent_ids else 0)
+        self.rows_shape = (n, row)
         self.observation_space = spaces.Box(-np.inf, np.inf, (n, row), np.float32)
-        self.action_space = self._team_actions(args.pz_env, action_spaces)
+        # --policy_map: the agents grouped by policy (sorted names), the team action in
+        # that order; without it one group in the env's order
+        entries = getattr(args, "policy_map", None)
+        self.groups = policy_groups(self.agents, map_entries(entries)) if entries else None
+        self.order = (list(range(n)) if self.groups is None else
+                      [i for name in sorted(self.groups) for i in self.groups[name]])
+        if self.groups is not None:
+            self.observation_space = spaces.Dict({
+                name: spaces.Box(-np.inf, np.inf, (len(rows), row), np.float32)
+                for name, rows in self.groups.items()})
+        self.action_space = self._team_actions(args.pz_env,
+                                               [action_spaces[i] for i in self.order])
         self.live = set()
+        self.agent_returns = np.zeros(n)
 
     def _team_actions(self, name, action_spaces):
         first = action_spaces[0]
@@ -133,7 +215,7 @@ class PettingZooTeamEnv:
 
     def _rows(self, observations):
         n = len(self.agents)
-        rows = np.zeros(self.observation_space.shape, np.float32)
+        rows = np.zeros(self.rows_shape, np.float32)
         for i, agent in enumerate(self.agents):
             if agent in observations and agent in self.live:
                 rows[i, :self.widths[i]] = np.asarray(observations[agent], np.float32).ravel()
@@ -142,17 +224,24 @@ class PettingZooTeamEnv:
             rows[:, self.obs_width + 1:] = np.eye(n, dtype=np.float32)
         return rows
 
+    def _observation(self, rows):
+        if self.groups is None:
+            return rows
+        return {name: rows[indices] for name, indices in self.groups.items()}
+
     def reset(self, seed=None, options=None):
         observations, _ = self.env.reset(seed=seed, options=options)
         self.live = set(self.env.agents)
-        return self._rows(observations), {}
+        self.agent_returns[:] = 0.0
+        return self._observation(self._rows(observations)), {}
 
     def step(self, action):
         action = np.asarray(action)
         discrete = isinstance(self.action_space, spaces.MultiDiscrete)
-        actions = {agent: (int(action[i]) if discrete else
-                           np.asarray(action[i], np.float32))
-                   for i, agent in enumerate(self.agents) if agent in self.live}
+        # the team action lists the agents in self.order (by policy with --policy_map)
+        actions = {self.agents[i]: (int(action[j]) if discrete else
+                                    np.asarray(action[j], np.float32))
+                   for j, i in enumerate(self.order) if self.agents[i] in self.live}
         observations, rewards, terminations, truncations, infos = self.env.step(actions)
         acted = list(actions)
         values = [float(rewards.get(a, 0.0)) for a in acted]
@@ -164,8 +253,14 @@ class PettingZooTeamEnv:
         terminated = all(terminations.get(a, False) for a in acted)
         truncated = not terminated and (any(truncations.get(a, False) for a in acted)
                                         or not self.live)
-        rows = self._rows(observations)
-        return rows, reward, terminated, truncated, {"agent_rewards": dict(zip(acted, values))}
+        for agent, value in zip(acted, values):
+            self.agent_returns[self.agents.index(agent)] += value
+        info = {"agent_rewards": dict(zip(acted, values))}
+        if (terminated or truncated) and self.groups is not None:
+            info["episode_metrics"] = {
+                f"return_{name}": float(np.mean(self.agent_returns[indices]))
+                for name, indices in self.groups.items()}
+        return self._observation(self._rows(observations)), reward, terminated, truncated, info
 
     def render(self):
         return self.env.render()

@@ -39,6 +39,12 @@ class BaseModel(nn.Module):
     #: the columns ``observe_episodes`` fills in metrics.csv, in this order
     episode_metrics = ()
 
+    @classmethod
+    def metric_columns_of(cls, observation_space):
+        """``observe_episodes``'s columns for a run on ``observation_space`` (a model whose
+        columns depend on the env overrides it: models/ma_ppo.py, a return per policy)."""
+        return tuple(cls.episode_metrics)
+
     @staticmethod
     def add_args(parser):
         """Add this model's flags to its argument group."""

@@ -10,16 +10,29 @@ one policy network shared by every agent, each acting on its own row alone.
   hold the global state); ``--ma_critic local``: the shared MLP on each row, the team's value the
   mean of the agents'.
 
+Several policies (envs/pettingzoo_env.py ``--policy_map``): the observation is a Dict {policy
+name: Box(its agents, R)}; each policy has its own actor (``GroupWise``: policy p's MLP on its
+agents' rows only, so its parameters learn from its own agents' samples and no other's), the
+critic is central on every row or, with ``--ma_critic local``, each policy's own on its rows.
+``--policy_args NAME=FLAGS`` gives a policy its own --hidden_sizes, --activation and --lr (its
+actor and local critic then form an optimizer group of their own). Every agent of one policy
+must act in the same space (the head is the policy's).
+
 Everything else is PPOModel's (models/ppo.py): its flags, the update, schedules, export. The
 rows must tell the agents apart where the task needs it (envs/pettingzoo_env.py --agent_ids).
 """
+import argparse
+import shlex
+
+import numpy as np
 import torch
 from gymnasium import spaces
 from torch import nn
 
+from core.argtypes import positive_float
 from core.registry import ConfigError
 from models import register_model
-from models.ppo import PPOModel, mlp
+from models.ppo import ACTIVATIONS, PPOModel, hidden_sizes, mlp, schedule
 
 
 class AgentWise(nn.Module):
@@ -47,6 +60,89 @@ class AgentMean(nn.Module):
         return self.net(rows).mean(dim=1)
 
 
+class ConcatRows(nn.Module):
+    """A Dict {policy: [B, n_p, R]} as one [B, N * R], policies in the Dict's order."""
+
+    def __init__(self, names):
+        super().__init__()
+        self.names = list(names)
+
+    def forward(self, obs):
+        return torch.cat([obs[name].float().reshape(obs[name].shape[0], -1)
+                          for name in self.names], dim=1)
+
+
+class GroupWise(nn.Module):
+    """Policy p's network on each of its n_p rows: [B, N * R] (rows grouped by policy, in
+    ``names`` order) -> [B, sum_p n_p * out_p]."""
+
+    def __init__(self, names, counts, row_width, nets):
+        super().__init__()
+        self.names, self.counts, self.row_width = list(names), list(counts), row_width
+        self.nets = nn.ModuleDict(nets)
+
+    def forward(self, x):
+        rows = x.reshape(x.shape[0], sum(self.counts), self.row_width)
+        outputs, start = [], 0
+        for name, count in zip(self.names, self.counts):
+            out = self.nets[name](rows[:, start:start + count])
+            outputs.append(out.reshape(x.shape[0], -1))
+            start += count
+        return torch.cat(outputs, dim=1)
+
+
+class GroupMean(nn.Module):
+    """Each policy's value network on its rows, averaged over all rows: [B, N * R] -> [B, 1]."""
+
+    def __init__(self, names, counts, row_width, nets):
+        super().__init__()
+        self.values = GroupWise(names, counts, row_width, nets)
+
+    def forward(self, x):
+        return self.values(x).mean(dim=1, keepdim=True)
+
+
+def policy_args_text(text):
+    """``--policy_args``: NAME=FLAGS entries separated by semicolons, checked here, kept as
+    the text (the names are checked against the env's policies when the model is built)."""
+    try:
+        policy_args_entries(text)
+    except ConfigError as exc:  # argparse shows an ArgumentTypeError's own words
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def policy_args_entries(text):
+    """{name: parsed flags} of ``--policy_args``."""
+    found = {}
+    for entry in (e.strip() for e in text.split(";") if e.strip()):
+        name, sep, flags = entry.partition("=")
+        name = name.strip()
+        if not sep or not name.isidentifier():
+            raise ConfigError(f"--policy_args {text!r}: give NAME=FLAGS entries separated by "
+                              f"semicolons, such as 'speaker=--hidden_sizes 32,32 --lr 1e-3; "
+                              f"listener=--lr 5e-4'.")
+        found[name] = parse_policy_flags(name, flags)
+    return found
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise ConfigError(message)
+
+
+def parse_policy_flags(name, flags):
+    parser = _Parser(prog=f"--policy_args {name}=", add_help=False)
+    parser.add_argument("--hidden_sizes", type=hidden_sizes, default=None)
+    parser.add_argument("--activation", choices=sorted(ACTIVATIONS), default=None)
+    parser.add_argument("--lr", type=positive_float, default=None)
+    try:
+        return parser.parse_args(shlex.split(flags))
+    except ConfigError as exc:
+        raise ConfigError(f"--policy_args {name}={flags!r}: {exc}. A policy takes its own "
+                          f"--hidden_sizes, --activation and --lr.") from None
+
+
 @register_model("ma_ppo")
 class TeamPPOModel(PPOModel):
     """PPO with one actor shared by every agent of a team (a row each) and a centralized or
@@ -59,9 +155,15 @@ class TeamPPOModel(PPOModel):
                             help="the critic: an MLP on every agent's row at once (central, "
                                  "MAPPO) or the mean of a shared MLP on each row (local) "
                                  "(default: %(default)s)")
+        parser.add_argument("--policy_args", type=policy_args_text, default=None,
+                            help="policies' own flags (with the env's --policy_map), entries "
+                                 "separated by semicolons: 'NAME=--hidden_sizes 32,32 "
+                                 "--activation relu --lr 1e-3; OTHER=--lr 5e-4'")
 
     @classmethod
     def check_spaces(cls, observation_space, action_space):
+        if isinstance(observation_space, spaces.Dict):
+            return cls.check_policy_spaces(observation_space, action_space)
         if not (isinstance(observation_space, spaces.Box) and len(observation_space.shape) == 2):
             raise ConfigError(
                 f"model ma_ppo takes an observation with a row per agent, a 2-D Box [agents, "
@@ -84,10 +186,50 @@ class TeamPPOModel(PPOModel):
                 f"model ma_ppo takes a MultiDiscrete (a Discrete per agent) or a Box [agents, "
                 f"K] team action; this env's is {action_space}.")
 
+    @classmethod
+    def check_policy_spaces(cls, observation_space, action_space):
+        """A Dict {policy: Box(n_p, R)} (--policy_map): one row width, and one action space
+        per policy."""
+        boxes = observation_space.spaces
+        if not all(isinstance(b, spaces.Box) and len(b.shape) == 2 for b in boxes.values()) \
+                or len({b.shape[1] for b in boxes.values()}) != 1:
+            raise ConfigError(
+                f"model ma_ppo takes a Dict of policies' rows, each a Box [agents, width] of one "
+                f"width (envs/pettingzoo_env.py --policy_map makes one); this env's is "
+                f"{observation_space}.")
+        counts = [b.shape[0] for b in boxes.values()]
+        if isinstance(action_space, spaces.MultiDiscrete):
+            nvec = action_space.nvec.reshape(-1).tolist()
+            if len(nvec) != sum(counts):
+                raise ConfigError(f"model ma_ppo: {sum(counts)} agents but a team action of "
+                                  f"{len(nvec)} ({action_space}).")
+            start = 0
+            for name, count in zip(boxes, counts):
+                sizes = nvec[start:start + count]
+                if len(set(sizes)) != 1:
+                    raise ConfigError(
+                        f"model ma_ppo: the agents of policy {name!r} act in Discrete spaces of "
+                        f"different sizes ({', '.join(map(str, sizes))}); one policy has one "
+                        f"action head. Map those agents to different policies (--policy_map).")
+                start += count
+        elif isinstance(action_space, spaces.Box):
+            if len(action_space.shape) != 2 or action_space.shape[0] != sum(counts):
+                raise ConfigError(f"model ma_ppo: a continuous team action is a Box [agents, "
+                                  f"K] ({sum(counts)} agents); this env's is {action_space}.")
+        else:
+            raise ConfigError(f"model ma_ppo takes a MultiDiscrete (a Discrete per agent) or a "
+                              f"Box [agents, K] team action; this env's is {action_space}.")
+
     def build_networks(self, args):
         if args.recurrent != "none":
             raise ConfigError(f"--recurrent {args.recurrent} with --model_name ma_ppo: the "
                               f"shared actor has no recurrent form yet. Drop --recurrent.")
+        self.policy_lrs = {}
+        if isinstance(self.observation_space, spaces.Dict):
+            return self.build_policies(args)
+        if args.policy_args:
+            raise ConfigError("--policy_args names policies of the env's --policy_map; this env "
+                              "has one policy for every agent (no --policy_map).")
         agents, width = self.observation_space.shape
         sizes = args.hidden_sizes if args.hidden_sizes is not None else [64, 64]
         per_agent = self.action_dim // agents
@@ -101,3 +243,80 @@ class TeamPPOModel(PPOModel):
             self.critic = AgentMean(agents, width, mlp(width, sizes, 1, args.activation, 1.0))
         if self.head is None:  # Box actions: one log std per entry of the team action
             self.log_std = nn.Parameter(torch.full((self.action_dim,), args.log_std_init))
+
+    def build_policies(self, args):
+        """A network per policy of the Dict observation (the module docstring)."""
+        self.check_policy_spaces(self.observation_space, self.action_space)
+        boxes = self.observation_space.spaces
+        names, counts = list(boxes), [b.shape[0] for b in boxes.values()]
+        width = next(iter(boxes.values())).shape[1]
+        own = policy_args_entries(args.policy_args) if args.policy_args else {}
+        for name in own:
+            if name not in boxes:
+                raise ConfigError(f"--policy_args {name}=...: no such policy; the env's "
+                                  f"--policy_map makes {', '.join(names)}.")
+        default_sizes = args.hidden_sizes if args.hidden_sizes is not None else [64, 64]
+
+        def sizes_of(name):
+            found = own.get(name)
+            return (found.hidden_sizes if found is not None and found.hidden_sizes is not None
+                    else default_sizes)
+
+        def activation_of(name):
+            found = own.get(name)
+            return found.activation if found is not None and found.activation else args.activation
+        self.policy_lrs = {name: flags.lr for name, flags in own.items() if flags.lr}
+        if isinstance(self.action_space, spaces.MultiDiscrete):
+            nvec = self.action_space.nvec.reshape(-1).tolist()
+            firsts = np.cumsum([0] + counts[:-1])
+            per_agent = {name: int(nvec[first]) for name, first in zip(names, firsts)}
+        else:
+            per_agent = {name: int(self.action_space.shape[1]) for name in names}
+        self.encoder = ConcatRows(names)
+        self.actor = GroupWise(names, counts, width, {
+            name: mlp(width, sizes_of(name), per_agent[name], activation_of(name), 0.01)
+            for name in names})
+        if args.ma_critic == "central":
+            self.critic = mlp(sum(counts) * width, default_sizes, 1, args.activation, 1.0)
+        else:
+            self.critic = GroupMean(names, counts, width, {
+                name: mlp(width, sizes_of(name), 1, activation_of(name), 1.0) for name in names})
+        if self.head is None:
+            self.log_std = nn.Parameter(torch.full((self.action_dim,), args.log_std_init))
+
+    # -- a learning rate per policy (--policy_args NAME='--lr ...') ---------------------------
+    def policy_parameters(self, name):
+        params = list(self.actor.nets[name].parameters())
+        if isinstance(self.critic, GroupMean):
+            params += list(self.critic.values.nets[name].parameters())
+        return params
+
+    def configure_optimizer(self):
+        if not self.policy_lrs:
+            return super().configure_optimizer()
+        own = {name: self.policy_parameters(name) for name in self.policy_lrs}
+        taken = {id(p) for params in own.values() for p in params}
+        groups = [{"params": [p for p in self.parameters() if id(p) not in taken],
+                   "lr": self.args.lr, "name": "shared"}]
+        groups += [{"params": params, "lr": self.policy_lrs[name], "name": f"policy:{name}"}
+                   for name, params in own.items()]
+        return torch.optim.Adam(groups, eps=1e-5, fused=True)
+
+    def learning_rate(self, progress):
+        if not self.policy_lrs:
+            return super().learning_rate(progress)
+        rates = {f"policy:{name}": schedule(lr, self.args.lr_schedule, progress)
+                 for name, lr in self.policy_lrs.items()}
+        return {"shared": super().learning_rate(progress), **rates}
+
+    # -- each policy's return in metrics.csv (envs/pettingzoo_env.py's episode_metrics) -------
+    @classmethod
+    def metric_columns_of(cls, observation_space):
+        if isinstance(observation_space, spaces.Dict):
+            return tuple(f"return_{name}" for name in observation_space.spaces)
+        return ()
+
+    def observe_episodes(self, episodes):
+        columns = self.metric_columns_of(self.observation_space)
+        found = {c: [e[c] for e in episodes if c in e] for c in columns}
+        return {c: float(np.mean(v)) for c, v in found.items() if v}

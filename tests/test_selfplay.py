@@ -3,7 +3,6 @@ player's moves on hand-made boards, AEC turn order with masks, illegal moves, th
 (snapshots, replacement, the opponents' weights), Elo by hand, opponent sampling, errors, and a
 whole run (train with the pool in metrics.csv, resume, evaluate against the scripted player)."""
 import argparse
-import json
 import os
 import subprocess
 import sys

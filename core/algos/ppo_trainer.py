@@ -133,6 +133,12 @@ def samples(rollout):
     return rollout.agent_stats.get("advantage_count", rollout.env_steps)
 
 
+def shared_rate(rate):
+    """metrics.csv's learning rate: the model's, or its shared group's when it has several
+    (models/ma_ppo.py --policy_args ... --lr)."""
+    return rate.get("shared", next(iter(rate.values()))) if isinstance(rate, dict) else rate
+
+
 def return_moments(rollouts):
     """(count, mean, variance) of the round's returns (the value targets), all workers
     together, or None when an agent does not report them."""
@@ -173,10 +179,10 @@ class PPOTrainer(Trainer):
     agent_kind = OnPolicyAgent
 
     @classmethod
-    def metric_columns_for(cls, model_cls):
-        """The loop's columns, then the model's episode_metrics (models/base.py
-        observe_episodes)."""
-        return list(cls.metric_columns) + [c for c in model_cls.episode_metrics
+    def metric_columns_for(cls, model_cls, observation_space=None):
+        """The loop's columns, then the model's episode columns (models/base.py
+        observe_episodes, metric_columns_of)."""
+        return list(cls.metric_columns) + [c for c in model_cls.metric_columns_of(observation_space)
                                            if c not in cls.metric_columns]
 
     def __init__(self, args, spec, plugins, spaces, run, faults, ray_starter=None):
@@ -518,8 +524,8 @@ class PPOTrainer(Trainer):
             "train_length": float(np.mean(episode_lengths)) if episode_lengths else None,
             "episodes": len(episode_returns),
             "grad_norm": float(np.mean(grad_norms)) if grad_norms else None,
-            "learning_rate": self.model.learning_rate(min(1.0, self.run.env_steps
-                                                          / self.args.total_steps)),
+            "learning_rate": shared_rate(self.model.learning_rate(
+                min(1.0, self.run.env_steps / self.args.total_steps))),
             # updates between the weights a gradient was computed with (the version the
             # computing model held) and the learner's when it was applied; mean over the round
             "gradient_lag": float(np.mean(gradient_lags)) if gradient_lags else None,

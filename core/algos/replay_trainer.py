@@ -197,7 +197,7 @@ class ReplayTrainer(Trainer):
     add_args = staticmethod(add_args)
 
     @classmethod
-    def metric_columns_for(cls, model_cls):
+    def metric_columns_for(cls, model_cls, observation_space=None):
         return METRIC_COLUMNS + list(model_cls.update_metrics) + METRIC_COLUMNS_AFTER_MODEL
     #: the buffer and the parameter server are actors: Ray must be up before the loop starts
     starts_without_ray = False

@@ -75,9 +75,10 @@ class Trainer:
     updates_computed_by = ROLLOUT_WORKERS
 
     @classmethod
-    def metric_columns_for(cls, model_cls):
-        """metrics.csv's columns for a run of ``model_cls`` (a loop may add the statistics the
-        model's updates report, BaseModel.update_metrics)."""
+    def metric_columns_for(cls, model_cls, observation_space=None):
+        """metrics.csv's columns for a run of ``model_cls`` on ``observation_space`` (a loop may
+        add the statistics the model's updates report, BaseModel.update_metrics, and what it
+        keeps of the episodes, BaseModel.metric_columns_of)."""
         return list(cls.metric_columns)
 
     #: the loop's own columns on the terminal line, (column, label, format), before the model's

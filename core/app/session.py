@@ -125,7 +125,8 @@ class TrainingSession:
             if not learns_meanwhile:
                 self.ray_starter.ready(timeout=None)
         self.context = RunContext(args, self.run_dir, self.start_time,
-                                  trainer_cls.metric_columns_for(self.plugins.model_cls), target,
+                                  trainer_cls.metric_columns_for(self.plugins.model_cls,
+                                                              self.spaces[0]), target,
                                   self.plotter,
                                   trainer_cls.line_metrics_for(self.plugins.model_cls))
         self.faults = Faults(args)
