@@ -1,0 +1,101 @@
+"""Games of trained self-play policies (models/selfplay_ppo.py on envs/pettingzoo_aec.py) against
+fixed players: the random player and the scripted one (win now, else block, else a legal move
+near the centre), half of the games in each seat, the policy acting deterministically through
+``ddrl.load`` (what a user gets). Counts wins, draws, losses and illegal moves (an action the
+game's mask forbids, checked before the game sees it).
+
+    .venv/bin/python benchmarks/selfplay_games.py RUN_DIR [RUN_DIR ...] --games 200 \\
+        --out benchmarks/results/connect-four-selfplay.json
+
+Prints a row per run and opponent: win rate with its 95% Wilson interval, draws, losses,
+illegal moves, and the win rate in each seat.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import ddrl
+from core.plugins import make_env
+
+
+def wilson(wins, games, z=1.96):
+    """95% Wilson score interval of a rate."""
+    if games == 0:
+        return (float("nan"), float("nan"))
+    p = wins / games
+    centre = (p + z * z / (2 * games)) / (1 + z * z / games)
+    half = z * math.sqrt(p * (1 - p) / games + z * z / (4 * games * games)) / (1 + z * z / games)
+    return (centre - half, centre + half)
+
+
+def play(policy, opponent, games, seed=0):
+    """``games`` games against ``opponent`` (random or scripted), seats alternating; the
+    counts."""
+    agents = make_env(policy.plugins, policy.spec.env, seed=seed, evaluation=True).agents
+    counts = {"games": 0, "win": 0, "draw": 0, "loss": 0, "illegal": 0,
+              "win_by_seat": {agent: 0 for agent in agents},
+              "games_by_seat": {agent: 0 for agent in agents}}
+    envs = {agent: make_env(policy.plugins,
+                            policy.spec.env.replace(eval_opponent=opponent, seat=agent),
+                            seed=seed + k, evaluation=True)
+            for k, agent in enumerate(agents)}
+    for game in range(games):
+        seat = agents[game % len(agents)]
+        env = envs[seat]
+        obs, _ = env.reset(seed=seed * 100_000 + game)
+        done = False
+        while not done:
+            action = int(policy.act(obs))
+            if not obs["action_mask"][action]:
+                counts["illegal"] += 1
+            obs, reward, terminated, truncated, info = env.step(action)
+            done = terminated or truncated
+        scored = info["episode_metrics"]
+        for key in ("win", "draw", "loss"):
+            counts[key] += int(scored[key])
+        counts["games"] += 1
+        counts["games_by_seat"][seat] += 1
+        counts["win_by_seat"][seat] += int(scored["win"])
+    env.close()
+    return counts
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", help="run directories (or checkpoints)")
+    parser.add_argument("--games", type=int, default=200)
+    parser.add_argument("--opponents", nargs="+", default=["random", "scripted"])
+    parser.add_argument("--seed", type=int, default=12345,
+                        help="seeds the games (not any run's seed)")
+    parser.add_argument("--out", default=None, help="JSON file for the counts")
+    args = parser.parse_args()
+    results = []
+    for run in args.runs:
+        policy = ddrl.load(run)
+        for opponent in args.opponents:
+            counts = play(policy, opponent, args.games, args.seed)
+            low, high = wilson(counts["win"], counts["games"])
+            by_seat = ", ".join(f"{seat} {counts['win_by_seat'][seat]}/"
+                                f"{counts['games_by_seat'][seat]}"
+                                for seat in counts["games_by_seat"])
+            print(f"{run} vs {opponent}: won {counts['win']}/{counts['games']} "
+                  f"({counts['win'] / counts['games']:.3f}, 95% [{low:.3f}, {high:.3f}]), "
+                  f"drew {counts['draw']}, lost {counts['loss']}, illegal moves "
+                  f"{counts['illegal']}; wins by seat: {by_seat}")
+            results.append({"run": run, "opponent": opponent, **counts,
+                            "win_rate": counts["win"] / counts["games"],
+                            "win_rate_ci95": [low, high]})
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"games": args.games, "seed": args.seed, "results": results}, f,
+                      indent=2)
+            f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
