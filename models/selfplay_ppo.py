@@ -7,14 +7,16 @@ the pool travels to the rollout workers with the weights, and is checkpointed an
 them (nothing besides the weights to save). The pool starts with the initial policy; every
 ``--snapshot_every N`` updates (optimizer steps) the learner's parameters replace the oldest
 snapshot. The env (envs/pettingzoo_aec.py ``--opponent selfplay``) asks, per episode, which
-snapshot to meet (``sample_opponent``: uniformly, or with ``--opponent_sampling hard`` weighted
+snapshot to meet (``sample_opponent``: with ``--selfplay_latest p`` the learning policy itself
+as it acts now in a share p of the games, else a snapshot uniformly, or with ``--opponent_sampling hard`` weighted
 by (1 - the learner's score against it)^2 + 0.05, prioritized fictitious self-play as in
 AlphaStar) and has it move (``opponent_actions``, sampling from its policy).
 
 After each round the loop hands the learner's model the games that finished
 (``observe_episodes``): each updates an Elo rating of the learner and of the snapshot it met
 (K = ``--elo_k``; a snapshot enters the pool with the learner's rating at that moment) and that
-snapshot's score; metrics.csv gets the round's win/draw/loss rates, illegal moves, the learner's
+snapshot's score (games against the learning policy itself, ``--selfplay_latest``, are not
+rated); metrics.csv gets the round's win/draw/loss rates, illegal moves, the learner's
 rating, the pool's size and every snapshot's rating ("pool_elo": one number per slot, oldest
 slot first as stored). A game whose snapshot was replaced before the round ended is not rated
 (its stamp no longer matches).
@@ -27,12 +29,14 @@ import copy
 import numpy as np
 import torch
 
-from core.argtypes import positive_int
+from core.argtypes import positive_int, unit_interval
 from core.registry import ConfigError
 from models import register_model
 from models.ppo import PPOModel
 
 START_RATING = 1000.0
+#: the slot that stands for the learning policy itself (not frozen, not rated)
+LATEST = -2
 
 
 @register_model("selfplay_ppo")
@@ -56,6 +60,10 @@ class SelfPlayPPOModel(PPOModel):
                             default="uniform",
                             help="how each game's opponent is drawn from the pool: uniformly, "
                                  "or favouring the snapshots the learner scores worst against "
+                                 "(default: %(default)s)")
+        parser.add_argument("--selfplay_latest", type=unit_interval, default=0.0,
+                            help="the share of games against the learning policy itself (as it "
+                                 "acts now, unrated) rather than a snapshot of the pool "
                                  "(default: %(default)s)")
         parser.add_argument("--elo_k", type=float, default=16.0,
                             help="the Elo update's step (default: %(default)s)")
@@ -123,7 +131,10 @@ class SelfPlayPPOModel(PPOModel):
 
     # -- the opponents (on the rollout workers, asked by the env) ----------------------------
     def sample_opponent(self, rng):
-        """(slot, stamp) of the snapshot a new game meets, drawn with the env's ``rng``."""
+        """(slot, stamp) of the snapshot a new game meets, drawn with the env's ``rng``;
+        (LATEST, LATEST) for the learning policy itself (--selfplay_latest)."""
+        if self.args.selfplay_latest and rng.random() < self.args.selfplay_latest:
+            return LATEST, float(LATEST)
         filled = np.flatnonzero(self.pool_stamp.numpy() >= 0)
         if self.args.opponent_sampling == "uniform":
             slot = int(rng.choice(filled))
@@ -134,7 +145,9 @@ class SelfPlayPPOModel(PPOModel):
 
     def opponent_actions(self, slot, obs):
         """The snapshot in ``slot`` acting on ``obs`` (a batch, as choose_actions takes it),
-        sampling from its policy."""
+        sampling from its policy (LATEST: this model as it is)."""
+        if slot == LATEST:
+            return self.choose_actions(obs, values=False)[0]
         stamp = float(self.pool_stamp[slot])
         cached = self.opponent_cache.get(slot)
         if cached is None or cached[0] != stamp:

@@ -195,6 +195,26 @@ def test_hard_sampling_favours_the_snapshots_the_learner_loses_to():
     assert np.mean(np.array(slots) == 1) == pytest.approx(1.05 / 1.10, abs=0.02)
 
 
+def test_latest_games_meet_the_learning_policy_itself_unrated():
+    from models.selfplay_ppo import LATEST
+    model, env = selfplay_model("--selfplay_latest", "1.0")
+    rng = np.random.default_rng(0)
+    assert model.sample_opponent(rng) == (LATEST, float(LATEST))
+    obs, _ = env.reset(seed=0)
+    batch = {"observation": obs["observation"][None], "action_mask": obs["action_mask"][None]}
+    batch["action_mask"] = np.zeros((1, 9), np.int8)
+    batch["action_mask"][0, 4] = 1
+    assert int(model.opponent_actions(LATEST, batch)[0]) == 4
+    assert LATEST not in model.opponent_cache  # no frozen copy: the model as it acts now
+    rating = float(model.rating)
+    row = model.observe_episodes([{"win": 1.0, "draw": 0.0, "loss": 0.0, "illegal": 0.0,
+                                   "opponent": float(LATEST), "opponent_stamp": float(LATEST)}])
+    assert float(model.rating) == rating and row["win_rate"] == 1.0
+    half, _ = selfplay_model("--selfplay_latest", "0.5")
+    drawn = [half.sample_opponent(rng)[0] for _ in range(1000)]
+    assert np.mean(np.array(drawn) == LATEST) == pytest.approx(0.5, abs=0.05)
+
+
 def test_errors_are_one_paragraph():
     with pytest.raises(ConfigError, match="knows connect_four, tictactoe only"):
         game_env(pz_env="pettingzoo.classic.rps_v2", opponent="scripted")
