@@ -1,8 +1,11 @@
 """Games of trained self-play policies (models/selfplay_ppo.py on envs/pettingzoo_aec.py) against
 fixed players: the random player and the scripted one (win now, else block, else a legal move
 near the centre), half of the games in each seat, the policy acting deterministically through
-``ddrl.load`` (what a user gets). Counts wins, draws, losses and illegal moves (an action the
-game's mask forbids, checked before the game sees it).
+``ddrl.load`` (what a user gets). Counts wins, draws, losses, illegal moves (an action the
+game's mask forbids, checked before the game sees it), and for the board games the scripted
+player knows, the policy's tactical misses: moves where it had a winning move and played
+another ("missed wins"), and moves where the opponent threatened to win next at a cell the
+policy could fill, it had no win of its own, and it did not block ("missed blocks").
 
     .venv/bin/python benchmarks/selfplay_games.py RUN_DIR [RUN_DIR ...] --games 200 \\
         --out benchmarks/results/connect-four-selfplay.json
@@ -16,11 +19,29 @@ import math
 import os
 import sys
 
+import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import ddrl
 from core.plugins import make_env
+from envs.pettingzoo_aec import BOARDS, _cell, _wins, board_game
+
+
+def winning_moves(game, observation, plane):
+    """The legal moves that complete a line for the pieces of ``plane`` (0: the player to
+    move, 1: its opponent) in the Classic observation."""
+    rows, cols, need, _ = BOARDS[game]
+    planes = np.asarray(observation["observation"], bool).reshape(rows, cols, 2)
+    occupied = planes[..., 0] | planes[..., 1]
+    found = []
+    for action in np.flatnonzero(np.asarray(observation["action_mask"])):
+        r, c = _cell(game, int(action), occupied)
+        trial = planes[..., plane].copy()
+        trial[r, c] = True
+        if _wins(trial, r, c, need):
+            found.append(int(action))
+    return found
 
 
 def wilson(wins, games, z=1.96):
@@ -37,7 +58,10 @@ def play(policy, opponent, games, seed=0):
     """``games`` games against ``opponent`` (random or scripted), seats alternating; the
     counts."""
     agents = make_env(policy.plugins, policy.spec.env, seed=seed, evaluation=True).agents
-    counts = {"games": 0, "win": 0, "draw": 0, "loss": 0, "illegal": 0,
+    known = board_game(policy.spec.env.pz_env)
+    board = known[0] if known else None
+    counts = {"games": 0, "win": 0, "draw": 0, "loss": 0, "illegal": 0, "moves": 0,
+              "missed_wins": 0, "missed_blocks": 0,
               "win_by_seat": {agent: 0 for agent in agents},
               "games_by_seat": {agent: 0 for agent in agents}}
     envs = {agent: make_env(policy.plugins,
@@ -53,6 +77,15 @@ def play(policy, opponent, games, seed=0):
             action = int(policy.act(obs))
             if not obs["action_mask"][action]:
                 counts["illegal"] += 1
+            counts["moves"] += 1
+            if board is not None:
+                wins = winning_moves(board, obs, 0)
+                if wins and action not in wins:
+                    counts["missed_wins"] += 1
+                elif not wins:
+                    blocks = winning_moves(board, obs, 1)
+                    if blocks and action not in blocks:
+                        counts["missed_blocks"] += 1
             obs, reward, terminated, truncated, info = env.step(action)
             done = terminated or truncated
         scored = info["episode_metrics"]
@@ -86,7 +119,8 @@ def main():
             print(f"{run} vs {opponent}: won {counts['win']}/{counts['games']} "
                   f"({counts['win'] / counts['games']:.3f}, 95% [{low:.3f}, {high:.3f}]), "
                   f"drew {counts['draw']}, lost {counts['loss']}, illegal moves "
-                  f"{counts['illegal']}; wins by seat: {by_seat}")
+                  f"{counts['illegal']}, missed wins {counts['missed_wins']}, missed blocks "
+                  f"{counts['missed_blocks']} in {counts['moves']} moves; wins by seat: {by_seat}")
             results.append({"run": run, "opponent": opponent, **counts,
                             "win_rate": counts["win"] / counts["games"],
                             "win_rate_ci95": [low, high]})
