@@ -265,3 +265,38 @@ def test_value_norm_merges_the_rounds_returns_and_scales_the_critic():
                                plain.critic(plain.features(obs)).squeeze(-1))
     plain.observe_returns(3, 5.0, 4.0)
     assert not hasattr(plain, "return_mean")
+
+
+def test_return_moments_pool_every_workers_returns():
+    from core.algos.ppo_trainer import return_moments
+    from core.types import RolloutStats
+    parts = [np.array([1.0, 2.0, 6.0]), np.array([-3.0, 4.0])]
+    rollouts = [RolloutStats(env_steps=len(p), episode_returns=[], episode_lengths=[],
+                             weights_version=0,
+                             agent_stats={"advantage_count": len(p), "return_sum": p.sum(),
+                                          "return_sq_sum": (p ** 2).sum()}) for p in parts]
+    count, mean, var = return_moments(rollouts)
+    both = np.concatenate(parts)
+    assert count == 5 and mean == pytest.approx(both.mean()) and var == pytest.approx(both.var())
+    del rollouts[0].agent_stats["return_sum"]  # an agent that does not report them
+    assert return_moments(rollouts) is None
+
+
+@pytest.mark.e2e
+def test_value_norm_counts_every_learned_return(tmp_path):
+    """A short run with --value_norm: the checkpoint's moments count every sample learned
+    from (the loop merges each round's after its updates)."""
+    import os
+    import subprocess
+    import sys
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    run_dir = str(tmp_path / "vn")
+    done = subprocess.run([sys.executable, "main.py", "--num_workers", "0", "--value_norm",
+                           "--num_envs_per_worker", "4", "--rollout_steps", "32",
+                           "--total_steps", "512", "--quiet", "--no-tensorboard",
+                           "--target_return", "none", "--run_dir", run_dir], cwd=repo,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    saved = torch.load(os.path.join(run_dir, "checkpoints", "last.pt"), weights_only=True)
+    assert float(saved["model"]["return_count"]) == 512
+    assert float(saved["model"]["return_mean"]) > 1.0  # CartPole's returns-to-go are positive
