@@ -187,3 +187,16 @@ def test_policies_train_resume_evaluate_and_export(tmp_path):
     names = [i.name for i in session.get_inputs()]
     (exported_action,) = session.run(None, {n: batch[n] for n in names})
     np.testing.assert_array_equal(exported_action[0], policy.act(obs))
+
+
+def test_the_plot_draws_each_policys_return(tmp_path):
+    from core.run.plots import LearningCurves, policy_return_columns
+    curves = LearningCurves(str(tmp_path))
+    for step in range(1, 4):
+        curves.add({"env_steps": str(100 * step), "wall_time_s": str(step), "train_return": "-5",
+                    "eval_return": "", "return_scout": str(-step), "return_tank": "-2",
+                    "policy_loss": "0.1"})
+    assert policy_return_columns(curves.rows) == ["return_scout", "return_tank"]
+    assert [row["return_scout"] for row in curves.rows] == [-1.0, -2.0, -3.0]
+    curves.maybe_draw(force=True)
+    assert os.path.getsize(curves.path) > 0

@@ -48,8 +48,9 @@ class LearningCurves:
             self.add(row)
 
     def add(self, row):
-        point = {key: _number(row.get(key)) for key in
-                 ("env_steps", "wall_time_s", "train_return", "eval_return", "eval_return_std")}
+        keys = ("env_steps", "wall_time_s", "train_return", "eval_return", "eval_return_std",
+                *(key for key in row if key.startswith("return_")))
+        point = {key: _number(row.get(key)) for key in keys}
         if point["env_steps"] is not None:
             self.rows.append(point)
             self.dirty = True
@@ -89,9 +90,16 @@ def series(rows, x_key, y_key):
     return ([p[0] for p in points], [p[1] for p in points], [p[2] or 0.0 for p in points])
 
 
+def policy_return_columns(rows):
+    """The columns of a run's returns per policy (models/ma_ppo.py with --policy_map:
+    ``return_<policy>``), which the plot draws beside the team's."""
+    return sorted(key for key in (rows[0] if rows else {}) if key.startswith("return_"))
+
+
 def draw_curves(path, rows, target_return=None, title=""):
-    """The learning curves of ``rows`` (train and eval return against env steps and wall time)
-    as a PNG at ``path``, written atomically."""
+    """The learning curves of ``rows`` (train and eval return against env steps and wall time,
+    and each policy's training return when the run has several) as a PNG at ``path``, written
+    atomically."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     figure = Figure(figsize=(11, 4.2), dpi=100)
@@ -102,6 +110,11 @@ def draw_curves(path, rows, target_return=None, title=""):
         x, y, _ = series(rows, x_key, "train_return")
         if x:
             ax.plot(x, y, color="tab:blue", alpha=0.6, lw=1, label="training episodes")
+        for key in policy_return_columns(rows):
+            x, y, _ = series(rows, x_key, key)
+            if x:
+                ax.plot(x, y, ls="--", alpha=0.8, lw=1,
+                        label=f"training, policy {key[len('return_'):]}")
         x, y, std = series(rows, x_key, "eval_return")
         if x:
             ax.plot(x, y, "o-", color="tab:orange", ms=3, lw=1.5, label="evaluation")
