@@ -212,8 +212,8 @@ class PettingZooTurnEnv:
             raise ConfigError(
                 "--opponent selfplay: the opponents are snapshots of the learning policy, so "
                 "the model must keep a pool of them (--model_name selfplay_ppo) and the env must "
-                "step in a rollout worker (it is handed the model there). Or train against "
-                "--opponent random or scripted.")
+                "step in a rollout worker's process (--env_placement worker, the default: it is "
+                "handed the model there). Or train against --opponent random or scripted.")
         return model
 
     def _over(self):

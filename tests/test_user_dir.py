@@ -102,3 +102,22 @@ def test_an_agent_of_the_wrong_kind_is_one_paragraph(tmp_path):
     message = proc.stderr.strip().splitlines()[-1]
     assert "--agent_name default_agent" in message and "OffPolicyAgent" in message
     assert "sac_agent" in message
+
+
+def test_env_actors_in_one_process_start_rays_own_loopback_instance(tmp_path):
+    """--env_placement actor with --num_workers 0: the run starts its own Ray instance on
+    127.0.0.1 before the envs' actors are made, instead of letting the first actor start Ray
+    by itself, which joins any cluster it finds (RAY_ADDRESS, or /tmp/ray's record of the last
+    one: a dead one hung such a run, trying the machine's outward address)."""
+    import os
+    import subprocess
+    import sys
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, RAY_ADDRESS="127.0.0.1:9")  # nothing listens there
+    done = subprocess.run([sys.executable, "main.py", "--num_workers", "0", "--env_placement",
+                           "actor", "--num_envs_per_worker", "2", "--total_steps", "256",
+                           "--eval_interval", "128", "--eval_episodes", "1", "--quiet",
+                           "--no-tensorboard", "--target_return", "none", "--run_dir",
+                           str(tmp_path / "run")], cwd=repo, env=env, capture_output=True,
+                          text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]

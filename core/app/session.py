@@ -117,10 +117,13 @@ class TrainingSession:
         self.run_dir = args.run_dir or default_run_dir(args, self.env_label)
         if not args.restore:
             check_run_dir(self.run_dir)
-        if args.num_workers > 0:
+        if args.num_workers > 0 or args.env_placement == "actor":
             # Ray starts in the background: a trainer that can learn in this process meanwhile
-            # (PPO) starts at once; the others wait for it here.
-            learns_meanwhile = trainer_cls.starts_without_ray
+            # (PPO) starts at once; the others wait for it here. Envs in actors of their own
+            # need it before the first worker is built, also with --num_workers 0 (else Ray
+            # would start itself on the first actor, joining whatever cluster it finds).
+            learns_meanwhile = (trainer_cls.starts_without_ray
+                                and args.env_placement != "actor")
             self.ray_starter = RayStarter(args, nice=RAY_NICENESS if learns_meanwhile else 0)
             if not learns_meanwhile:
                 self.ray_starter.ready(timeout=None)

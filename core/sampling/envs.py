@@ -20,7 +20,6 @@ from gymnasium import spaces as gym_spaces
 from core import seeding, spaces
 from core.sampling.env_host import EnvHost
 from core.plugins import make_env
-from core.registry import ConfigError, unwrap_actor_class as unwrap_env_class
 
 
 class EnvFailure(RuntimeError):
@@ -143,15 +142,11 @@ class EnvGroup:
     def bind_policy(self, source):
         """Hand every env that asks for one (an optional ``bind_policy(source)`` method, e.g.
         envs/pettingzoo_aec.py whose opponents are snapshots of the learning policy) ``source``:
-        a callable that returns the model acting now. Rebuilt envs get it too. Such envs step
-        in the worker's process only (the model is there)."""
+        a callable that returns the model acting now. Rebuilt envs get it too. Envs in actors of
+        their own (--env_placement actor) get nothing: the model is not in their process (an
+        env that needs it says so when it does)."""
         self.policy_source = source
         if self.placement == "actor":
-            if hasattr(unwrap_env_class(self.plugins.env_cls), "bind_policy"):
-                raise ConfigError(
-                    "--env_placement actor with an env whose opponents are the learning "
-                    "policy's own snapshots (its bind_policy): those envs must step in the "
-                    "rollout worker's process, where the model is. Use --env_placement worker.")
             return
         for env in self.envs:
             self._bind(env)
