@@ -151,8 +151,7 @@ class PettingZooTurnEnv:
         self.module_name = args.pz_env
         self.env = make_aec_env(args.pz_env, _parse_kwargs(args.pz_kwargs))
         self.agents = list(self.env.possible_agents)
-        evaluation = getattr(args, "evaluation", False)
-        self.opponent = args.eval_opponent if evaluation else args.opponent
+        self.opponent = args.eval_opponent if args.evaluation else args.opponent
         self.game = board_game(args.pz_env)
         if self.opponent == "scripted" and self.game is None:
             raise ConfigError(

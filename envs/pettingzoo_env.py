@@ -184,7 +184,7 @@ class PettingZooTeamEnv:
         self.observation_space = spaces.Box(-np.inf, np.inf, (n, row), np.float32)
         # --policy_map: the agents grouped by policy (sorted names), the team action in
         # that order; without it one group in the env's order
-        entries = getattr(args, "policy_map", None)
+        entries = args.policy_map
         self.groups = policy_groups(self.agents, map_entries(entries)) if entries else None
         self.order = (list(range(n)) if self.groups is None else
                       [i for name in sorted(self.groups) for i in self.groups[name]])

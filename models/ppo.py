@@ -222,7 +222,7 @@ class PPOModel(BaseModel):
         self.rnn = self.critic_rnn = None  # memory (build_networks sets them with --recurrent)
         self.build_networks(args)
         self.recurrent = self.rnn is not None
-        self.value_norm = bool(getattr(args, "value_norm", False))
+        self.value_norm = args.value_norm
         if self.value_norm:
             if self.recurrent:
                 raise ConfigError(f"--value_norm with --recurrent {args.recurrent}: the recurrent "

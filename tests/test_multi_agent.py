@@ -21,7 +21,7 @@ pytestmark = pytest.mark.unit
 def team_env(**flags):
     args = argparse.Namespace(pz_env="mpe2.simple_spread_v3",
                               pz_kwargs='{"N": 3, "max_cycles": 25, "continuous_actions": false}',
-                              team_reward="sum", agent_ids=False)
+                              team_reward="sum", agent_ids=False, policy_map=None)
     vars(args).update(flags)
     return PettingZooTeamEnv(args)
 
