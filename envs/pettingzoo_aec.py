@@ -29,7 +29,6 @@ the pool slot met, -1 for a fixed opponent, and that snapshot's stamp) for the l
 its arguments. Every agent must observe and act in the spaces of the first (one policy plays any
 seat).
 """
-import importlib
 
 import numpy as np
 from gymnasium import spaces
@@ -37,23 +36,16 @@ from gymnasium import spaces
 from core import spaces as carried_spaces
 from core.registry import ConfigError
 from envs import register_env
-from envs.pettingzoo_env import _kwargs, _parse_kwargs
+from envs.pettingzoo_env import _kwargs, _parse_kwargs, make_pettingzoo_env
 
 OPPONENTS = ("selfplay", "random", "scripted")
 
 
 def make_aec_env(module_name, kwargs):
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"--pz_env {module_name}: cannot import it ({exc}). Give a module with "
-                          f"an AEC env() function, such as pettingzoo.classic.connect_four_v3 "
-                          f"or pettingzoo.classic.tictactoe_v3.") from None
-    factory = getattr(module, "env", None)
-    if factory is None:
-        raise ConfigError(f"--pz_env {module_name} has no env() function: this wrapper takes "
-                          f"PettingZoo's AEC (turn-based) API.")
-    return factory(**kwargs)
+    return make_pettingzoo_env(module_name, kwargs, "env",
+                               "pettingzoo.classic.connect_four_v3 or "
+                               "pettingzoo.classic.tictactoe_v3",
+                               "AEC (turn-based) API")
 
 
 # -- the scripted player ---------------------------------------------------------------------

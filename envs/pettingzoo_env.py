@@ -119,18 +119,26 @@ def policy_groups(agents, entries):
     return groups
 
 
-def make_parallel_env(module_name, kwargs):
+def make_pettingzoo_env(module_name, kwargs, function, examples, api):
+    """``module_name.function(**kwargs)``, or a one-paragraph ConfigError naming
+    ``examples`` (modules that have it) and the ``api`` the wrapper takes."""
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigError(f"--pz_env {module_name}: cannot import it ({exc}). Give a module with "
-                          f"a parallel_env() function, such as mpe2.simple_spread_v3 (pip "
-                          f"package mpe2) or pettingzoo.butterfly.pistonball_v6.") from None
-    factory = getattr(module, "parallel_env", None)
+                          f"a {function}() function, such as {examples}.") from None
+    factory = getattr(module, function, None)
     if factory is None:
-        raise ConfigError(f"--pz_env {module_name} has no parallel_env() function: this wrapper "
-                          f"takes PettingZoo's parallel API (every agent acts at once).")
+        raise ConfigError(f"--pz_env {module_name} has no {function}() function: this wrapper "
+                          f"takes PettingZoo's {api}.")
     return factory(**kwargs)
+
+
+def make_parallel_env(module_name, kwargs):
+    return make_pettingzoo_env(module_name, kwargs, "parallel_env",
+                               "mpe2.simple_spread_v3 (pip package mpe2) or "
+                               "pettingzoo.butterfly.pistonball_v6",
+                               "parallel API (every agent acts at once)")
 
 
 @register_env("pettingzoo_env")
