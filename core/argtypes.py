@@ -101,3 +101,19 @@ def gpu_list(text) -> List[int]:
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of GPU ids "
                                          f"such as 0,1")
     return [int(s) for s in ids]
+
+
+def checked_text(check):
+    """A flag type that keeps the text as given (configs are plain data) after ``check(text)``
+    accepts it: a ValueError from the check (a ConfigError is one) becomes the
+    ArgumentTypeError argparse shows in its own words, not as "invalid value"."""
+    def parse(text):
+        try:
+            check(text)
+        except argparse.ArgumentTypeError:
+            raise
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return text
+    parse.__name__ = getattr(check, "__name__", "text")
+    return parse

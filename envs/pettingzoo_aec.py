@@ -34,9 +34,10 @@ import numpy as np
 from gymnasium import spaces
 
 from core import spaces as carried_spaces
+from core.argtypes import checked_text
 from core.registry import ConfigError
 from envs import register_env
-from envs.pettingzoo_env import _kwargs, _parse_kwargs, make_pettingzoo_env
+from envs.pettingzoo_env import _parse_kwargs, make_pettingzoo_env
 
 OPPONENTS = ("selfplay", "random", "scripted")
 
@@ -121,7 +122,7 @@ class PettingZooTurnEnv:
     def add_args(parser):
         parser.add_argument("--pz_env", default="pettingzoo.classic.connect_four_v3",
                             help="module with a PettingZoo AEC env() (default: %(default)s)")
-        parser.add_argument("--pz_kwargs", type=_kwargs, default="{}",
+        parser.add_argument("--pz_kwargs", type=checked_text(_parse_kwargs), default="{}",
                             help="JSON object of env()'s arguments (default: '{}')")
         parser.add_argument("--opponent", choices=OPPONENTS, default="selfplay",
                             help="who plays the other seats in training: snapshots of the "

@@ -37,7 +37,6 @@ carries every policy's return (the mean over its agents of their own rewards' su
 its arguments (default for MPE: ``{"N": 3, "max_cycles": 25, "continuous_actions": false}``
 where the module takes them).
 """
-import argparse
 import fnmatch
 import importlib
 import json
@@ -45,14 +44,9 @@ import json
 import numpy as np
 from gymnasium import spaces
 
+from core.argtypes import checked_text
 from core.registry import ConfigError
 from envs import register_env
-
-
-def _kwargs(text):
-    """``--pz_kwargs``: checked here, kept as the JSON text (configs are plain, hashable data)."""
-    _parse_kwargs(text)
-    return text
 
 
 def _parse_kwargs(text):
@@ -67,17 +61,8 @@ def _parse_kwargs(text):
     return value
 
 
-def _mapping(text):
-    """``--policy_map``: PATTERN=NAME pairs separated by commas, or per_agent; checked here,
-    kept as the text (configs are plain data)."""
-    try:
-        map_entries(text)
-    except ConfigError as exc:  # argparse shows an ArgumentTypeError's own words
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
-
-
 def map_entries(text):
+    """``--policy_map``'s entries: PATTERN=NAME pairs separated by commas, or per_agent."""
     entries = [entry.strip() for entry in text.split(",") if entry.strip()]
     if entries == ["per_agent"]:
         return entries
@@ -150,7 +135,7 @@ class PettingZooTeamEnv:
         parser.add_argument("--pz_env", default="mpe2.simple_spread_v3",
                             help="module with a PettingZoo parallel_env() (default: "
                                  "%(default)s)")
-        parser.add_argument("--pz_kwargs", type=_kwargs,
+        parser.add_argument("--pz_kwargs", type=checked_text(_parse_kwargs),
                             default='{"N": 3, "max_cycles": 25, "continuous_actions": false}',
                             help="JSON object of parallel_env()'s arguments (default: "
                                  "'{\"N\": 3, \"max_cycles\": 25, \"continuous_actions\": "
@@ -160,7 +145,7 @@ class PettingZooTeamEnv:
                                  "agents' (default: %(default)s)")
         parser.add_argument("--agent_ids", action="store_true",
                             help="append a one-hot of the agent's index to its row")
-        parser.add_argument("--policy_map", type=_mapping, default=None,
+        parser.add_argument("--policy_map", type=checked_text(map_entries), default=None,
                             help="which policy acts for which agents: PATTERN=NAME pairs "
                                  "separated by commas (shell-style patterns on agent ids, the "
                                  "first match wins), or per_agent; the observation becomes a "

@@ -29,7 +29,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from core.argtypes import positive_float
+from core.argtypes import checked_text, positive_float
 from core.registry import ConfigError
 from models import register_model
 from models.ppo import ACTIVATIONS, PPOModel, hidden_sizes, mlp, schedule
@@ -102,18 +102,9 @@ class GroupMean(nn.Module):
         return self.values(x).mean(dim=1, keepdim=True)
 
 
-def policy_args_text(text):
-    """``--policy_args``: NAME=FLAGS entries separated by semicolons, checked here, kept as
-    the text (the names are checked against the env's policies when the model is built)."""
-    try:
-        policy_args_entries(text)
-    except ConfigError as exc:  # argparse shows an ArgumentTypeError's own words
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
-
-
 def policy_args_entries(text):
-    """{name: parsed flags} of ``--policy_args``."""
+    """{name: parsed flags} of ``--policy_args`` (NAME=FLAGS entries separated by semicolons;
+    the names are checked against the env's policies when the model is built)."""
     found = {}
     for entry in (e.strip() for e in text.split(";") if e.strip()):
         name, sep, flags = entry.partition("=")
@@ -155,7 +146,7 @@ class TeamPPOModel(PPOModel):
                             help="the critic: an MLP on every agent's row at once (central, "
                                  "MAPPO) or the mean of a shared MLP on each row (local) "
                                  "(default: %(default)s)")
-        parser.add_argument("--policy_args", type=policy_args_text, default=None,
+        parser.add_argument("--policy_args", type=checked_text(policy_args_entries), default=None,
                             help="policies' own flags (with the env's --policy_map), entries "
                                  "separated by semicolons: 'NAME=--hidden_sizes 32,32 "
                                  "--activation relu --lr 1e-3; OTHER=--lr 5e-4'")

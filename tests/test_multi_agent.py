@@ -65,13 +65,13 @@ def test_agents_that_leave_get_no_actions_and_zero_rows():
 
 
 def test_bad_modules_and_kwargs_are_one_paragraph():
-    from envs.pettingzoo_env import _kwargs
+    from envs.pettingzoo_env import _parse_kwargs
     with pytest.raises(ConfigError, match="cannot import it"):
         team_env(pz_env="no_such_module_anywhere")
     with pytest.raises(ConfigError, match="has no parallel_env"):
         team_env(pz_env="numpy")
     with pytest.raises(ConfigError, match="is not JSON"):
-        _kwargs("{N: 3}")
+        _parse_kwargs("{N: 3}")
 
 
 def model_for(env, *flags):

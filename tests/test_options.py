@@ -240,3 +240,13 @@ def test_a_config_of_another_loop_written_before_the_ppo_flags_moved_still_parse
     assert not hasattr(sac, "rollout_steps")
     ppo = parse_args(["--config", write(tmp_path, old)])
     assert (ppo.rollout_steps, ppo.sample_ahead, ppo.num_epochs) == (64, "off", 3)
+
+
+def test_a_checked_text_flag_keeps_the_checks_own_words():
+    """A flag whose type is checked_text(check): the check's paragraph reaches the user, not
+    argparse's "invalid value" (--pz_kwargs lost it before)."""
+    with pytest.raises(ConfigError, match="--pz_kwargs 'nope' is not JSON"):
+        parse_args(["--config", "none", "--env_name", "pettingzoo_env", "--pz_kwargs", "nope"])
+    args = parse_args(["--config", "none", "--env_name", "pettingzoo_env", "--pz_kwargs",
+                       '{"N": 2}'])
+    assert args.pz_kwargs == '{"N": 2}'
