@@ -13,7 +13,8 @@ from agents import register_agent
 from agents.base import OnPolicyAgent
 from core import spaces
 from core.learning.sequences import chunk_starts, time_major, to_sequences
-from core.types import GradientResult, Trajectory
+from core.registry import ConfigError
+from core.types import PER_AGENT_KEY, GradientResult, Trajectory
 from models.ppo import PPOBatch
 from core.argtypes import non_negative_int, unit_interval
 
@@ -37,6 +38,32 @@ def compute_gae(rewards, values, next_values, terminated, truncated, gamma, lam)
         advantages[t] = running
     returns = advantages + values
     return advantages.astype(np.float32), returns.astype(np.float32)
+
+
+def per_agent_terms(trajectory):
+    """(rewards, terminated, episode goes on, weights), each [T, E, K], for a model whose values
+    are per agent ([T, E, K]: models/ma_ppo.py --agent_rewards): agent k's own reward; its
+    value is cut (a terminal state, worth 0) where the team terminated or agent k left; its
+    recursion stops there and at the team's other episode ends; its samples weigh 1 only
+    where it acted (an agent gone, or not yet come, has no sample) at a valid step."""
+    found = trajectory.per_agent
+    if found is None or not {"rewards", "acted", "terminated"} <= set(found):
+        raise ConfigError(
+            "the model values each agent on its own (models/ma_ppo.py --agent_rewards), but "
+            "the env does not report each agent's reward: its infos need "
+            f"{PER_AGENT_KEY!r} with rewards, acted and terminated per agent "
+            "(envs/pettingzoo_env.py gives them). Drop --agent_rewards to learn from the "
+            "team's reward.")
+    rewards = found["rewards"]
+    team_terminated = np.asarray(trajectory.terminated, bool)[..., None]
+    team_ended = np.logical_or(trajectory.terminated, trajectory.truncated)[..., None]
+    left = found["terminated"] > 0
+    terminated = team_terminated | left
+    goes_on = ~(team_ended | left)
+    weights = found["acted"] > 0
+    if trajectory.valid is not None:
+        weights = weights & np.asarray(trajectory.valid, bool)[..., None]
+    return rewards, terminated, goes_on, weights
 
 
 def as_model_input(observations):
@@ -110,6 +137,8 @@ class DefaultAgent(OnPolicyAgent):
             t, e = trajectory.truncated_index.T
             next_values[t, e] = self.model.predict_values(trajectory.truncated_observations,
                                                           **cut)
+        if trajectory.values.ndim == 3:  # a value per agent: each learns from its own reward
+            return self.keep_per_agent(trajectory, next_values)
         advantages, returns = compute_gae(
             trajectory.rewards, trajectory.values, next_values, trajectory.terminated,
             trajectory.truncated, self.args.gamma, self.args.gae_lambda)
@@ -143,6 +172,42 @@ class DefaultAgent(OnPolicyAgent):
                 "advantage_sq_sum": float((kept ** 2).sum()),
                 "advantage_count": int(valid.sum()),
                 **return_sums(kept_returns)}
+
+    def keep_per_agent(self, trajectory, next_values):
+        """Per-agent GAE (``per_agent_terms``): each agent's advantages from its own rewards
+        and values; the samples are (step, agent) pairs, weighted by whether the agent acted
+        (PPOBatch.weights [B, K])."""
+        if trajectory.memory is not None:
+            raise ConfigError("values per agent (--agent_rewards) with a recurrent model: not "
+                              "supported; drop --recurrent.")
+        rewards, terminated, goes_on, weights = per_agent_terms(trajectory)
+        advantages, returns = compute_gae(rewards, trajectory.values, next_values, terminated,
+                                          ~goes_on, self.args.gamma, self.args.gae_lambda)
+        n = trajectory.rewards.size
+        device = getattr(self.model, "device", "cpu")
+
+        def flat(x):
+            if spaces.is_tree(x):
+                return {k: flat(v) for k, v in x.items()}
+            x = np.asarray(x)
+            return torch.as_tensor(x.reshape(n, *x.shape[2:])).to(device)
+
+        self.data = {
+            "observations": as_model_input(flat(trajectory.observations)),
+            "actions": flat(trajectory.actions),
+            "old_log_probs": flat(trajectory.log_probs).float(),
+            "advantages": flat(advantages),
+            "returns": flat(returns),
+            "old_values": flat(trajectory.values).float(),
+            "weights": flat(weights.astype(np.float32)),
+        }
+        self.order = None
+        kept = advantages[weights].astype(np.float64)
+        return {"advantage_sum": float(kept.sum()),
+                "advantage_sq_sum": float((kept ** 2).sum()),
+                "advantage_count": int(weights.sum()),
+                "sample_rows": n,  # what minibatches split: steps, each with all its agents
+                **return_sums(returns[weights].astype(np.float64))}
 
     def keep_sequences(self, trajectory, advantages, returns):
         """A recurrent model's data: sequences batch-first [S, L, ...] (module docstring); the
@@ -217,6 +282,8 @@ class DefaultAgent(OnPolicyAgent):
             return GradientResult(self.model.collect_gradients(), 0, self.model.weights_version, {})
         if "states" in self.data:
             return self.sequence_grads(idx, request)
+        if "weights" in self.data:
+            return self.per_agent_grads(idx, request)
         advantages = self.normalized(self.data["advantages"][idx], request)
         batch = PPOBatch(spaces.take(self.data["observations"], idx), self.data["actions"][idx],
                          self.data["old_log_probs"][idx], advantages,
@@ -224,6 +291,23 @@ class DefaultAgent(OnPolicyAgent):
         gradients, stats = self.model.step(batch, request.progress)
         # the version of the weights the model holds (not the request's: measured, not echoed)
         return GradientResult(gradients, len(idx), self.model.weights_version, stats)
+
+    def per_agent_grads(self, idx, request):
+        """The gradient on the steps ``idx`` with values per agent: the loss a mean over the
+        (step, agent) pairs whose agent acted; counted by those pairs."""
+        data = self.data
+        weights = data["weights"][idx]
+        count = int(weights.sum().item())
+        if count == 0:  # no agent acted at these steps: contribute nothing
+            self.model.zero_grad(set_to_none=True)
+            return GradientResult(self.model.collect_gradients(), 0,
+                                  self.model.weights_version, {})
+        batch = PPOBatch(spaces.take(data["observations"], idx), data["actions"][idx],
+                         data["old_log_probs"][idx],
+                         self.normalized(data["advantages"][idx], request, weights),
+                         data["returns"][idx], data["old_values"][idx], weights=weights)
+        gradients, stats = self.model.step(batch, request.progress)
+        return GradientResult(gradients, count, self.model.weights_version, stats)
 
     def normalized(self, advantages, request, weights=None):
         """Advantages normalized as --advantage_norm_scope says (the minibatch's moments over

@@ -12,6 +12,14 @@ import numpy as np
 WEIGHTS_VERSION_KEY = "__weights_version__"
 
 
+#: An env whose step is taken by several agents (a team: envs/pettingzoo_env.py) may carry, in
+#: every step's info under this key, {name: [K] array} about each of its K agents at that step:
+#: "rewards" (each agent's own reward), "acted" (1 for an agent that was in the episode and
+#: acted), "terminated" (1 for an agent that left the episode at this step). The rollout worker
+#: keeps them beside the team's reward (Trajectory.per_agent): an agent plugin can learn each
+#: agent from its own reward (agents/default_agent.py, with a model whose values are per agent).
+PER_AGENT_KEY = "per_agent"
+
 @dataclass
 class FragmentMemory:
     """A recurrent policy's state along a fragment (models/base.py ``recurrent``; trees are
@@ -75,6 +83,10 @@ class Trajectory:
     memory: Optional[FragmentMemory] = None
     terminal_index: Optional[np.ndarray] = None          # [J, 2] (t, e) of terminated steps
     terminal_observations: Optional[np.ndarray] = None   # [J, ...] their final observations
+    #: {name: [T, E, K]}: what a team env reported about each of its K agents at every step
+    #: (PER_AGENT_KEY above: "rewards", "acted", "terminated"); zeros at steps
+    #: whose env raised. None: the env reports nothing per agent.
+    per_agent: Optional[Dict[str, np.ndarray]] = None
 
     @property
     def num_steps(self) -> int:

@@ -19,9 +19,9 @@ So every part of ddrl that takes a Box observation and a MultiDiscrete or Box ac
 as it is (rollouts, faults, checkpoints, clusters, sweeps, --evaluate, export): with
 ``--model_name ma_ppo`` (models/ma_ppo.py) one policy network shared by the agents acts on each
 agent's row alone (decentralized acting), and the critic sees every row (a centralized critic,
-as MAPPO: Yu et al. 2022) or each agent's own. What this shape does not give: a reward per agent
-(mixed and competitive games), several policies mapped to groups of agents, turn-taking (AEC)
-envs and self-play.
+as MAPPO: Yu et al. 2022) or each agent's own. Every step's info also carries each agent's own
+reward, whether it acted and whether it left (core/sampling/envs.py ``PER_AGENT_KEY``): with
+``ma_ppo --agent_rewards`` every agent learns from its own reward (mixed and competitive games).
 
 With ``--policy_map PATTERN=NAME,...`` the agents are grouped by the policy that acts for
 them (shell-style patterns on agent ids, the first that matches wins; ``per_agent``: a policy
@@ -46,6 +46,7 @@ from gymnasium import spaces
 
 from core.argtypes import checked_text
 from core.registry import ConfigError
+from core.types import PER_AGENT_KEY
 from envs import register_env
 
 
@@ -248,12 +249,28 @@ class PettingZooTeamEnv:
                                         or not self.live)
         for agent, value in zip(acted, values):
             self.agent_returns[self.agents.index(agent)] += value
-        info = {"agent_rewards": dict(zip(acted, values))}
+        info = {"agent_rewards": dict(zip(acted, values)),
+                PER_AGENT_KEY: self._per_agent(rewards, acted, terminations, truncations,
+                                               truncated)}
         if (terminated or truncated) and self.groups is not None:
             info["episode_metrics"] = {
                 f"return_{name}": float(np.mean(self.agent_returns[indices]))
                 for name, indices in self.groups.items()}
         return self._observation(self._rows(observations)), reward, terminated, truncated, info
+
+    def _per_agent(self, rewards, acted, terminations, truncations, team_truncated):
+        """Each agent's reward, whether it acted, whether it left the episode at this step, in
+        the team action's order (core/sampling/envs.py PER_AGENT_KEY). An agent truncated on
+        its own while the team goes on counts as having left (its row is empty from then on:
+        nothing to bootstrap from); when the team is truncated, the team's truncation stands."""
+        ids = [self.agents[i] for i in self.order]
+        done = [a in acted and (terminations.get(a, False)
+                                or (truncations.get(a, False) and not team_truncated))
+                for a in ids]
+        return {"rewards": np.array([float(rewards.get(a, 0.0)) if a in acted else 0.0
+                                     for a in ids], np.float32),
+                "acted": np.array([a in acted for a in ids], np.float32),
+                "terminated": np.array(done, np.float32)}
 
     def render(self):
         return self.env.render()

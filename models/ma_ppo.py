@@ -18,6 +18,14 @@ critic is central on every row or, with ``--ma_critic local``, each policy's own
 actor and local critic then form an optimizer group of their own). Every agent of one policy
 must act in the same space (the head is the policy's).
 
+``--agent_rewards``: every agent learns from its own reward (mixed and competitive games: the
+env reports each agent's, core/types.py ``PER_AGENT_KEY``). The critic then gives a value per
+agent (central: one output per agent from every row; local: each row's own), the agent computes
+GAE per agent (agents/default_agent.py ``keep_per_agent``) and PPO's ratio, clipping, value and
+entropy terms are per (step, agent) pair, counted only where the agent acted: an agent that has
+left the episode has no sample, and its values are cut where it left. Without the flag the team
+learns from the team's reward with one ratio (the team's log-probability).
+
 Everything else is PPOModel's (models/ppo.py): its flags, the update, schedules, export. The
 rows must tell the agents apart where the task needs it (envs/pettingzoo_env.py --agent_ids).
 """
@@ -28,11 +36,13 @@ import numpy as np
 import torch
 from gymnasium import spaces
 from torch import nn
+from torch.distributions import Normal
 
 from core.argtypes import checked_text, positive_float
 from core.registry import ConfigError
 from models import register_model
-from models.ppo import ACTIVATIONS, PPOModel, hidden_sizes, mlp, schedule
+from models.ppo import (ACTIVATIONS, PPOActing, PPOModel, action_mask_of, hidden_sizes, mlp,
+                        schedule)
 
 
 class AgentWise(nn.Module):
@@ -150,6 +160,10 @@ class TeamPPOModel(PPOModel):
                             help="policies' own flags (with the env's --policy_map), entries "
                                  "separated by semicolons: 'NAME=--hidden_sizes 32,32 "
                                  "--activation relu --lr 1e-3; OTHER=--lr 5e-4'")
+        parser.add_argument("--agent_rewards", action="store_true",
+                            help="each agent learns from its own reward (mixed and competitive "
+                                 "games), with a value per agent and PPO's terms per agent; "
+                                 "off: the team learns from the team's reward")
 
     @classmethod
     def check_spaces(cls, observation_space, action_space):
@@ -215,6 +229,10 @@ class TeamPPOModel(PPOModel):
         if args.recurrent != "none":
             raise ConfigError(f"--recurrent {args.recurrent} with --model_name ma_ppo: the "
                               f"shared actor has no recurrent form yet. Drop --recurrent.")
+        self.agent_rewards = args.agent_rewards
+        if self.agent_rewards and args.use_sde:
+            raise ConfigError("--agent_rewards with --use_sde: gSDE's exploration is drawn for "
+                              "the team action as a whole; drop one of them.")
         self.policy_lrs = {}
         if isinstance(self.observation_space, spaces.Dict):
             return self.build_policies(args)
@@ -226,10 +244,13 @@ class TeamPPOModel(PPOModel):
         per_agent = self.action_dim // agents
         self.actor = AgentWise(agents, width, mlp(width, sizes, per_agent, args.activation,
                                                   0.01))
+        values = agents if self.agent_rewards else 1
         if args.ma_critic == "central":
             # (the rows arrive flattened when acting, [B, N, R] from the agent's batches)
-            self.critic = nn.Sequential(nn.Flatten(), mlp(agents * width, sizes, 1,
+            self.critic = nn.Sequential(nn.Flatten(), mlp(agents * width, sizes, values,
                                                           args.activation, 1.0))
+        elif self.agent_rewards:
+            self.critic = AgentWise(agents, width, mlp(width, sizes, 1, args.activation, 1.0))
         else:
             self.critic = AgentMean(agents, width, mlp(width, sizes, 1, args.activation, 1.0))
         if self.head is None:  # Box actions: one log std per entry of the team action
@@ -268,18 +289,73 @@ class TeamPPOModel(PPOModel):
             name: mlp(width, sizes_of(name), per_agent[name], activation_of(name), 0.01)
             for name in names})
         if args.ma_critic == "central":
-            self.critic = mlp(sum(counts) * width, default_sizes, 1, args.activation, 1.0)
+            self.critic = mlp(sum(counts) * width, default_sizes,
+                              sum(counts) if self.agent_rewards else 1, args.activation, 1.0)
         else:
-            self.critic = GroupMean(names, counts, width, {
+            kind = GroupWise if self.agent_rewards else GroupMean
+            self.critic = kind(names, counts, width, {
                 name: mlp(width, sizes_of(name), 1, activation_of(name), 1.0) for name in names})
         if self.head is None:
             self.log_std = nn.Parameter(torch.full((self.action_dim,), args.log_std_init))
+
+    # -- --agent_rewards: values, log-probabilities and entropies per agent -------------------
+    def values(self, features):
+        if not self.agent_rewards:
+            return super().values(features)
+        values = self.critic(features)  # [B, N]: no squeeze, a team of one stays [B, 1]
+        if self.value_norm:
+            values = values * self.return_std() + self.return_mean.float()
+        return values
+
+    def policy_terms(self, features, actions, mask=None):
+        """Per agent with --agent_rewards: (log-probabilities [B, N], entropies [B, N])."""
+        if not self.agent_rewards:
+            return super().policy_terms(features, actions, mask)
+        params = self.actor(features)
+        rows = params.shape[0]
+        agents = self.action_shape[0]
+        if self.head is not None:  # a Discrete per agent (one head, a block per agent)
+            log_probs, valid = self.head.log_probs(params, mask)  # [B, N, W]
+            taken = log_probs.gather(-1, actions.reshape(rows, agents, 1).long()).squeeze(-1)
+            terms = log_probs.exp() * log_probs
+            if valid is not None:
+                terms = torch.where(valid, terms, 0.0)
+            return taken, -terms.sum(-1)
+        policy = Normal(params, self.log_std.exp().expand_as(params), validate_args=False)
+        log_prob = policy.log_prob(actions.reshape(rows, -1)).reshape(rows, agents, -1).sum(-1)
+        return log_prob, policy.entropy().reshape(rows, agents, -1).sum(-1)
+
+    @torch.no_grad()
+    def choose_actions(self, obs, deterministic=False, values=True, state=None,
+                       episode_starts=None):
+        """PPOModel's actions; with --agent_rewards each agent's log-probability and value
+        ([B, N]) instead of the team's."""
+        if not self.agent_rewards:
+            return super().choose_actions(obs, deterministic, values, state, episode_starts)
+        batch = self.flat_obs(obs)
+        features = self.features(batch)
+        mask = action_mask_of(batch)
+        actions, _ = self.act_torch(features, deterministic, mask)
+        taken = torch.as_tensor(actions, device=self.device).reshape(len(actions), -1)
+        extras = {"log_probs": self.policy_terms(features, taken, mask)[0].cpu().numpy()}
+        if self.head is None and len(self.action_shape) != 1:
+            actions = actions.reshape(len(actions), *self.action_shape)
+        if values:
+            extras["values"] = self.values(features).cpu().numpy()
+        return actions, extras
+
+    def export_module(self):
+        # choose_actions differs from PPOModel's only in the log-probabilities and values it
+        # reports; the deterministic action (what an export computes) is PPOModel's
+        return PPOActing(self)
 
     # -- a learning rate per policy (--policy_args NAME='--lr ...') ---------------------------
     def policy_parameters(self, name):
         params = list(self.actor.nets[name].parameters())
         if isinstance(self.critic, GroupMean):
             params += list(self.critic.values.nets[name].parameters())
+        elif isinstance(self.critic, GroupWise):
+            params += list(self.critic.nets[name].parameters())
         return params
 
     def configure_optimizer(self):

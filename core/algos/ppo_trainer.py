@@ -129,8 +129,10 @@ def slot_order(member):
 
 
 def samples(rollout):
-    """Samples a fragment contributes to learning (its valid steps)."""
-    return rollout.agent_stats.get("advantage_count", rollout.env_steps)
+    """Samples a fragment contributes to learning (its valid steps; its steps when each holds
+    several agents' samples: agents/default_agent.py keep_per_agent)."""
+    stats = rollout.agent_stats
+    return stats.get("sample_rows", stats.get("advantage_count", rollout.env_steps))
 
 
 def shared_rate(rate):

@@ -198,8 +198,9 @@ class RolloutWorker:
         """The acting model's values of a whole fragment in one batch: the same numbers as one
         call per step, for a fraction of the cost (see ``values_later``)."""
         num_steps, num_envs = spaces.leaves(obs_buf)[0].shape[:2]
-        return model.predict_values(spaces.reshape_leading(obs_buf, 2, (num_steps * num_envs,))
-                                    ).reshape(num_steps, num_envs)
+        values = model.predict_values(spaces.reshape_leading(obs_buf, 2,
+                                                             (num_steps * num_envs,)))
+        return values.reshape(num_steps, num_envs, *values.shape[1:])  # [T, E, K]: per agent
 
     def sample(self, num_steps, obs_statistics=None):
         """Step every env ``num_steps`` times with the acting model: (Trajectory, RolloutStats
@@ -219,6 +220,7 @@ class RolloutWorker:
         truncated = np.empty((num_steps, num_envs), dtype=bool)
         valid = np.ones((num_steps, num_envs), dtype=bool)
         actions, log_probs, values = [], [], []
+        per_agent = None  # {name: [T, E, K]} once the envs report about their agents
         truncated_index, truncated_obs = [], []
         terminal_index, terminal_obs = [], []
         memory = self.memory
@@ -268,6 +270,12 @@ class RolloutWorker:
                 values.append(extras["values"])
             rewards[t], terminated[t], truncated[t] = (result.rewards, result.terminated,
                                                        result.truncated)
+            if result.per_agent is not None:
+                if per_agent is None:
+                    per_agent = {name: np.zeros((num_steps, *value.shape), np.float32)
+                                 for name, value in result.per_agent.items()}
+                for name, value in result.per_agent.items():
+                    per_agent[name][t] = value
             env_errors.extend(dict(worker=self.worker_index, **error, step=t)
                               for error in result.errors)
             for e in np.flatnonzero(result.failed):
@@ -336,7 +344,8 @@ class RolloutWorker:
             terminal_observations=(
                 spaces.tree_map(lambda a, dtype: np.asarray(a, dtype),
                                 spaces.stack(terminal_obs), carried) if terminal_obs
-                else spaces.allocate(spaces.take(obs_buf, (0, 0)), (0,))))
+                else spaces.allocate(spaces.take(obs_buf, (0, 0)), (0,))),
+            per_agent=per_agent)
         return trajectory, RolloutStats(
             env_steps=trajectory.num_steps, episode_returns=finished_returns,
             # the version of the weights that really acted (the stamp the model loaded with
