@@ -87,6 +87,14 @@ def add_encoder_args(parser):
                              "the Nature CNN's, for images that hold far fewer bits (a 7x7 "
                              "MiniGrid view is 147 bytes), which keeps a 16x16 grid's layer "
                              "(6400 inputs) at 0.8M weights (default: %(default)s)")
+    parser.add_argument("--small_cnn_channels", type=channel_list, default=(16, 32, 64),
+                        help="SmallCNN's convolutions: their output channels, one 3x3 layer "
+                             "each (default: 16,32,64)")
+    parser.add_argument("--small_cnn_padding", choices=["valid", "same"], default="valid",
+                        help="SmallCNN's padding: valid (none: each layer shrinks the map by "
+                             "2, a 7x7 view ends 1x1) or same (the map keeps its size, so every "
+                             "cell keeps features of its own: a board game's, where a piece's "
+                             "place is the whole point) (default: %(default)s)")
     parser.add_argument("--encoder_for", type=encoder_overrides, default=(),
                         help="the encoder of single leaves of a Dict/Tuple observation, as "
                              "path=kind pairs separated by commas, e.g. image=small_cnn,"
@@ -96,6 +104,18 @@ def add_encoder_args(parser):
                              "(default: each leaf's --encoder auto choice)")
 
 
+def channel_list(text):
+    """'16,32,64' -> (16, 32, 64)."""
+    try:
+        channels = tuple(int(c) for c in str(text).split(",") if c.strip())
+    except ValueError:
+        channels = ()
+    if not channels or min(channels) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of channel counts; write "
+                                         f"e.g. 16,32,64")
+    return channels
+
+
 def image_layout(shape):
     """(channels, height, width, permutation) that turns an observation of ``shape`` into
     [C, H, W] (the permutation applies to a batch [B, *shape], then S and C are merged); None
@@ -103,7 +123,11 @@ def image_layout(shape):
     if len(shape) == 2:
         return 1, shape[0], shape[1], None
     if len(shape) == 3:
-        if shape[-1] in (1, 3, 4) and shape[0] not in (1, 3, 4):  # [H, W, C]
+        # [H, W, C] when the last side is a channel count and the first is not, or when both
+        # look like one and the last is the smaller: a board game's planes (Connect Four's
+        # 6x7x2, Tic-Tac-Toe's 3x3x2) are channels last, as PettingZoo Classic gives them
+        small = (1, 2, 3, 4)
+        if (shape[-1] in small and shape[0] not in small) or shape[-1] < shape[0] <= 4:
             return shape[2], shape[0], shape[1], (0, 3, 1, 2)
         return shape[0], shape[1], shape[2], None                 # [C, H, W]
     if len(shape) == 4 and shape[-1] in (1, 3, 4):                  # [S, H, W, C]
@@ -224,12 +248,17 @@ class SmallCNN(nn.Module):
     neighbours before the network sees them apart (7x7 ends as a 1x1 map of 64 features). A
     map side below 3 takes a kernel as wide as it is, so any size down to 1x1 works."""
 
-    def __init__(self, observation_space, features_dim=128):
+    def __init__(self, observation_space, features_dim=128, widths=(16, 32, 64),
+                 padding="valid"):
         super().__init__()
         channels, height, width, self.permutation = image_layout(observation_space.shape)
         self.scale = 1.0 / 255.0 if observation_space.dtype == np.uint8 else 1.0
         layers, last = [], channels
-        for out in (16, 32, 64):
+        for out in widths:
+            if padding == "same":  # 3x3 with a border of 1: the map keeps its size
+                layers += [nn.Conv2d(last, out, 3, padding=1), nn.ReLU()]
+                last = out
+                continue
             kernel = (min(3, height), min(3, width))
             layers += [nn.Conv2d(last, out, kernel), nn.ReLU()]
             height, width, last = height - kernel[0] + 1, width - kernel[1] + 1, out
@@ -294,7 +323,8 @@ def leaf_encoder(kind, leaf, args):
     if kind == "nature_cnn":
         return NatureCNN(leaf.space, args.cnn_features)
     if kind == "small_cnn":
-        return SmallCNN(leaf.space, args.small_cnn_features)
+        return SmallCNN(leaf.space, args.small_cnn_features, args.small_cnn_channels,
+                        args.small_cnn_padding)
     if kind == "onehot":
         return OneHot(leaf.space)
     return Flatten(leaf.space)
@@ -368,5 +398,6 @@ def make_encoder(args, observation_space):
     if choice == "nature_cnn":
         return NatureCNN(observation_space, args.cnn_features)
     if choice == "small_cnn":
-        return SmallCNN(observation_space, args.small_cnn_features)
+        return SmallCNN(observation_space, args.small_cnn_features, args.small_cnn_channels,
+                        args.small_cnn_padding)
     return Flatten(observation_space)

@@ -12,7 +12,8 @@ from gymnasium import spaces
 from core.config import flag_actions, make_config
 from core.registry import ConfigError
 from models.encoders import (Flatten, MultiInputEncoder, NatureCNN, OneHot, SmallCNN,
-                             add_encoder_args, encoder_overrides, make_encoder, resolve_encoder)
+                             add_encoder_args, encoder_overrides, image_layout, make_encoder,
+                             resolve_encoder)
 
 pytestmark = pytest.mark.unit
 
@@ -201,6 +202,25 @@ def test_small_cnn_sizes():
     assert resolve_encoder(args_for(), spaces.Box(0, 255, (2, 16), np.uint8)) == "mlp"
     assert make_encoder(args_for("--small_cnn_features", "32"),
                         spaces.Box(0, 255, (8, 8), np.uint8)).features_dim == 32
+
+
+def test_small_cnn_same_padding_keeps_the_board_and_takes_its_widths():
+    board = spaces.Box(0, 1, (6, 7, 2), np.int8)          # Connect Four's planes
+    encoder = make_encoder(args_for("--encoder", "small_cnn", "--small_cnn_padding", "same",
+                                    "--small_cnn_channels",
+                                    "8,4", "--small_cnn_features", "16"), board)
+    convs = [m for m in encoder.cnn if isinstance(m, torch.nn.Conv2d)]
+    assert [(m.in_channels, m.out_channels, m.padding) for m in convs] == [(2, 8, (1, 1)),
+                                                                           (8, 4, (1, 1))]
+    assert encoder.linear[0].in_features == 4 * 6 * 7       # every cell keeps its features
+    assert encoder(torch.zeros(3, 6, 7, 2, dtype=torch.int8)).shape == (3, 16)
+    with pytest.raises(SystemExit):
+        args_for("--small_cnn_channels", "8,x")
+    # board planes are channels last (PettingZoo Classic), images as before
+    assert image_layout((6, 7, 2)) == (2, 6, 7, (0, 3, 1, 2))      # Connect Four
+    assert image_layout((3, 3, 2)) == (2, 3, 3, (0, 3, 1, 2))      # Tic-Tac-Toe
+    assert image_layout((7, 7, 3)) == (3, 7, 7, (0, 3, 1, 2))      # MiniGrid's view
+    assert image_layout((4, 84, 84)) == (4, 84, 84, None)          # stacked Atari frames
 
 
 def test_box_encoders_and_their_state_dict_names_are_unchanged():
