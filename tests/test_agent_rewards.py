@@ -205,6 +205,13 @@ def test_a_mixed_game_and_leaving_agents_train_on_their_own_rewards(tmp_path):
                                "--eval_episodes", "2"], cwd=REPO, capture_output=True,
                               text=True, timeout=300)
     assert evaluate.returncode == 0 and "2 deterministic episodes" in evaluate.stdout
+    # benchmarks/team_returns.py: each side's return, in cross-play and against a random side
+    scored = subprocess.run([sys.executable, "benchmarks/team_returns.py", mixed, "--episodes",
+                             "3", "--cross", f"adversary={mixed}", "--random", "good"],
+                            cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert scored.returncode == 0, scored.stderr[-3000:]
+    row = json.loads(scored.stdout.splitlines()[-1])
+    assert set(row["returns"]) == {"adversary", "good"} and row["episodes"] == 3
     leaving = subprocess.run(
         [*common, "--pz_env", "tests.plugins.leaving_agents", "--pz_kwargs", "{}",
          "--total_steps", "600", "--eval_interval", "300", "--num_envs_per_worker", "2",
