@@ -14,22 +14,29 @@ from agents.base import OnPolicyAgent
 from core import spaces
 from core.learning.sequences import chunk_starts, time_major, to_sequences
 from core.registry import ConfigError
-from core.types import PER_AGENT_KEY, GradientResult, Trajectory
+from core.types import STEP_REPORT_KEY, GradientResult, Trajectory
 from models.ppo import PPOBatch
 from core.argtypes import non_negative_int, unit_interval
 
 
-def compute_gae(rewards, values, next_values, terminated, truncated, gamma, lam):
+def compute_gae(rewards, values, next_values, terminated, truncated, gamma, lam,
+                next_sign=None):
     """Generalized advantage estimation (Schulman et al. 2015, arXiv:1506.02438), time-major.
 
     ``next_values[t]`` is V of the state after step t within the same episode: the next step's
     value, the value of the final observation when step t was truncated, or anything when it
     terminated (a terminal state is worth 0, so it is masked out). The recursion stops at every
-    episode end, terminated or truncated. Returns (advantages, returns).
+    episode end, terminated or truncated. ``next_sign[t]`` (default +1): -1 where the state
+    after step t is the opponent's to move in a two-player zero-sum game (its value, from that
+    player's side, is the negative of this step's mover's; the advantage flowing back from it
+    too: negamax). Returns (advantages, returns).
     """
     rewards = np.asarray(rewards, dtype=np.float64)
     not_terminal = 1.0 - np.asarray(terminated, dtype=np.float64)
     episode_goes_on = 1.0 - np.logical_or(terminated, truncated).astype(np.float64)
+    if next_sign is not None:
+        sign = np.asarray(next_sign, dtype=np.float64)
+        not_terminal, episode_goes_on = not_terminal * sign, episode_goes_on * sign
     deltas = rewards + gamma * np.asarray(next_values) * not_terminal - np.asarray(values)
     advantages = np.zeros_like(deltas)
     running = np.zeros(deltas.shape[1:])
@@ -46,12 +53,12 @@ def per_agent_terms(trajectory):
     value is cut (a terminal state, worth 0) where the team terminated or agent k left; its
     recursion stops there and at the team's other episode ends; its samples weigh 1 only
     where it acted (an agent gone, or not yet come, has no sample) at a valid step."""
-    found = trajectory.per_agent
+    found = trajectory.step_report
     if found is None or not {"rewards", "acted", "terminated"} <= set(found):
         raise ConfigError(
             "the model values each agent on its own (models/ma_ppo.py --agent_rewards), but "
             "the env does not report each agent's reward: its infos need "
-            f"{PER_AGENT_KEY!r} with rewards, acted and terminated per agent "
+            f"{STEP_REPORT_KEY!r} with rewards, acted and terminated per agent "
             "(envs/pettingzoo_env.py gives them). Drop --agent_rewards to learn from the "
             "team's reward.")
     rewards = found["rewards"]
@@ -139,9 +146,11 @@ class DefaultAgent(OnPolicyAgent):
                                                           **cut)
         if trajectory.values.ndim == 3:  # a value per agent: each learns from its own reward
             return self.keep_per_agent(trajectory, next_values)
+        report = trajectory.step_report or {}
         advantages, returns = compute_gae(
             trajectory.rewards, trajectory.values, next_values, trajectory.terminated,
-            trajectory.truncated, self.args.gamma, self.args.gae_lambda)
+            trajectory.truncated, self.args.gamma, self.args.gae_lambda,
+            report.get("next_sign"))
         if memory is not None:
             return self.keep_sequences(trajectory, advantages, returns)
         n = trajectory.num_steps

@@ -12,13 +12,18 @@ import numpy as np
 WEIGHTS_VERSION_KEY = "__weights_version__"
 
 
-#: An env whose step is taken by several agents (a team: envs/pettingzoo_env.py) may carry, in
-#: every step's info under this key, {name: [K] array} about each of its K agents at that step:
-#: "rewards" (each agent's own reward), "acted" (1 for an agent that was in the episode and
-#: acted), "terminated" (1 for an agent that left the episode at this step). The rollout worker
-#: keeps them beside the team's reward (Trajectory.per_agent): an agent plugin can learn each
-#: agent from its own reward (agents/default_agent.py, with a model whose values are per agent).
-PER_AGENT_KEY = "per_agent"
+#: An env may carry, in every step's info under this key, {name: array} the agent plugin reads
+#: beside the reward; the rollout worker keeps them along the fragment (Trajectory.step_report,
+#: [T, E, ...] each). The names agents/default_agent.py knows:
+#: - "rewards", "acted", "terminated" ([K] each): about each of a team's K agents at that step
+#:   (envs/pettingzoo_env.py): its own reward, 1 if it was in the episode and acted, 1 if it
+#:   left the episode at this step; a model whose values are per agent learns each agent from
+#:   its own reward (models/ma_ppo.py --agent_rewards);
+#: - "next_sign" (a number): +1 when the player who moves at the next step is the one who moved
+#:   at this one, -1 when it is its opponent in a two-player zero-sum game whose steps alternate
+#:   between the players (envs/pettingzoo_aec.py --both_seats): the next state's value, seen by
+#:   the player to move there, is then negated for this step's mover.
+STEP_REPORT_KEY = "step_report"
 
 @dataclass
 class FragmentMemory:
@@ -83,10 +88,9 @@ class Trajectory:
     memory: Optional[FragmentMemory] = None
     terminal_index: Optional[np.ndarray] = None          # [J, 2] (t, e) of terminated steps
     terminal_observations: Optional[np.ndarray] = None   # [J, ...] their final observations
-    #: {name: [T, E, K]}: what a team env reported about each of its K agents at every step
-    #: (PER_AGENT_KEY above: "rewards", "acted", "terminated"); zeros at steps
-    #: whose env raised. None: the env reports nothing per agent.
-    per_agent: Optional[Dict[str, np.ndarray]] = None
+    #: {name: [T, E, ...]}: what the env reported at every step beside the reward
+    #: (STEP_REPORT_KEY above); zeros at steps whose env raised. None: it reports nothing.
+    step_report: Optional[Dict[str, np.ndarray]] = None
 
     @property
     def num_steps(self) -> int:

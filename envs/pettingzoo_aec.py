@@ -24,6 +24,13 @@ move (+1 win, -1 loss, 0 draw in Classic games). The info of an episode's last s
 the pool slot met, -1 for a fixed opponent, and that snapshot's stamp) for the loop, and
 ``is_success`` (a win) for the evaluations' success rate.
 
+``--both_seats`` (with ``--opponent selfplay``): in the games against the learning policy
+itself (``selfplay_ppo --selfplay_latest p``) nobody moves inside ``step``: each step is one
+move of whoever is to move, seen from that player's side, so the policy learns from both
+players' moves. Each step's reward is the mover's, and its info's ``step_report`` says
+``next_sign`` -1 (the next state is the opponent's to move: agents/default_agent.py negates its
+value and the advantage flowing back from it, negamax GAE); in games against a snapshot it is +1.
+
 ``--pz_env`` names a module with an AEC ``env(**kwargs)`` (``pettingzoo.classic.connect_four_v3``,
 ``pettingzoo.classic.tictactoe_v3``, a module of your own); ``--pz_kwargs`` is a JSON object of
 its arguments. Every agent must observe and act in the spaces of the first (one policy plays any
@@ -36,8 +43,10 @@ from gymnasium import spaces
 from core import spaces as carried_spaces
 from core.argtypes import checked_text
 from core.registry import ConfigError
+from core.types import STEP_REPORT_KEY
 from envs import register_env
 from envs.pettingzoo_env import _parse_kwargs, make_pettingzoo_env
+from models.selfplay_ppo import LATEST
 
 OPPONENTS = ("selfplay", "random", "scripted")
 
@@ -132,6 +141,12 @@ class PettingZooTurnEnv:
         parser.add_argument("--eval_opponent", choices=OPPONENTS[1:], default="random",
                             help="who plays the other seats in evaluations, --evaluate and "
                                  "play (default: %(default)s)")
+        parser.add_argument("--both_seats", action="store_true",
+                            help="in games against the learning policy itself "
+                                 "(selfplay_ppo --selfplay_latest), it moves for both players "
+                                 "and learns from both: each step is one move of whoever is to "
+                                 "move, from that player's side (default: it learns from its "
+                                 "seat only)")
         parser.add_argument("--seat", default="random",
                             help="the learner's agent: random (drawn per episode), or an agent "
                                  "id such as player_0 (default: %(default)s)")
@@ -154,6 +169,12 @@ class PettingZooTurnEnv:
             raise ConfigError(f"--seat {args.seat!r}: {args.pz_env}'s agents are "
                               f"{', '.join(self.agents)}; or random.")
         self.seat = args.seat
+        self.both_seats = args.both_seats and not args.evaluation
+        if self.both_seats and (self.opponent != "selfplay" or len(self.agents) != 2):
+            raise ConfigError(
+                f"--both_seats: the learning policy moves for both players of a two-player game "
+                f"it plays against itself (--opponent selfplay); here --opponent "
+                f"{self.opponent} with {len(self.agents)} players. Drop --both_seats.")
         first = self.agents[0]
         self.observation_space = self.env.observation_space(first)
         self.action_space = self.env.action_space(first)
@@ -173,6 +194,7 @@ class PettingZooTurnEnv:
         self.reward_threshold = None
         self.policy_source = None
         self.learner, self.opponents = None, {}
+        self.mover = None  # --both_seats, a game against itself: who moves at the next step
 
     def bind_policy(self, source):
         """The rollout worker's callable giving the model acting now (core/sampling/envs.py)."""
@@ -189,6 +211,10 @@ class PettingZooTurnEnv:
                           if agent != self.learner}
         self.pending = 0.0
         self.illegal = 0
+        self.mover = None
+        if self.both_seats and all(slot == LATEST for slot, _ in self.opponents.values()):
+            self.mover = self.env.agent_selection  # it moves for both, from the first move
+            return self.env.observe(self.mover), {}
         self._play_opponents()
         return self.env.observe(self.learner), {}
 
@@ -234,6 +260,8 @@ class PettingZooTurnEnv:
         return int(self._model().opponent_actions(slot, batch)[0]) + int(self.action_space.start)
 
     def step(self, action):
+        if self.mover is not None:
+            return self._both_seats_step(int(action))
         action = int(action)
         observation = self.env.observe(self.learner)
         mask = observation.get("action_mask") if isinstance(observation, dict) else None
@@ -245,19 +273,42 @@ class PettingZooTurnEnv:
         reward, self.pending = self.pending, 0.0
         terminated = bool(self.env.terminations[self.learner])
         truncated = not terminated and bool(self.env.truncations[self.learner])
+        info = {STEP_REPORT_KEY: {"next_sign": 1.0}} if self.both_seats else {}
+        if terminated or truncated:
+            info.update(self._outcome(reward))
+        return self.env.observe(self.learner), reward, terminated, truncated, info
+
+    def _both_seats_step(self, action):
+        """One move of the player to move in a game against itself (--both_seats): its reward
+        is that move's, and the next state is its opponent's to move (next_sign -1: the
+        agent negates that state's value for this move, core/types.py STEP_REPORT_KEY)."""
+        mover = self.mover
+        mask = self.env.observe(mover).get("action_mask")
+        if mask is not None and not mask[action - int(self.action_space.start)]:
+            self.illegal = 1  # its own move either way
+        self.env.step(action)
+        reward = float(self.env.rewards.get(mover, 0.0))
+        terminated = bool(self.env.terminations[mover])
+        truncated = not terminated and bool(self.env.truncations[mover])
         info = {}
         if terminated or truncated:
-            score = self.env._cumulative_rewards.get(self.learner, reward)
-            outcome = np.sign(score)
-            slots = [slot for slot, _ in self.opponents.values()]
-            stamps = [stamp for _, stamp in self.opponents.values()]
-            info = {"is_success": bool(outcome > 0), "episode_metrics": {
-                "win": float(outcome > 0), "draw": float(outcome == 0),
-                "loss": float(outcome < 0), "illegal": float(self.illegal),
-                # two-player games: the one opponent's pool slot and snapshot stamp
-                "opponent": float(slots[0]) if len(slots) == 1 else -1.0,
-                "opponent_stamp": float(stamps[0]) if len(stamps) == 1 else -1.0}}
-        return self.env.observe(self.learner), reward, terminated, truncated, info
+            learner_reward = float(self.env.rewards.get(self.learner, 0.0))
+            info.update(self._outcome(learner_reward))
+        self.mover = self.env.agent_selection
+        info[STEP_REPORT_KEY] = {"next_sign": 1.0 if self.mover == mover else -1.0}
+        return self.env.observe(self.mover), reward, terminated, truncated, info
+
+    def _outcome(self, reward):
+        """The last info's scores of a game, from the learner's seat."""
+        outcome = np.sign(self.env._cumulative_rewards.get(self.learner, reward))
+        slots = [slot for slot, _ in self.opponents.values()]
+        stamps = [stamp for _, stamp in self.opponents.values()]
+        return {"is_success": bool(outcome > 0), "episode_metrics": {
+            "win": float(outcome > 0), "draw": float(outcome == 0),
+            "loss": float(outcome < 0), "illegal": float(self.illegal),
+            # two-player games: the one opponent's pool slot and snapshot stamp
+            "opponent": float(slots[0]) if len(slots) == 1 else -1.0,
+            "opponent_stamp": float(stamps[0]) if len(stamps) == 1 else -1.0}}
 
     def render(self):
         return self.env.render()

@@ -20,7 +20,7 @@ as it is (rollouts, faults, checkpoints, clusters, sweeps, --evaluate, export): 
 ``--model_name ma_ppo`` (models/ma_ppo.py) one policy network shared by the agents acts on each
 agent's row alone (decentralized acting), and the critic sees every row (a centralized critic,
 as MAPPO: Yu et al. 2022) or each agent's own. Every step's info also carries each agent's own
-reward, whether it acted and whether it left (core/sampling/envs.py ``PER_AGENT_KEY``): with
+reward, whether it acted and whether it left (core/types.py ``STEP_REPORT_KEY``): with
 ``ma_ppo --agent_rewards`` every agent learns from its own reward (mixed and competitive games).
 
 With ``--policy_map PATTERN=NAME,...`` the agents are grouped by the policy that acts for
@@ -46,7 +46,7 @@ from gymnasium import spaces
 
 from core.argtypes import checked_text
 from core.registry import ConfigError
-from core.types import PER_AGENT_KEY
+from core.types import STEP_REPORT_KEY
 from envs import register_env
 
 
@@ -250,7 +250,7 @@ class PettingZooTeamEnv:
         for agent, value in zip(acted, values):
             self.agent_returns[self.agents.index(agent)] += value
         info = {"agent_rewards": dict(zip(acted, values)),
-                PER_AGENT_KEY: self._per_agent(rewards, acted, terminations, truncations,
+                STEP_REPORT_KEY: self._per_agent(rewards, acted, terminations, truncations,
                                                truncated)}
         if (terminated or truncated) and self.groups is not None:
             info["episode_metrics"] = {
@@ -260,7 +260,7 @@ class PettingZooTeamEnv:
 
     def _per_agent(self, rewards, acted, terminations, truncations, team_truncated):
         """Each agent's reward, whether it acted, whether it left the episode at this step, in
-        the team action's order (core/sampling/envs.py PER_AGENT_KEY). An agent truncated on
+        the team action's order (core/types.py STEP_REPORT_KEY). An agent truncated on
         its own while the team goes on counts as having left (its row is empty from then on:
         nothing to bootstrap from); when the team is truncated, the team's truncation stands."""
         ids = [self.agents[i] for i in self.order]

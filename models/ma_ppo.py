@@ -19,7 +19,7 @@ actor and local critic then form an optimizer group of their own). Every agent o
 must act in the same space (the head is the policy's).
 
 ``--agent_rewards``: every agent learns from its own reward (mixed and competitive games: the
-env reports each agent's, core/types.py ``PER_AGENT_KEY``). The critic then gives a value per
+env reports each agent's, core/types.py ``STEP_REPORT_KEY``). The critic then gives a value per
 agent (central: one output per agent from every row; local: each row's own), the agent computes
 GAE per agent (agents/default_agent.py ``keep_per_agent``) and PPO's ratio, clipping, value and
 entropy terms are per (step, agent) pair, counted only where the agent acted: an agent that has

@@ -1,5 +1,5 @@
 """Each agent learning from its own reward (ma_ppo --agent_rewards): the env's report per agent
-(envs/pettingzoo_env.py, core/types.py PER_AGENT_KEY), GAE per agent by hand with an agent that
+(envs/pettingzoo_env.py, core/types.py STEP_REPORT_KEY), GAE per agent by hand with an agent that
 leaves mid-fragment (no samples once gone, its value cut where it left), per-agent
 log-probabilities that add up to the team's, gradients blind to agents that did not act, and
 short runs of a mixed game (MPE simple_adversary, a policy per side) and of an env whose agents
@@ -29,7 +29,7 @@ def test_the_env_reports_each_agents_reward_presence_and_exit():
     reports, done = [], False
     while not done:
         _, reward, terminated, truncated, info = env.step(np.array([0, 1, 2]))
-        report = info["per_agent"]
+        report = info["step_report"]
         assert reward == pytest.approx(report["rewards"].sum())   # the team's is their sum
         reports.append([report[k].tolist() for k in ("rewards", "acted", "terminated")])
         done = terminated or truncated
@@ -48,7 +48,7 @@ def test_the_reports_follow_the_team_actions_order_with_a_policy_map():
     env.reset(seed=0)
     info = env.step(np.array([0, 1, 2]))[-1]
     # the team action lists policy first's agent (a_2) first, then second's (a_0, a_1)
-    assert info["per_agent"]["rewards"].tolist() == [3, 1, 2]
+    assert info["step_report"]["rewards"].tolist() == [3, 1, 2]
 
 
 class ValuesFromObservations:
@@ -79,7 +79,7 @@ def two_agent_fragment(per_agent):
         values=np.array([[[0.5, 0]], [[1.0, 0]], [[0, 0]]], np.float32),
         last_observations=np.array([[3.0, 8.0]], np.float32),
         truncated_index=np.zeros((0, 2), np.int64),
-        truncated_observations=np.zeros((0, 2), np.float32), per_agent=per_agent)
+        truncated_observations=np.zeros((0, 2), np.float32), step_report=per_agent)
 
 
 def test_gae_per_agent_by_hand():

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.unit
 def game_env(evaluation=False, **flags):
     args = argparse.Namespace(pz_env="pettingzoo.classic.tictactoe_v3", pz_kwargs="{}",
                               opponent="random", eval_opponent="random", seat="random",
-                              evaluation=evaluation)
+                              evaluation=evaluation, both_seats=False)
     vars(args).update(flags)
     return PettingZooTurnEnv(args, seed=0)
 
@@ -230,10 +230,65 @@ def test_errors_are_one_paragraph():
         env.reset(seed=0)
 
 
+def test_both_seats_games_against_itself_alternate_the_mover():
+    """--both_seats: in a game against the learning policy itself each step is one move of
+    whoever is to move, seen from that player's side; the reward is that move's; next_sign is
+    -1 (the opponent moves next); a game against a snapshot is as before (+1)."""
+    model, _ = selfplay_model("--selfplay_latest", "1.0")
+    env = game_env(opponent="selfplay", both_seats=True)
+    env.bind_policy(lambda: model)
+    obs, _ = env.reset(seed=0)
+    assert env.mover == env.agents[0] and obs["observation"].sum() == 0
+    # X: 0, O: 3, X: 1, O: 4, X: 2 wins (the top row)
+    for k, move in enumerate([0, 3, 1, 4, 2]):
+        mover = env.mover
+        obs, reward, terminated, truncated, info = env.step(move)
+        assert info["step_report"]["next_sign"] == -1.0
+        if k < 4:
+            assert reward == 0 and not terminated and env.mover != mover
+            # the next mover's side: its own pieces first, the opponent's k + 1 - k // 2
+            mine, theirs = obs["observation"].reshape(-1, 2).sum(axis=0)
+            assert (mine, theirs) == ((k + 1) // 2, k // 2 + 1)
+    assert reward == 1.0 and terminated                     # the mover's reward: it won
+    scored = info["episode_metrics"]                        # from the learner's drawn seat
+    assert scored["opponent"] == -2 and scored["win"] == float(env.learner == env.agents[0])
+    pool, _ = selfplay_model("--selfplay_latest", "0.0")    # a snapshot: the learner's seat only
+    env.bind_policy(lambda: pool)
+    env.reset(seed=1)
+    assert env.mover is None
+    info = env.step(int(np.flatnonzero(env.env.observe(env.learner)["action_mask"])[0]))[-1]
+    assert info["step_report"]["next_sign"] == 1.0
+    with pytest.raises(ConfigError, match="--both_seats"):
+        game_env(opponent="random", both_seats=True)
+    assert game_env(opponent="selfplay", both_seats=True, evaluation=True).both_seats is False
+
+
+def test_negamax_gae_by_hand():
+    """next_sign -1: the next state's value is the opponent's, negated for this step's mover,
+    and so is the advantage flowing back from it."""
+    from agents.default_agent import compute_gae
+    # X moves at t=0 (V .2), O at t=1 (V .5) and wins (+1); gamma .9, lambda 1
+    # t=1: A = 1 - .5 = .5;  t=0: delta = 0 + .9 * (-.5) - .2 = -.65, A = -.65 - .9 * .5 = -1.1
+    # (X's return: -.9, the loss one move later, discounted)
+    advantages, returns = compute_gae([[0.0], [1.0]], np.array([[0.2], [0.5]]),
+                                      np.array([[0.5], [0.0]]), [[False], [True]],
+                                      [[False], [False]], 0.9, 1.0,
+                                      next_sign=[[-1.0], [-1.0]])
+    np.testing.assert_allclose(advantages[:, 0], [-1.1, 0.5], rtol=1e-6)
+    np.testing.assert_allclose(returns[:, 0], [-0.9, 1.0], rtol=1e-6)
+    same, _ = compute_gae([[0.0], [1.0]], np.array([[0.2], [0.5]]), np.array([[0.5], [0.0]]),
+                          [[False], [True]], [[False], [False]], 0.9, 1.0,
+                          next_sign=[[1.0], [1.0]])
+    plain, _ = compute_gae([[0.0], [1.0]], np.array([[0.2], [0.5]]), np.array([[0.5], [0.0]]),
+                           [[False], [True]], [[False], [False]], 0.9, 1.0)
+    np.testing.assert_array_equal(same, plain)               # +1 everywhere: plain GAE
+
+
 @pytest.mark.e2e
 def test_selfplay_trains_resumes_and_evaluates(tmp_path):
-    """Tic-Tac-Toe against the pool for a few rounds: metrics.csv has the rates, the ratings
-    and a pool that grew, no illegal move; a resumed run starts from the saved pool; --evaluate
+    """Tic-Tac-Toe against the pool and, half of the games, against itself from both seats,
+    for a few rounds: metrics.csv has the rates, the ratings and a pool that grew, no illegal
+    move; a resumed run starts from the saved pool; --evaluate
     plays the scripted player."""
     run_dir = str(tmp_path / "ttt")
     common = [sys.executable, "main.py", "--env_name", "pettingzoo_aec", "--pz_env",
@@ -241,7 +296,7 @@ def test_selfplay_trains_resumes_and_evaluates(tmp_path):
               "--num_workers", "0", "--quiet", "--no-tensorboard", "--target_return", "none",
               "--num_envs_per_worker", "8", "--rollout_steps", "16", "--batch_size", "64",
               "--snapshot_every", "4", "--selfplay_pool", "3", "--eval_interval", "1024",
-              "--eval_episodes", "4"]
+              "--eval_episodes", "4", "--selfplay_latest", "0.5", "--both_seats"]
     train = subprocess.run([*common, "--total_steps", "1536", "--run_dir", run_dir], cwd=REPO,
                            capture_output=True, text=True, timeout=300)
     assert train.returncode == 0, train.stderr[-3000:]

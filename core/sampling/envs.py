@@ -18,7 +18,7 @@ import ray
 from gymnasium import spaces as gym_spaces
 
 from core import seeding, spaces
-from core.types import PER_AGENT_KEY
+from core.types import STEP_REPORT_KEY
 from core.sampling.env_host import EnvHost
 from core.plugins import make_env
 
@@ -75,10 +75,10 @@ EPISODE_METRICS_KEY = "episode_metrics"
 
 class StepResult:
     __slots__ = ("observations", "rewards", "terminated", "truncated", "final_observations",
-                 "failed", "errors", "episode_metrics", "per_agent")
+                 "failed", "errors", "episode_metrics", "step_report")
 
     def __init__(self, observations, rewards, terminated, truncated, final_observations,
-                 failed=None, errors=None, episode_metrics=None, per_agent=None):
+                 failed=None, errors=None, episode_metrics=None, step_report=None):
         self.observations = observations            # [E, ...] after auto-reset (or rebuild)
         self.rewards = rewards                      # [E]
         self.terminated = terminated                # [E] bool
@@ -93,9 +93,9 @@ class StepResult:
         self.errors = [] if errors is None else errors
         # {e: {name: number}} for ended episodes whose last info had EPISODE_METRICS_KEY
         self.episode_metrics = {} if episode_metrics is None else episode_metrics
-        # {name: [E, K]} from the infos' PER_AGENT_KEY (zeros for an env whose step raised),
-        # or None when the envs do not report them
-        self.per_agent = per_agent
+        # {name: [E, ...]} from the infos' STEP_REPORT_KEY (zeros for an env whose step
+        # raised), or None when the envs report nothing
+        self.step_report = step_report
 
 
 def to_env_action(action_space, action):
@@ -300,7 +300,7 @@ class EnvGroup:
         failed = np.zeros(num_envs, dtype=bool)
         errors = []
         episode_metrics = {}
-        per_agent = {}
+        report = {}
         for e, (result, exc, _) in enumerate(outcomes):
             if exc is not None:
                 failed[e] = truncated[e] = True
@@ -312,12 +312,12 @@ class EnvGroup:
             if (terminated[e] or truncated[e]) and len(result) > 4 and result[4] \
                     and EPISODE_METRICS_KEY in result[4]:
                 episode_metrics[e] = dict(result[4][EPISODE_METRICS_KEY])
-            if len(result) > 4 and result[4] and PER_AGENT_KEY in result[4]:
-                for name, value in result[4][PER_AGENT_KEY].items():
+            if len(result) > 4 and result[4] and STEP_REPORT_KEY in result[4]:
+                for name, value in result[4][STEP_REPORT_KEY].items():
                     value = np.asarray(value, dtype=np.float32)
-                    if name not in per_agent:
-                        per_agent[name] = np.zeros((num_envs, *value.shape), np.float32)
-                    per_agent[name][e] = value
+                    if name not in report:
+                        report[name] = np.zeros((num_envs, *value.shape), np.float32)
+                    report[name][e] = value
         ended = [e for e in range(num_envs) if not failed[e] and (terminated[e] or truncated[e])]
         final = {e: observations[e] for e in ended}
         if self.placement != "actor" and ended:
@@ -333,7 +333,7 @@ class EnvGroup:
         for e in np.flatnonzero(failed):
             observations[e] = self._rebuild(int(e), errors)
         return StepResult(spaces.stack(observations), rewards, terminated, truncated, final,
-                          failed, errors, episode_metrics, per_agent or None)
+                          failed, errors, episode_metrics, report or None)
 
     def get_state(self):
         """Every env's state (see envs/gym_env.py:get_state), or None if one of them cannot

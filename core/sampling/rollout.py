@@ -220,7 +220,7 @@ class RolloutWorker:
         truncated = np.empty((num_steps, num_envs), dtype=bool)
         valid = np.ones((num_steps, num_envs), dtype=bool)
         actions, log_probs, values = [], [], []
-        per_agent = None  # {name: [T, E, K]} once the envs report about their agents
+        report = None  # {name: [T, E, ...]} once the envs report beside the reward
         truncated_index, truncated_obs = [], []
         terminal_index, terminal_obs = [], []
         memory = self.memory
@@ -270,12 +270,12 @@ class RolloutWorker:
                 values.append(extras["values"])
             rewards[t], terminated[t], truncated[t] = (result.rewards, result.terminated,
                                                        result.truncated)
-            if result.per_agent is not None:
-                if per_agent is None:
-                    per_agent = {name: np.zeros((num_steps, *value.shape), np.float32)
-                                 for name, value in result.per_agent.items()}
-                for name, value in result.per_agent.items():
-                    per_agent[name][t] = value
+            if result.step_report is not None:
+                if report is None:
+                    report = {name: np.zeros((num_steps, *value.shape), np.float32)
+                              for name, value in result.step_report.items()}
+                for name, value in result.step_report.items():
+                    report[name][t] = value
             env_errors.extend(dict(worker=self.worker_index, **error, step=t)
                               for error in result.errors)
             for e in np.flatnonzero(result.failed):
@@ -345,7 +345,7 @@ class RolloutWorker:
                 spaces.tree_map(lambda a, dtype: np.asarray(a, dtype),
                                 spaces.stack(terminal_obs), carried) if terminal_obs
                 else spaces.allocate(spaces.take(obs_buf, (0, 0)), (0,))),
-            per_agent=per_agent)
+            step_report=report)
         return trajectory, RolloutStats(
             env_steps=trajectory.num_steps, episode_returns=finished_returns,
             # the version of the weights that really acted (the stamp the model loaded with
