@@ -349,6 +349,39 @@ class TeamPPOModel(PPOModel):
         # reports; the deterministic action (what an export computes) is PPOModel's
         return PPOActing(self)
 
+    # -- one policy of the team on its own (main.py --export --export_policy NAME) ------------
+    def export_parts(self):
+        """The policies that export on their own: the Dict observation's names."""
+        if isinstance(self.observation_space, spaces.Dict):
+            return list(self.observation_space.spaces)
+        return []
+
+    def export_part(self, name):
+        """(module, observation space, action space) of policy ``name`` alone: its agents'
+        rows [B, n, R] in, their deterministic actions out (the argmax of each agent's own
+        logits, or its mean), as the team's program computes them for those agents."""
+        parts = self.export_parts()
+        if name not in parts:
+            known = ", ".join(parts) or "none (one policy acts for every agent: export the team)"
+            raise ConfigError(f"--export_policy {name!r}: this team's policies are {known}.")
+        names = list(self.observation_space.spaces)
+        counts = [self.observation_space[n].shape[0] for n in names]
+        first = sum(counts[:names.index(name)])
+        count = counts[names.index(name)]
+        columns = slice(first, first + count)
+        if isinstance(self.action_space, spaces.MultiDiscrete):
+            nvec = self.action_space.nvec.reshape(-1)[columns]
+            start = np.asarray(self.action_space.start).reshape(-1)[columns]
+            part_space = spaces.MultiDiscrete(nvec, start=start)
+            discrete = int(nvec[0])
+        else:
+            part_space = spaces.Box(self.action_space.low[columns],
+                                    self.action_space.high[columns], dtype=np.float32)
+            discrete = 0
+        module = PartActing(self.actor.nets[name], count, discrete)
+        return module, self.observation_space[name], part_space
+
+
     # -- a learning rate per policy (--policy_args NAME='--lr ...') ---------------------------
     def policy_parameters(self, name):
         params = list(self.actor.nets[name].parameters())
@@ -387,3 +420,16 @@ class TeamPPOModel(PPOModel):
         columns = self.metric_columns_of(self.observation_space)
         found = {c: [e[c] for e in episodes if c in e] for c in columns}
         return {c: float(np.mean(v)) for c, v in found.items() if v}
+
+
+class PartActing(nn.Module):
+    """One policy's deterministic acting on its agents' rows: its network on each row, the
+    argmax of a Discrete agent's logits (``discrete`` actions) or a Box agent's mean."""
+
+    def __init__(self, net, agents, discrete):
+        super().__init__()
+        self.net, self.agents, self.discrete = net, agents, discrete
+
+    def forward(self, rows):
+        out = self.net(rows.float())  # [B, n, A] logits or [B, n, K] means
+        return out.argmax(-1) if self.discrete else out

@@ -222,6 +222,10 @@ def add_common_args(parser):
     group.add_argument("--out", default=None, metavar="FILE", dest="export_out",
                        help="with --export: the file to write (default: the checkpoint's "
                             "name with .onnx or .pt2, beside it)")
+    group.add_argument("--export_policy", default=None, metavar="NAME",
+                       help="with --export, for a team of several policies (--policy_map): "
+                            "write policy NAME alone, its agents' rows in and their actions "
+                            "out (default: the whole team, each policy's rows an input)")
     group.add_argument("--record_video", default=None, metavar="DIR",
                        help="with --evaluate: also write --video_episodes episodes to "
                             "DIR/episode-<k>.gif from the env's rgb_array rendering")
@@ -430,7 +434,7 @@ def build_parser(argv):
 #: in no component's config, so never pickled into an actor.
 APP_ONLY_KEYS = (
     "config", "user_dir", "list", "restore", "evaluate", "record_video", "video_episodes",
-    "eval_seeds", "export", "export_format", "export_out", "model_card",
+    "eval_seeds", "export", "export_format", "export_out", "export_policy", "model_card",
     "run_dir", "address", "node_ip_address", "dashboard", "dashboard_host", "num_cpus", "gpu",
     "checkpoint_interval", "keep_checkpoints", "pause_at_steps", "log_interval", "tensorboard",
     "plot_interval", "max_time", "tune", "num_samples", "max_concurrent", "search", "scheduler",

@@ -3,6 +3,7 @@ agents each pattern takes, which rows and actions reach which agent, that a poli
 learn from its own agents' samples only, a policy's own flags and learning rate, the returns
 per policy, one-paragraph errors, and a whole run (train, resume, evaluate, export)."""
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -187,6 +188,22 @@ def test_policies_train_resume_evaluate_and_export(tmp_path):
     names = [i.name for i in session.get_inputs()]
     (exported_action,) = session.run(None, {n: batch[n] for n in names})
     np.testing.assert_array_equal(exported_action[0], policy.act(obs))
+    # each policy on its own: its agents' rows in, their actions out, as in the team's
+    for name, columns in (("scout", [0, 1]), ("tank", [2])):
+        out = tmp_path / f"{name}.onnx"
+        alone = subprocess.run([sys.executable, "main.py", "--export", run_dir,
+                                "--export_policy", name, "--out", str(out)], cwd=REPO,
+                               capture_output=True, text=True, timeout=300)
+        assert alone.returncode == 0, alone.stderr[-3000:]
+        assert f"policy {name} of ma_ppo" in alone.stdout
+        session = onnxruntime.InferenceSession(str(out))
+        (action,) = session.run(None, {"obs": batch[name]})
+        np.testing.assert_array_equal(action[0], policy.act(obs)[columns])
+        with open(f"{out}.json") as f:
+            assert json.load(f)["policy"] == name
+    wrong = subprocess.run([sys.executable, "main.py", "--export", run_dir, "--export_policy",
+                            "pilot"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert wrong.returncode != 0 and "this team's policies are scout, tank" in wrong.stderr
 
 
 def test_the_plot_draws_each_policys_return(tmp_path):

@@ -268,6 +268,7 @@ def sidecar(policy, fmt, out, inputs, outputs, program):
         "checkpoint": os.path.abspath(policy.path),
         "checkpoint_meta": meta,
         "config": policy.config,
+        "policy": getattr(policy, "name", None),  # one policy of a team (--export_policy)
         "torch_version": torch.__version__,
         "notes": notes,
     }
@@ -276,14 +277,48 @@ def sidecar(policy, fmt, out, inputs, outputs, program):
     return info
 
 
-def export_policy(policy, fmt, out):
+class PolicyPart:
+    """One policy of a team (models/ma_ppo.py ``export_part``) as export_policy reads a
+    Policy: that policy's own observation (its agents' rows) and action spaces, no memory, the
+    normalizer's statistics of its rows, the run's metadata."""
+
+    def __init__(self, policy, name, observation_space, action_space):
+        from core.spaces import layout_of
+        self.name = name
+        self.observation_space, self.action_space = observation_space, action_space
+        self.layout = layout_of(observation_space)
+        statistics = policy.obs_statistics
+        self.obs_statistics = None if statistics is None else statistics.get(name)
+        self.recurrent = False
+        self.model, self.meta, self.args = policy.model, policy.meta, policy.args
+        self.path, self.config = policy.path, policy.config
+
+    def initial_state(self, batch_size=1):
+        return None
+
+
+def part_of(policy, name):
+    """(PolicyPart, its acting module) for ``--export_policy name``."""
+    export_part = getattr(policy.model, "export_part", None)
+    if export_part is None:
+        raise ConfigError(f"--export_policy {name}: model {type(policy.model).__name__} acts as "
+                          f"one policy; export it whole (drop --export_policy).")
+    module, observation_space, action_space = export_part(name)
+    return PolicyPart(policy, name, observation_space, action_space), module
+
+
+def export_policy(policy, fmt, out, part=None):
     """Write ``policy`` (core/app/policy.py) to ``out`` as ``fmt`` ("onnx" or "pt2") and its
-    sidecar to ``out``.json; returns the sidecar (a dict). A model without an export_module,
-    or whose module does not trace, is a one-paragraph ConfigError."""
+    sidecar to ``out``.json; returns the sidecar (a dict). ``part``: one policy of a team
+    alone (--export_policy). A model without an export_module, or whose module does not
+    trace, is a one-paragraph ConfigError."""
     if fmt not in FORMATS:
         raise ConfigError(f"--format {fmt!r}: one of {', '.join(FORMATS)}.")
     try:
-        acting = policy.model.export_module()
+        if part is not None:
+            policy, acting = part_of(policy, part)
+        else:
+            acting = policy.model.export_module()
     except ConfigError as exc:
         raise ConfigError(f"--export --format {fmt}: {exc}") from None
     module = ExportedPolicy(policy, acting).eval()
@@ -315,9 +350,10 @@ def _plain(value):
     return str(value)
 
 
-def default_out(checkpoint, fmt):
-    """The checkpoint's name with the format's extension, beside it."""
-    return f"{os.path.splitext(checkpoint)[0]}.{fmt}"
+def default_out(checkpoint, fmt, part=None):
+    """The checkpoint's name (and the policy's, for one policy of a team) with the format's
+    extension, beside it."""
+    return f"{os.path.splitext(checkpoint)[0]}{'' if part is None else '-' + part}.{fmt}"
 
 
 def export_command(args):
@@ -330,13 +366,15 @@ def export_command(args):
                           f"file (.pt).")
     policy = load(args.export)
     fmt = args.export_format
-    out = args.export_out or default_out(policy.path, fmt)
-    info = export_policy(policy, fmt, out)
+    part = args.export_policy
+    out = args.export_out or default_out(policy.path, fmt, part)
+    info = export_policy(policy, fmt, out, part)
     names = ", ".join(f"{spec['name']} {spec['dtype']}[{','.join(map(str, spec['shape']))}]"
                       for spec in info["inputs"])
     notes = "".join(f"; {note}" for note in info["notes"])
+    which = "" if part is None else f"policy {part} of "
     print(f"ddrl: wrote {out} ({fmt}, {os.path.getsize(out) / 1024:.0f} KiB) and {out}.json: "
-          f"{policy.args.model_name} on {policy.meta.get('gym_id') or policy.args.env_name}, "
+          f"{which}{policy.args.model_name} on {policy.meta.get('gym_id') or policy.args.env_name}, "
           f"{policy.meta.get('env_steps', '?')} env steps, from {policy.path}; inputs "
           f"{names}{notes}", flush=True)
     return out

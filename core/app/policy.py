@@ -164,12 +164,13 @@ class Policy:
             getattr(env, "close", lambda: None)()
         return returns
 
-    def export(self, out, fmt="onnx"):
+    def export(self, out, fmt="onnx", policy=None):
         """Write this policy's acting path to ``out`` as ``fmt`` ("onnx" or "pt2"), with its
         JSON sidecar ``out``.json (core/app/export.py; ``main.py --export``); returns the
-        sidecar as a dict."""
+        sidecar as a dict. ``policy``: one policy of a team of several (--policy_map) alone,
+        its agents' rows in and their actions out (``main.py --export_policy``)."""
         from core.app.export import export_policy
-        return export_policy(self, fmt, str(out))
+        return export_policy(self, fmt, str(out), policy)
 
     def __repr__(self):
         return (f"Policy({self.args.model_name} on {self.meta.get('gym_id') or self.args.env_name}, "

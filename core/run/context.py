@@ -9,7 +9,7 @@ from core.run.plots import LearningCurves
 #: (config.yaml, checkpoints), so that re-running or restoring it does not repeat them.
 RUN_ONLY_KEYS = ("config", "restore", "list", "pause_at_steps", "evaluate", "record_video",
                  "video_episodes", "evaluation", "render_mode", "eval_seeds", "export",
-                 "export_format", "export_out", "model_card")
+                 "export_format", "export_out", "export_policy", "model_card")
 
 class RunContext:
     def __init__(self, args, run_dir, start_time, columns, target_return, plotter=None,
