@@ -45,7 +45,7 @@ from core.argtypes import checked_text
 from core.registry import ConfigError
 from core.types import STEP_REPORT_KEY
 from envs import register_env
-from envs.pettingzoo_env import _parse_kwargs, make_pettingzoo_env
+from envs.pettingzoo_env import _parse_kwargs, make_pettingzoo_env, with_render_mode
 from models.selfplay_ppo import LATEST
 
 OPPONENTS = ("selfplay", "random", "scripted")
@@ -157,7 +157,8 @@ class PettingZooTurnEnv:
 
     def __init__(self, args, seed=None):
         self.module_name = args.pz_env
-        self.env = make_aec_env(args.pz_env, _parse_kwargs(args.pz_kwargs))
+        self.env = make_aec_env(args.pz_env, with_render_mode(_parse_kwargs(args.pz_kwargs),
+                                                              args.render_mode))
         self.agents = list(self.env.possible_agents)
         self.opponent = args.eval_opponent if args.evaluation else args.opponent
         self.game = board_game(args.pz_env)

@@ -5,15 +5,16 @@
 The N agents of ``possible_agents`` become the rows of one observation and one action:
 
 - observation: Box(N, D), agent i's row = its own observation (flattened, zero-padded to the
-  widest agent's), then 1 if it is still in the episode (0 once it has left: PettingZoo's
-  ``agents`` list shrinks; its row is zeros then), then with ``--agent_ids`` a one-hot of i
+  widest agent's), then 1 if it is in the episode (0 before it has come and once it has left:
+  PettingZoo's ``agents`` list grows and shrinks; its row is zeros then), then with ``--agent_ids`` a one-hot of i
   (what a policy shared by all agents needs to tell them apart, when their observations do not);
 - action: MultiDiscrete([A] * N) when every agent has Discrete(A) actions, Box(N, K) when every
   agent has a Box(K) (each row clipped to its agent's bounds); an agent that has left gets no
   action (its row is ignored);
 - reward: the team's, the sum (``--team_reward sum``, default) or the mean of the agents'
-  rewards at that step; the episode terminates when every agent has terminated, and is
-  truncated when any is truncated (PettingZoo's ``max_cycles``) before that.
+  rewards at that step; the episode terminates when every agent that acted has terminated and
+  none is left, and is truncated when any is truncated (PettingZoo's ``max_cycles``) before
+  that.
 
 So every part of ddrl that takes a Box observation and a MultiDiscrete or Box action drives it
 as it is (rollouts, faults, checkpoints, clusters, sweeps, --evaluate, export): with
@@ -105,6 +106,12 @@ def policy_groups(agents, entries):
     return groups
 
 
+def with_render_mode(kwargs, render_mode):
+    """The env's arguments, plus the ``render_mode`` a video asks for (--record_video:
+    rgb_array frames of the whole env)."""
+    return {**kwargs, "render_mode": render_mode} if render_mode else kwargs
+
+
 def make_pettingzoo_env(module_name, kwargs, function, examples, api):
     """``module_name.function(**kwargs)``, or a one-paragraph ConfigError naming
     ``examples`` (modules that have it) and the ``api`` the wrapper takes."""
@@ -158,7 +165,8 @@ class PettingZooTeamEnv:
         return getattr(config, "pz_env", "pettingzoo").split(".")[-1]
 
     def __init__(self, args, seed=None):
-        self.env = make_parallel_env(args.pz_env, _parse_kwargs(args.pz_kwargs))
+        self.env = make_parallel_env(args.pz_env, with_render_mode(_parse_kwargs(args.pz_kwargs),
+                                                                   args.render_mode))
         self.agents = list(self.env.possible_agents)
         self.team_reward = args.team_reward
         self.agent_ids = args.agent_ids
@@ -240,11 +248,10 @@ class PettingZooTeamEnv:
         acted = list(actions)
         values = [float(rewards.get(a, 0.0)) for a in acted]
         reward = float(np.sum(values) if self.team_reward == "sum" else np.mean(values))
-        for agent in acted:
-            if terminations.get(agent, False) or truncations.get(agent, False):
-                self.live.discard(agent)
-        self.live &= set(self.env.agents)
-        terminated = all(terminations.get(a, False) for a in acted)
+        # who acts next: the env's agents now (newcomers join), less any that just ended
+        self.live = {a for a in self.env.agents
+                     if not (terminations.get(a, False) or truncations.get(a, False))}
+        terminated = all(terminations.get(a, False) for a in acted) and not self.live
         truncated = not terminated and (any(truncations.get(a, False) for a in acted)
                                         or not self.live)
         for agent, value in zip(acted, values):

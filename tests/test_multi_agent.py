@@ -21,7 +21,8 @@ pytestmark = pytest.mark.unit
 def team_env(**flags):
     args = argparse.Namespace(pz_env="mpe2.simple_spread_v3",
                               pz_kwargs='{"N": 3, "max_cycles": 25, "continuous_actions": false}',
-                              team_reward="sum", agent_ids=False, policy_map=None)
+                              team_reward="sum", agent_ids=False, policy_map=None,
+                              render_mode=None)
     vars(args).update(flags)
     return PettingZooTeamEnv(args)
 
@@ -62,6 +63,23 @@ def test_agents_that_leave_get_no_actions_and_zero_rows():
     assert alive[1] == [0, 1, 1] and alive[3] == [0, 0, 1] and not any(alive[5])
     assert truncated and not terminated
     assert not rows.any()                              # no agent left: every row zero
+
+
+def test_agents_that_arrive_get_rows_and_actions_from_then_on():
+    env = team_env(pz_env="tests.plugins.arriving_agents", pz_kwargs="{}")
+    rows, _ = env.reset(seed=0)
+    assert rows[:, 2].tolist() == [1, 0, 0]              # only a_0 is there at the start
+    present, acted, done = [], [], False
+    while not done:
+        rows, reward, terminated, truncated, info = env.step(np.array([1, 1, 1]))
+        present.append(rows[:, 2].tolist())
+        acted.append(info["step_report"]["acted"].tolist())
+        assert reward == sum(acted[-1])                  # the team's: one per agent present
+        done = terminated or truncated
+    # a_1 comes after step 1, a_2 after step 2 (the env refuses actions for absent agents)
+    assert acted == [[1, 0, 0], [1, 1, 0], [1, 1, 1], [1, 1, 1]]
+    assert present[:3] == [[1, 1, 0], [1, 1, 1], [1, 1, 1]] and not any(present[3])
+    assert truncated and not terminated
 
 
 def test_bad_modules_and_kwargs_are_one_paragraph():
@@ -129,9 +147,11 @@ def test_simple_spread_trains_evaluates_and_exports(tmp_path):
                            timeout=300)
     assert train.returncode == 0, train.stderr[-3000:]
     evaluate = subprocess.run([sys.executable, "main.py", "--evaluate", run_dir,
-                               "--eval_episodes", "2"], cwd=REPO, capture_output=True,
+                               "--eval_episodes", "2", "--record_video",
+                               str(tmp_path / "video")], cwd=REPO, capture_output=True,
                               text=True, timeout=300)
     assert evaluate.returncode == 0 and "2 deterministic episodes" in evaluate.stdout
+    assert os.path.getsize(tmp_path / "video" / "episode-0.gif") > 0   # the whole env, drawn
     exported = subprocess.run([sys.executable, "main.py", "--export", run_dir, "--out",
                                str(tmp_path / "team.onnx")], cwd=REPO, capture_output=True,
                               text=True, timeout=300)
@@ -148,3 +168,11 @@ def test_simple_spread_trains_evaluates_and_exports(tmp_path):
         summary = json.load(f)
     # the env refuses actions for agents that are gone: none reached it (no error survived)
     assert summary["env_errors"] == 0 and summary["env_steps"] >= 600
+    arriving = subprocess.run([*common, "--pz_env", "tests.plugins.arriving_agents",
+                               "--pz_kwargs", "{}", "--total_steps", "300", "--eval_interval",
+                               "150", "--num_envs_per_worker", "2", "--rollout_steps", "6",
+                               "--batch_size", "12", "--run_dir", str(tmp_path / "arriving")],
+                              cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert arriving.returncode == 0, arriving.stderr[-3000:]
+    with open(tmp_path / "arriving" / "summary.json") as f:
+        assert json.load(f)["env_errors"] == 0

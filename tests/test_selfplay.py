@@ -21,7 +21,7 @@ pytestmark = pytest.mark.unit
 def game_env(evaluation=False, **flags):
     args = argparse.Namespace(pz_env="pettingzoo.classic.tictactoe_v3", pz_kwargs="{}",
                               opponent="random", eval_opponent="random", seat="random",
-                              evaluation=evaluation, both_seats=False)
+                              evaluation=evaluation, both_seats=False, render_mode=None)
     vars(args).update(flags)
     return PettingZooTurnEnv(args, seed=0)
 
