@@ -33,6 +33,11 @@ learns a policy per name from its own agents' rows (models/ma_ppo.py); each epis
 carries every policy's return (the mean over its agents of their own rewards' sum) as
 ``return_<name>`` for metrics.csv.
 
+``--global_state``: the observation also carries the env's global state (PettingZoo's
+``state()``, flattened) as its ``state`` entry, and is a Dict even without ``--policy_map`` (one
+policy, ``team``); ma_ppo's central critic then values the state rather than the rows (MAPPO's
+centralized critic on the environment's state), the actors still see their rows alone.
+
 ``--pz_env`` names a module with a ``parallel_env(**kwargs)`` function (``mpe2.simple_spread_v3``,
 ``pettingzoo.butterfly.pistonball_v6``, a module of your own); ``--pz_kwargs`` is a JSON object of
 its arguments (default for MPE: ``{"N": 3, "max_cycles": 25, "continuous_actions": false}``
@@ -49,6 +54,11 @@ from core.argtypes import checked_text
 from core.registry import ConfigError
 from core.types import STEP_REPORT_KEY
 from envs import register_env
+
+
+#: the global state's entry in the observation (--global_state), and the one policy's name
+#: when there is no --policy_map
+STATE, TEAM = "state", "team"
 
 
 def _parse_kwargs(text):
@@ -153,6 +163,10 @@ class PettingZooTeamEnv:
                                  "agents' (default: %(default)s)")
         parser.add_argument("--agent_ids", action="store_true",
                             help="append a one-hot of the agent's index to its row")
+        parser.add_argument("--global_state", action="store_true",
+                            help="give the critic the env's global state (PettingZoo's "
+                                 "state()): the observation becomes a Dict of the policies' "
+                                 "rows (one policy 'team' without --policy_map) and 'state'")
         parser.add_argument("--policy_map", type=checked_text(map_entries), default=None,
                             help="which policy acts for which agents: PATTERN=NAME pairs "
                                  "separated by commas (shell-style patterns on agent ids, the "
@@ -188,12 +202,19 @@ class PettingZooTeamEnv:
         # that order; without it one group in the env's order
         entries = args.policy_map
         self.groups = policy_groups(self.agents, map_entries(entries)) if entries else None
+        self.state_shape = self._state_shape(args) if args.global_state else None
+        if self.state_shape is not None and self.groups is None:
+            self.groups = {TEAM: list(range(n))}
         self.order = (list(range(n)) if self.groups is None else
                       [i for name in sorted(self.groups) for i in self.groups[name]])
         if self.groups is not None:
             self.observation_space = spaces.Dict({
                 name: spaces.Box(-np.inf, np.inf, (len(rows), row), np.float32)
                 for name, rows in self.groups.items()})
+        if self.state_shape is not None:
+            self.observation_space.spaces[STATE] = spaces.Box(-np.inf, np.inf,
+                                                              self.state_shape, np.float32)
+            self.observation_space = spaces.Dict(dict(self.observation_space.spaces))
         self.action_space = self._team_actions(args.pz_env,
                                                [action_spaces[i] for i in self.order])
         self.live = set()
@@ -226,10 +247,28 @@ class PettingZooTeamEnv:
             rows[:, self.obs_width + 1:] = np.eye(n, dtype=np.float32)
         return rows
 
+    def _state_shape(self, args):
+        """The shape of the env's global state (--global_state), or a one-paragraph error."""
+        if STATE in (self.groups or {}):
+            raise ConfigError(f"--global_state with a policy named {STATE!r} in --policy_map: "
+                              f"the observation's {STATE!r} entry is the global state; rename "
+                              f"that policy.")
+        self.env.reset(seed=0)
+        try:
+            state = np.asarray(self.env.state(), np.float32)
+        except NotImplementedError:
+            raise ConfigError(f"--global_state: {args.pz_env} has no global state (PettingZoo's "
+                              f"state() is not implemented there); drop --global_state, the "
+                              f"central critic then sees every agent's row.") from None
+        return (int(state.size),)
+
     def _observation(self, rows):
         if self.groups is None:
             return rows
-        return {name: rows[indices] for name, indices in self.groups.items()}
+        found = {name: rows[indices] for name, indices in self.groups.items()}
+        if self.state_shape is not None:
+            found[STATE] = np.asarray(self.env.state(), np.float32).reshape(self.state_shape)
+        return found
 
     def reset(self, seed=None, options=None):
         observations, _ = self.env.reset(seed=seed, options=options)

@@ -41,6 +41,7 @@ from torch.distributions import Normal
 from core.argtypes import checked_text, positive_float
 from core.registry import ConfigError
 from models import register_model
+from envs.pettingzoo_env import STATE
 from models.ppo import (ACTIVATIONS, PPOActing, PPOModel, action_mask_of, hidden_sizes, mlp,
                         schedule)
 
@@ -92,13 +93,30 @@ class GroupWise(nn.Module):
         self.nets = nn.ModuleDict(nets)
 
     def forward(self, x):
-        rows = x.reshape(x.shape[0], sum(self.counts), self.row_width)
+        width = sum(self.counts) * self.row_width  # (columns past the rows: a global state)
+        rows = x[:, :width].reshape(x.shape[0], sum(self.counts), self.row_width)
         outputs, start = [], 0
         for name, count in zip(self.names, self.counts):
             out = self.nets[name](rows[:, start:start + count])
             outputs.append(out.reshape(x.shape[0], -1))
             start += count
         return torch.cat(outputs, dim=1)
+
+
+class Columns(nn.Module):
+    """Columns [start, stop) of [B, F] features: the global state after the rows."""
+
+    def __init__(self, start, stop):
+        super().__init__()
+        self.start, self.stop = start, stop
+
+    def forward(self, x):
+        return x[:, self.start:self.stop]
+
+
+def policy_boxes(observation_space):
+    """{policy: Box(its agents, width)} of a Dict observation, the global state left out."""
+    return {name: box for name, box in observation_space.spaces.items() if name != STATE}
 
 
 class GroupMean(nn.Module):
@@ -195,7 +213,7 @@ class TeamPPOModel(PPOModel):
     def check_policy_spaces(cls, observation_space, action_space):
         """A Dict {policy: Box(n_p, R)} (--policy_map): one row width, and one action space
         per policy."""
-        boxes = observation_space.spaces
+        boxes = policy_boxes(observation_space)
         if not all(isinstance(b, spaces.Box) and len(b.shape) == 2 for b in boxes.values()) \
                 or len({b.shape[1] for b in boxes.values()}) != 1:
             raise ConfigError(
@@ -259,8 +277,9 @@ class TeamPPOModel(PPOModel):
     def build_policies(self, args):
         """A network per policy of the Dict observation (the module docstring)."""
         self.check_policy_spaces(self.observation_space, self.action_space)
-        boxes = self.observation_space.spaces
+        boxes = policy_boxes(self.observation_space)
         names, counts = list(boxes), [b.shape[0] for b in boxes.values()]
+        state = self.observation_space.spaces.get(STATE)
         width = next(iter(boxes.values())).shape[1]
         own = policy_args_entries(args.policy_args) if args.policy_args else {}
         for name in own:
@@ -284,13 +303,23 @@ class TeamPPOModel(PPOModel):
             per_agent = {name: int(nvec[first]) for name, first in zip(names, firsts)}
         else:
             per_agent = {name: int(self.action_space.shape[1]) for name in names}
-        self.encoder = ConcatRows(names)
+        # (with a global state its columns follow the rows': the actors read the rows only)
+        self.encoder = ConcatRows(names + ([STATE] if state is not None else []))
         self.actor = GroupWise(names, counts, width, {
             name: mlp(width, sizes_of(name), per_agent[name], activation_of(name), 0.01)
             for name in names})
-        if args.ma_critic == "central":
-            self.critic = mlp(sum(counts) * width, default_sizes,
-                              sum(counts) if self.agent_rewards else 1, args.activation, 1.0)
+        values = sum(counts) if self.agent_rewards else 1
+        if state is not None:
+            if args.ma_critic != "central":
+                raise ConfigError("--global_state with --ma_critic local: the state is for the "
+                                  "central critic (each agent's local critic sees its row); use "
+                                  "--ma_critic central, or drop --global_state.")
+            rows = sum(counts) * width
+            self.critic = nn.Sequential(Columns(rows, rows + int(np.prod(state.shape))),
+                                        mlp(int(np.prod(state.shape)), default_sizes, values,
+                                            args.activation, 1.0))
+        elif args.ma_critic == "central":
+            self.critic = mlp(sum(counts) * width, default_sizes, values, args.activation, 1.0)
         else:
             kind = GroupWise if self.agent_rewards else GroupMean
             self.critic = kind(names, counts, width, {
@@ -353,7 +382,7 @@ class TeamPPOModel(PPOModel):
     def export_parts(self):
         """The policies that export on their own: the Dict observation's names."""
         if isinstance(self.observation_space, spaces.Dict):
-            return list(self.observation_space.spaces)
+            return list(policy_boxes(self.observation_space))
         return []
 
     def export_part(self, name):
@@ -364,7 +393,7 @@ class TeamPPOModel(PPOModel):
         if name not in parts:
             known = ", ".join(parts) or "none (one policy acts for every agent: export the team)"
             raise ConfigError(f"--export_policy {name!r}: this team's policies are {known}.")
-        names = list(self.observation_space.spaces)
+        names = list(policy_boxes(self.observation_space))
         counts = [self.observation_space[n].shape[0] for n in names]
         first = sum(counts[:names.index(name)])
         count = counts[names.index(name)]
@@ -413,7 +442,7 @@ class TeamPPOModel(PPOModel):
     @classmethod
     def metric_columns_of(cls, observation_space):
         if isinstance(observation_space, spaces.Dict):
-            return tuple(f"return_{name}" for name in observation_space.spaces)
+            return tuple(f"return_{name}" for name in policy_boxes(observation_space))
         return ()
 
     def observe_episodes(self, episodes):

@@ -22,7 +22,7 @@ def team_env(**flags):
     args = argparse.Namespace(pz_env="mpe2.simple_spread_v3",
                               pz_kwargs='{"N": 3, "max_cycles": 25, "continuous_actions": false}',
                               team_reward="sum", agent_ids=False, policy_map=None,
-                              render_mode=None)
+                              render_mode=None, global_state=False)
     vars(args).update(flags)
     return PettingZooTeamEnv(args)
 
@@ -80,6 +80,36 @@ def test_agents_that_arrive_get_rows_and_actions_from_then_on():
     assert acted == [[1, 0, 0], [1, 1, 0], [1, 1, 1], [1, 1, 1]]
     assert present[:3] == [[1, 1, 0], [1, 1, 1], [1, 1, 1]] and not any(present[3])
     assert truncated and not terminated
+
+
+def test_the_global_state_goes_to_the_central_critic_alone():
+    env = team_env(global_state=True, agent_ids=True)
+    assert set(env.observation_space.spaces) == {"team", "state"}
+    assert env.observation_space["state"].shape == (54,)       # simple_spread's state()
+    obs, _ = env.reset(seed=0)
+    np.testing.assert_array_equal(obs["state"], env.env.state())
+    assert obs["team"].shape == (3, 22)
+    model = model_for(env, "--agent_ids")
+    rows = torch.randn(5, 3, 22)
+    state = torch.randn(5, 54)
+
+    def values_and_logits(rows, state):
+        features = model.features({"team": rows, "state": state})
+        return model.values(features), model.actor(features)
+    values, logits = values_and_logits(rows, state)
+    other_values, same_logits = values_and_logits(rows, torch.randn(5, 54))
+    torch.testing.assert_close(same_logits, logits)       # the actors never see the state
+    assert not torch.allclose(other_values, values)
+    same_values, other_logits = values_and_logits(torch.randn(5, 3, 22), state)
+    torch.testing.assert_close(same_values, values)       # the critic sees the state alone
+    assert not torch.allclose(other_logits, logits)
+    assert model.metric_columns_of(env.observation_space) == ("return_team",)
+    with pytest.raises(ConfigError, match="has no global state"):
+        team_env(pz_env="tests.plugins.leaving_agents", pz_kwargs="{}", global_state=True)
+    with pytest.raises(ConfigError, match="a policy named 'state'"):
+        team_env(global_state=True, policy_map="*=state")
+    with pytest.raises(ConfigError, match="--ma_critic local"):
+        model_for(env, "--ma_critic", "local")
 
 
 def test_bad_modules_and_kwargs_are_one_paragraph():
@@ -168,6 +198,15 @@ def test_simple_spread_trains_evaluates_and_exports(tmp_path):
         summary = json.load(f)
     # the env refuses actions for agents that are gone: none reached it (no error survived)
     assert summary["env_errors"] == 0 and summary["env_steps"] >= 600
+    state = subprocess.run([*common, "--global_state", "--total_steps", "600",
+                            "--eval_interval", "300", "--run_dir", str(tmp_path / "state")],
+                           cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert state.returncode == 0, state.stderr[-3000:]
+    exported = subprocess.run([sys.executable, "main.py", "--export", str(tmp_path / "state"),
+                               "--out", str(tmp_path / "state.onnx")], cwd=REPO,
+                              capture_output=True, text=True, timeout=300)
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    assert "state float32[batch,54], team float32[batch,3,22]" in exported.stdout
     arriving = subprocess.run([*common, "--pz_env", "tests.plugins.arriving_agents",
                                "--pz_kwargs", "{}", "--total_steps", "300", "--eval_interval",
                                "150", "--num_envs_per_worker", "2", "--rollout_steps", "6",

@@ -24,7 +24,7 @@ AGENTS = ["scout_0", "tank_0", "scout_1"]
 def kinds_env(policy_map="scout_*=scout,tank_*=tank", **flags):
     args = argparse.Namespace(pz_env="tests.plugins.two_kinds", pz_kwargs="{}",
                               team_reward="sum", agent_ids=False, policy_map=policy_map,
-                              render_mode=None)
+                              render_mode=None, global_state=False)
     vars(args).update(flags)
     return PettingZooTeamEnv(args)
 
