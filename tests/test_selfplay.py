@@ -263,6 +263,25 @@ def test_both_seats_games_against_itself_alternate_the_mover():
     assert game_env(opponent="selfplay", both_seats=True, evaluation=True).both_seats is False
 
 
+def test_the_tactics_count_tells_a_player_that_sees_fours_from_one_that_does_not():
+    """benchmarks/selfplay_games.py tactics: the scripted player (win now, else block) takes
+    every win in one and every needed block; the first legal move does not."""
+    import types
+    sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+    from selfplay_games import tactics
+    spec = types.SimpleNamespace(env=types.SimpleNamespace(
+        pz_env="pettingzoo.classic.connect_four_v3"))
+    rng = np.random.default_rng(0)
+    sharp = types.SimpleNamespace(spec=spec, act=lambda obs: scripted_move("connect_four", obs,
+                                                                           rng))
+    first = types.SimpleNamespace(spec=spec,
+                                  act=lambda obs: int(np.flatnonzero(obs["action_mask"])[0]))
+    seen = tactics(sharp, positions=60)
+    assert seen["win"] == {"positions": 60, "taken": 1.0} and seen["block"]["taken"] == 1.0
+    blind = tactics(first, positions=60)
+    assert blind["win"]["taken"] < 0.5 and blind["block"]["taken"] < 0.5
+
+
 def test_negamax_gae_by_hand():
     """next_sign -1: the next state's value is the opponent's, negated for this step's mover,
     and so is the advantage flowing back from it."""
