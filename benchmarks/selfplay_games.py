@@ -155,7 +155,7 @@ def main():
                   f"{sight['block']['taken']:.2f} of {sight['block']['positions']} (positions "
                   f"of random games)")
             results.append({"run": run, "tactics": sight})
-        for opponent in args.opponents:
+        for opponent in args.opponents if args.games else ():  # --games 0: tactics alone
             counts = play(policy, opponent, args.games, args.seed)
             low, high = wilson(counts["win"], counts["games"])
             by_seat = ", ".join(f"{seat} {counts['win_by_seat'][seat]}/"
