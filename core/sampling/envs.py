@@ -72,7 +72,6 @@ def env_failure(where, count, last_error):
 EPISODE_METRICS_KEY = "episode_metrics"
 
 
-
 class StepResult:
     __slots__ = ("observations", "rewards", "terminated", "truncated", "final_observations",
                  "failed", "errors", "episode_metrics", "step_report")

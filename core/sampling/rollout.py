@@ -220,7 +220,7 @@ class RolloutWorker:
         truncated = np.empty((num_steps, num_envs), dtype=bool)
         valid = np.ones((num_steps, num_envs), dtype=bool)
         actions, log_probs, values = [], [], []
-        report = None  # {name: [T, E, ...]} once the envs report beside the reward
+        report = {}  # {name: [T, E, ...]}: what the envs report beside the reward
         truncated_index, truncated_obs = [], []
         terminal_index, terminal_obs = [], []
         memory = self.memory
@@ -270,12 +270,10 @@ class RolloutWorker:
                 values.append(extras["values"])
             rewards[t], terminated[t], truncated[t] = (result.rewards, result.terminated,
                                                        result.truncated)
-            if result.step_report is not None:
-                if report is None:
-                    report = {name: np.zeros((num_steps, *value.shape), np.float32)
-                              for name, value in result.step_report.items()}
-                for name, value in result.step_report.items():
-                    report[name][t] = value
+            for name, value in (result.step_report or {}).items():
+                if name not in report:  # (steps before its first report: zeros)
+                    report[name] = np.zeros((num_steps, *value.shape), np.float32)
+                report[name][t] = value
             env_errors.extend(dict(worker=self.worker_index, **error, step=t)
                               for error in result.errors)
             for e in np.flatnonzero(result.failed):
@@ -345,7 +343,7 @@ class RolloutWorker:
                 spaces.tree_map(lambda a, dtype: np.asarray(a, dtype),
                                 spaces.stack(terminal_obs), carried) if terminal_obs
                 else spaces.allocate(spaces.take(obs_buf, (0, 0)), (0,))),
-            step_report=report)
+            step_report=report or None)
         return trajectory, RolloutStats(
             env_steps=trajectory.num_steps, episode_returns=finished_returns,
             # the version of the weights that really acted (the stamp the model loaded with
