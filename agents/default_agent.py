@@ -89,9 +89,27 @@ def cat(parts):
     return torch.cat(parts)
 
 
-def return_sums(returns):
-    """The sums a learner merges the round's return moments from (--value_norm)."""
-    return {"return_sum": float(returns.sum()), "return_sq_sum": float((returns ** 2).sum())}
+def round_sums(advantages, returns, counted):
+    """What a learner merges the round's moments from: the advantages' (normalization) and
+    the returns' (--value_norm), over the entries ``counted`` (a bool mask of their shape)."""
+    kept = advantages[counted].astype(np.float64)
+    kept_returns = returns[counted].astype(np.float64)
+    return {"advantage_sum": float(kept.sum()), "advantage_sq_sum": float((kept ** 2).sum()),
+            "advantage_count": int(counted.sum()), "return_sum": float(kept_returns.sum()),
+            "return_sq_sum": float((kept_returns ** 2).sum())}
+
+
+def ppo_arrays(trajectory, advantages, returns, convert):
+    """The PPO batch's arrays of a fragment, each through ``convert`` (flattened steps, or
+    sequences)."""
+    return {
+        "observations": as_model_input(convert(trajectory.observations)),
+        "actions": convert(trajectory.actions),
+        "old_log_probs": convert(trajectory.log_probs).float(),
+        "advantages": convert(advantages),
+        "returns": convert(returns),
+        "old_values": convert(trajectory.values).float(),
+    }
 
 
 @register_agent("default_agent")
@@ -167,20 +185,8 @@ class DefaultAgent(OnPolicyAgent):
             return torch.as_tensor(np.asarray(x).reshape(n, *np.asarray(x).shape[2:]))[keep].to(
                 device)
 
-        self.data = {
-            "observations": as_model_input(flat(trajectory.observations)),
-            "actions": flat(trajectory.actions),
-            "old_log_probs": flat(trajectory.log_probs).float(),
-            "advantages": flat(advantages),
-            "returns": flat(returns),
-            "old_values": flat(trajectory.values).float(),
-        }
-        kept = advantages.reshape(n)[valid].astype(np.float64)
-        kept_returns = returns.reshape(n)[valid].astype(np.float64)
-        return {"advantage_sum": float(kept.sum()),
-                "advantage_sq_sum": float((kept ** 2).sum()),
-                "advantage_count": int(valid.sum()),
-                **return_sums(kept_returns)}
+        self.data = ppo_arrays(trajectory, advantages, returns, flat)
+        return round_sums(advantages.reshape(n), returns.reshape(n), valid)
 
     def keep_per_agent(self, trajectory, next_values):
         """Per-agent GAE (``per_agent_terms``): each agent's advantages from its own rewards
@@ -201,22 +207,11 @@ class DefaultAgent(OnPolicyAgent):
             x = np.asarray(x)
             return torch.as_tensor(x.reshape(n, *x.shape[2:])).to(device)
 
-        self.data = {
-            "observations": as_model_input(flat(trajectory.observations)),
-            "actions": flat(trajectory.actions),
-            "old_log_probs": flat(trajectory.log_probs).float(),
-            "advantages": flat(advantages),
-            "returns": flat(returns),
-            "old_values": flat(trajectory.values).float(),
-            "weights": flat(weights.astype(np.float32)),
-        }
+        self.data = {**ppo_arrays(trajectory, advantages, returns, flat),
+                     "weights": flat(weights.astype(np.float32))}
         self.order = None
-        kept = advantages[weights].astype(np.float64)
-        return {"advantage_sum": float(kept.sum()),
-                "advantage_sq_sum": float((kept ** 2).sum()),
-                "advantage_count": int(weights.sum()),
-                "sample_rows": n,  # what minibatches split: steps, each with all its agents
-                **return_sums(returns[weights].astype(np.float64))}
+        # minibatches split steps (sample_rows), each with all its agents
+        return {**round_sums(advantages, returns, weights), "sample_rows": n}
 
     def keep_sequences(self, trajectory, advantages, returns):
         """A recurrent model's data: sequences batch-first [S, L, ...] (module docstring); the
@@ -232,24 +227,14 @@ class DefaultAgent(OnPolicyAgent):
                                    to_sequences(x, length))
 
         self.data = {
-            "observations": as_model_input(seq(trajectory.observations)),
-            "actions": seq(trajectory.actions),
-            "old_log_probs": seq(trajectory.log_probs).float(),
-            "advantages": seq(advantages),
-            "returns": seq(returns),
-            "old_values": seq(trajectory.values).float(),
+            **ppo_arrays(trajectory, advantages, returns, seq),
             "weights": seq(valid.astype(np.float32)),
             "episode_starts": seq(memory.episode_starts),
             "states": spaces.tree_map(lambda a: torch.as_tensor(a).to(device),
                                       chunk_starts(memory.states, length)),
         }
         self.order = None
-        kept = advantages[valid].astype(np.float64)
-        return {"advantage_sum": float(kept.sum()),
-                "advantage_sq_sum": float((kept ** 2).sum()),
-                "advantage_count": int(valid.sum()),
-                **return_sums(returns[valid].astype(np.float64)),
-                "sequences": len(self.data["returns"])}
+        return {**round_sums(advantages, returns, valid), "sequences": len(self.data["returns"])}
 
     def export_data(self):
         return {k: spaces.tree_map(lambda t: t.cpu().numpy(), v) for k, v in self.data.items()}
