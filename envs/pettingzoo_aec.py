@@ -284,7 +284,8 @@ class PettingZooTurnEnv:
         is that move's, and the next state is its opponent's to move (next_sign -1: the
         agent negates that state's value for this move, core/types.py STEP_REPORT_KEY)."""
         mover = self.mover
-        mask = self.env.observe(mover).get("action_mask")
+        observation = self.env.observe(mover)
+        mask = observation.get("action_mask") if isinstance(observation, dict) else None
         if mask is not None and not mask[action - int(self.action_space.start)]:
             self.illegal = 1  # its own move either way
         self.env.step(action)
