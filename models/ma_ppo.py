@@ -340,7 +340,11 @@ class TeamPPOModel(PPOModel):
         """Per agent with --agent_rewards: (log-probabilities [B, N], entropies [B, N])."""
         if not self.agent_rewards:
             return super().policy_terms(features, actions, mask)
-        params = self.actor(features)
+        return self.agent_terms(self.actor(features), actions, mask)
+
+    def agent_terms(self, params, actions, mask=None):
+        """(log-probabilities [B, N], entropies [B, N]) of ``actions`` under the actor's
+        output ``params``."""
         rows = params.shape[0]
         agents = self.action_shape[0]
         if self.head is not None:  # a Discrete per agent (one head, a block per agent)
@@ -364,9 +368,14 @@ class TeamPPOModel(PPOModel):
         batch = self.flat_obs(obs)
         features = self.features(batch)
         mask = action_mask_of(batch)
-        actions, _ = self.act_torch(features, deterministic, mask)
-        taken = torch.as_tensor(actions, device=self.device).reshape(len(actions), -1)
-        extras = {"log_probs": self.policy_terms(features, taken, mask)[0].cpu().numpy()}
+        params = self.actor(features)  # one actor pass for the actions and their terms
+        if self.head is not None:
+            taken = self.head.sample(params, mask, deterministic)[0]
+        else:
+            noise = torch.zeros_like(params) if deterministic else torch.randn_like(params)
+            taken = params + self.log_std.exp() * noise
+        extras = {"log_probs": self.agent_terms(params, taken, mask)[0].cpu().numpy()}
+        actions = taken.cpu().numpy()
         if self.head is None and len(self.action_shape) != 1:
             actions = actions.reshape(len(actions), *self.action_shape)
         if values:
