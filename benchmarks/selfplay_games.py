@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import ddrl
 from core.plugins import make_env
-from envs.pettingzoo_aec import BOARDS, _cell, _wins, board_game
+from envs.board_games import BOARDS, board_game, landing_cell, wins
 
 
 def winning_moves(game, observation, plane):
@@ -38,10 +38,10 @@ def winning_moves(game, observation, plane):
     occupied = planes[..., 0] | planes[..., 1]
     found = []
     for action in np.flatnonzero(np.asarray(observation["action_mask"])):
-        r, c = _cell(game, int(action), occupied)
+        r, c = landing_cell(game, int(action), occupied)
         trial = planes[..., plane].copy()
         trial[r, c] = True
-        if _wins(trial, r, c, need):
+        if wins(trial, r, c, need):
             found.append(int(action))
     return found
 
@@ -134,6 +134,25 @@ def tactics(policy, positions=500, seed=0):
             for kind, cases in found.items()}
 
 
+class UntrainedSearch:
+    """The control for --search_depth: the same search with nothing learned in it (every
+    leaf valued 0, ties broken at random), acting in the run's game; what a policy's search
+    wins beyond this is the learned value's and policy's."""
+
+    def __init__(self, policy, depth, seed=0):
+        from envs.board_games import Rules
+        self.spec, self.plugins = policy.spec, policy.plugins
+        self.rules = Rules(board_game(policy.spec.env.pz_env)[0])
+        self.depth, self.rng = depth, np.random.default_rng(seed)
+
+    def act(self, obs):
+        from envs.board_games import search_moves
+        planes = np.asarray(obs["observation"], bool).reshape(1, -1, 2)
+        prior = self.rng.random((1, self.rules.actions))
+        return search_moves(self.rules, planes[..., 0], planes[..., 1], self.depth, 0.9,
+                            lambda mine, theirs: np.zeros(len(mine)), prior)[0]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", help="run directories (or checkpoints)")
@@ -143,18 +162,30 @@ def main():
                         help="seeds the games (not any run's seed)")
     parser.add_argument("--positions", type=int, default=500,
                         help="positions of each kind for the tactics count (0: none)")
+    parser.add_argument("--search_depth", type=int, default=None,
+                        help="selfplay_ppo's search at decision time, this many moves deep "
+                             "(default: the run's own --search_depth)")
+    parser.add_argument("--untrained_search", type=int, default=None, metavar="DEPTH",
+                        help="play the control instead of each run's policy: the search this "
+                             "many moves deep with every leaf valued 0 and random tie-breaks "
+                             "(the run only names the game)")
     parser.add_argument("--out", default=None, help="JSON file for the counts")
     args = parser.parse_args()
+    flags = {} if args.search_depth is None else {"search_depth": args.search_depth}
     results = []
     for run in args.runs:
-        policy = ddrl.load(run)
+        policy = ddrl.load(run, **flags)
+        labels = dict(flags)
+        if args.untrained_search:
+            policy = UntrainedSearch(policy, args.untrained_search, args.seed)
+            labels = {"untrained_search": args.untrained_search}
         sight = tactics(policy, args.positions) if args.positions else None
         if sight is not None:
             print(f"{run} tactics: takes a win in one in {sight['win']['taken']:.2f} of "
                   f"{sight['win']['positions']} positions, blocks in "
                   f"{sight['block']['taken']:.2f} of {sight['block']['positions']} (positions "
                   f"of random games)")
-            results.append({"run": run, "tactics": sight})
+            results.append({"run": run, "tactics": sight, **labels})
         for opponent in args.opponents if args.games else ():  # --games 0: tactics alone
             counts = play(policy, opponent, args.games, args.seed)
             low, high = wilson(counts["win"], counts["games"])
@@ -166,7 +197,7 @@ def main():
                   f"drew {counts['draw']}, lost {counts['loss']}, illegal moves "
                   f"{counts['illegal']}, missed wins {counts['missed_wins']}, missed blocks "
                   f"{counts['missed_blocks']} in {counts['moves']} moves; wins by seat: {by_seat}")
-            results.append({"run": run, "opponent": opponent, **counts,
+            results.append({"run": run, "opponent": opponent, **labels, **counts,
                             "win_rate": counts["win"] / counts["games"],
                             "win_rate_ci95": [low, high]})
     if args.out:

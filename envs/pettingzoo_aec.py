@@ -45,6 +45,7 @@ from core.argtypes import checked_text
 from core.registry import ConfigError
 from core.types import STEP_REPORT_KEY
 from envs import register_env
+from envs.board_games import BOARDS, board_game, scripted_move
 from envs.pettingzoo_env import _parse_kwargs, make_pettingzoo_env, with_render_mode
 from models.selfplay_ppo import LATEST
 
@@ -56,71 +57,6 @@ def make_aec_env(module_name, kwargs):
                                "pettingzoo.classic.connect_four_v3 or "
                                "pettingzoo.classic.tictactoe_v3",
                                "AEC (turn-based) API")
-
-
-# -- the scripted player ---------------------------------------------------------------------
-BOARDS = {"connect_four": (6, 7, 4, True), "tictactoe": (3, 3, 3, False)}
-
-
-def board_game(module_name):
-    """(rows, columns, in a row to win, pieces fall) of a board game the scripted player
-    knows, or None."""
-    for name, shape in BOARDS.items():
-        if module_name.split(".")[-1].startswith(name):
-            return name, shape
-    return None
-
-
-def _wins(board, row, col, need):
-    """Whether a piece at (row, col) of ``board`` (bool [rows, cols], that piece set) completes
-    ``need`` in a row."""
-    rows, cols = board.shape
-    for dr, dc in ((0, 1), (1, 0), (1, 1), (1, -1)):
-        count = 1
-        for sign in (1, -1):
-            r, c = row + sign * dr, col + sign * dc
-            while 0 <= r < rows and 0 <= c < cols and board[r, c]:
-                count += 1
-                r, c = r + sign * dr, c + sign * dc
-        if count >= need:
-            return True
-    return False
-
-
-def _cell(game, action, occupied):
-    """The cell an action fills: Connect Four's lowest free row of a column, Tic-Tac-Toe's
-    cell (the observation's plane at [action // 3, action % 3])."""
-    rows, cols, _, falls = BOARDS[game]
-    if falls:
-        free = np.flatnonzero(~occupied[:, action])
-        return int(free[-1]), action
-    return action // cols, action % cols
-
-
-def scripted_move(game, observation, rng):
-    """Win now, else block the opponent's win now, else a random legal move (nearer the
-    centre first). ``observation``: the Classic game's Dict for the player to move (planes:
-    its own pieces, then the opponent's; an action_mask)."""
-    rows, cols, need, _ = BOARDS[game]
-    planes = np.asarray(observation["observation"], bool).reshape(rows, cols, 2)
-    mine, theirs = planes[..., 0], planes[..., 1]
-    legal = np.flatnonzero(np.asarray(observation["action_mask"]))
-    occupied = mine | theirs
-    for board in (mine, theirs):  # my win first, then the block
-        for action in legal:
-            r, c = _cell(game, int(action), occupied)
-            trial = board.copy()
-            trial[r, c] = True
-            if _wins(trial, r, c, need):
-                return int(action)
-    centre = (cols - 1) / 2 if BOARDS[game][3] else None
-    if centre is None:
-        return int(rng.choice(legal))
-    distance = np.abs(legal - centre)
-    nearest = legal[distance == distance.min()]
-    # mostly the most central legal column, now and then any: a scripted player that never
-    # varies is beaten by one memorized line
-    return int(rng.choice(nearest) if rng.random() < 0.5 else rng.choice(legal))
 
 
 @register_env("pettingzoo_aec")

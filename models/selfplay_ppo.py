@@ -29,10 +29,10 @@ import copy
 import numpy as np
 import torch
 
-from core.argtypes import positive_int, unit_interval
+from core.argtypes import non_negative_int, positive_int, unit_interval
 from core.registry import ConfigError
 from models import register_model
-from models.ppo import PPOModel
+from models.ppo import PPOActing, PPOModel
 
 START_RATING = 1000.0
 #: the slot that stands for the learning policy itself (not frozen, not rated)
@@ -67,6 +67,16 @@ class SelfPlayPPOModel(PPOModel):
                                  "(default: %(default)s)")
         parser.add_argument("--elo_k", type=float, default=16.0,
                             help="the Elo update's step (default: %(default)s)")
+        parser.add_argument("--search_depth", type=non_negative_int, default=0,
+                            help="acting deterministically (evaluations, --evaluate, "
+                                 "ddrl.load), search this many moves ahead over the game's "
+                                 "rules with the learned value at the leaves (negamax; Connect "
+                                 "Four and Tic-Tac-Toe); 0: the network's own move. Training's "
+                                 "sampled moves never search (default: %(default)s)")
+        parser.add_argument("--search_gamma", type=unit_interval, default=0.9,
+                            help="the search's discount per move: the value's own, so the "
+                                 "agent's --gamma (default: %(default)s, the Connect Four "
+                                 "preset's)")
 
     def __init__(self, args, observation_space, action_space):
         super().__init__(args, observation_space, action_space)
@@ -84,7 +94,27 @@ class SelfPlayPPOModel(PPOModel):
         self.register_buffer("updates_done", torch.tensor(0.0))
         self.register_buffer("next_slot", torch.tensor(0.0))
         self.opponent_cache = {}
+        self.search_rules = self._search_rules(args, observation_space, action_space)
         self.snapshot()  # the initial policy is the first opponent
+
+    @staticmethod
+    def _search_rules(args, observation_space, action_space):
+        if not args.search_depth:
+            return None
+        # imported here: envs/ imports this module (LATEST), and the rules live beside the env
+        from envs.board_games import BOARDS, Rules, board_of_spaces
+        game = board_of_spaces(observation_space, action_space)
+        if game is None:
+            raise ConfigError(
+                f"--search_depth {args.search_depth}: the search plays by a game's rules, and "
+                f"it knows {', '.join(sorted(BOARDS))} (PettingZoo Classic's board planes and "
+                f"action mask); this model's observation space is {observation_space} with "
+                f"actions {action_space}. Use --search_depth 0.")
+        if args.normalize_obs:
+            raise ConfigError(f"--search_depth {args.search_depth} with --normalize_obs: the "
+                              f"search reads the board from the observation, which the "
+                              f"normalizer rescales. Drop one of them.")
+        return Rules(game)
 
     # -- the pool (on the learner) -----------------------------------------------------------
     @torch.no_grad()
@@ -128,6 +158,49 @@ class SelfPlayPPOModel(PPOModel):
                 "elo": float(self.rating), "pool_size": int(filled.sum()),
                 "pool_elo": " ".join(f"{r:.0f}" for r, f in zip(self.pool_rating.tolist(),
                                                                 filled.tolist()) if f)}
+
+    # -- acting with search ---------------------------------------------------------------------
+    @torch.no_grad()
+    def choose_actions(self, obs, deterministic=False, values=True, state=None,
+                       episode_starts=None):
+        """PPO's, except that with --search_depth a deterministic move is the search's
+        (envs/board_games.py ``search_moves``: the learned value at the leaves, the policy's
+        logits breaking ties); the extras (log-probabilities, values) stay the network's."""
+        actions, extras = super().choose_actions(obs, deterministic, values, state,
+                                                 episode_starts)
+        if deterministic and self.search_rules is not None:
+            actions = self.searched_moves(obs).astype(np.asarray(actions).dtype)
+        return actions, extras
+
+    SEARCH_CHUNK = 32768  # leaf positions valued per forward pass
+
+    def searched_moves(self, obs):
+        """The search's move for each board of a batch (int [B])."""
+        from envs.board_games import search_moves
+        rules = self.search_rules
+        planes = np.asarray(obs["observation"], bool).reshape(-1, rules.cells, 2)
+        prior = self.actor(self.features(self.flat_obs(obs))).float().cpu().numpy()
+
+        def leaf_value(mine, theirs):
+            out = []
+            for start in range(0, len(mine), self.SEARCH_CHUNK):
+                part = slice(start, start + self.SEARCH_CHUNK)
+                batch = self.flat_obs(rules.observation(mine[part], theirs[part]))
+                out.append(self.values(self.features(batch)).float().cpu().numpy())
+            return np.concatenate(out)
+        return search_moves(rules, planes[..., 0], planes[..., 1], self.args.search_depth,
+                            self.args.search_gamma, leaf_value, prior)
+
+    def export_module(self):
+        """PPO's acting module (choose_actions differs from PPO's only by the search, which
+        an export cannot hold: refused with --search_depth)."""
+        if self.search_rules is not None:
+            raise ConfigError(
+                f"export with --search_depth {self.args.search_depth}: the search over the "
+                f"game's rules runs in Python beside the network and is not part of an "
+                f"exported module. Export the network's own move: "
+                f"ddrl.load(RUN, search_depth=0).export(...).")
+        return PPOActing(self)
 
     # -- the opponents (on the rollout workers, asked by the env) ----------------------------
     def sample_opponent(self, rng):

@@ -340,3 +340,10 @@ def test_selfplay_trains_resumes_and_evaluates(tmp_path):
                               cwd=REPO, capture_output=True, text=True, timeout=300)
     assert evaluate.returncode == 0, evaluate.stderr[-3000:]
     assert "6 deterministic episodes" in evaluate.stdout
+    # acting flags given to ddrl.load override the run's: its moves searched two deep
+    import ddrl
+    searching = ddrl.load(run_dir, search_depth=2)
+    assert searching.model.args.search_depth == 2 and ddrl.load(run_dir).model.search_rules is None
+    env = searching.make_env()
+    obs, _ = env.reset(seed=0)
+    assert obs["action_mask"][int(searching.act(obs))] == 1

@@ -25,17 +25,21 @@ from core.run.state import from_payload
 from core.sampling.envs import to_env_action
 
 
-def load(path):
+def load(path, **flags):
     """The policy saved at ``path``: a checkpoint file (.pt), or a run directory (its
-    checkpoints/best.pt, else its newest checkpoint). Raises ConfigError for a path that holds
-    no readable ddrl checkpoint."""
+    checkpoints/best.pt, else its newest checkpoint). ``flags`` override the run's own as on
+    ``main.py --evaluate PATH --flag value`` (acting flags such as selfplay_ppo's
+    ``search_depth=4``; flags that change the network's shape no longer fit its weights).
+    Raises ConfigError for a path that holds no readable ddrl checkpoint."""
+    from core.app.api import flags_to_argv
     from options.options import parse_args
     path = str(path)
     if not os.path.exists(path):
         raise ConfigError(f"ddrl.load({path!r}): no such file or directory. Give a run "
                           f"directory (its checkpoints/best.pt is loaded) or a checkpoint file.")
     checkpoint = saved_model_path(path)
-    args = parse_args(["--evaluate", checkpoint])  # the flags the run was trained with
+    # the flags the run was trained with, less those given here
+    args = parse_args(["--evaluate", checkpoint, *flags_to_argv(flags)])
     checkpoint, payload, meta = load_for_restore(checkpoint, args, "ddrl.load")
     return Policy(args, payload, meta, checkpoint)
 
