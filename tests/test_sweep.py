@@ -127,6 +127,16 @@ def test_sweep_flags_stay_out_of_trials():
         "lr", "tensorboard"]
 
 
+def test_trials_get_absolute_paths(tmp_path, monkeypatch):
+    """Trials run in Tune's own working directory: a relative --config or --user_dir given to
+    the sweep must still name the same file there."""
+    monkeypatch.chdir(tmp_path)
+    argv = ["--config", "configs/a.yaml", "--user_dir=plugins", "--tune", "s.yaml",
+            "--config", "none"]
+    assert trial_base_argv(argv) == ["--config", str(tmp_path / "configs" / "a.yaml"),
+                                     f"--user_dir={tmp_path / 'plugins'}", "--config", "none"]
+
+
 def run_main(*flags, timeout=300):
     return subprocess.run([sys.executable, os.path.join(REPO, "main.py"), *flags], cwd=REPO,
                           capture_output=True, text=True, timeout=timeout)

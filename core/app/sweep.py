@@ -38,12 +38,26 @@ ERROR_FILE = "trial_error"  # the same when the trial raised (Tune's error.txt h
 NOT_IN_BEST = set(SWEEP_VALUE_FLAGS) | set(SWEEP_SWITCHES)
 
 
+#: flags naming a file or folder: made absolute for the trials, which run in Tune's own
+#: working directory (a relative --config found nothing there)
+PATH_FLAGS = ("config", "user_dir")
+
+
+def _absolute(value):
+    return value if value.lower() == "none" else os.path.abspath(os.path.expanduser(value))
+
+
 def trial_base_argv(argv):
-    """``argv`` without the sweep's own flags: what every trial runs with."""
-    out, skip = [], False
+    """``argv`` without the sweep's own flags, its paths absolute: what every trial runs
+    with."""
+    out, skip, path_next = [], False, False
     for token in argv:
         if skip:
             skip = False
+            continue
+        if path_next:
+            path_next = False
+            out.append(_absolute(token))
             continue
         name = token[2:].split("=", 1)[0].replace("-", "_") if token.startswith("--") else None
         if name in SWEEP_VALUE_FLAGS:
@@ -51,6 +65,12 @@ def trial_base_argv(argv):
             continue
         if name in SWEEP_SWITCHES:
             continue
+        if name in PATH_FLAGS:
+            if "=" in token:
+                flag, value = token.split("=", 1)
+                token = f"{flag}={_absolute(value)}"
+            else:
+                path_next = True
         out.append(token)
     return out
 
