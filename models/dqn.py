@@ -184,7 +184,9 @@ class DQNModel(BaseModel):
         super().__init__(args, observation_space, action_space)
         self.register_buffer("device_marker", torch.empty(0), persistent=False)
         self.layout = layout_of(observation_space)
-        self.num_actions = int(action_space.n)
+        # (a team's MultiDiscrete has no one count: models/ma_dqn.py's build_networks sets it)
+        self.num_actions = int(action_space.n) if isinstance(action_space, spaces.Discrete) \
+            else None
         self.build_networks(args)
         self.numpy_q = None if self.layout.structured else NumpyQ.of(self.q_net)
         self.acting_rng = np.random.default_rng(int(torch.randint(0, 2**62, (1,)).item()))
@@ -304,20 +306,23 @@ class DQNModel(BaseModel):
         best = next_target.gather(1, chooser.argmax(1, keepdim=True)).squeeze(1)
         return rewards + discounts * (1.0 - terminated) * best
 
+    def q_taken(self, obs, actions):
+        """Q(s, a) of the online network for the actions taken: [B]."""
+        return self.q_net(obs).float().gather(1, actions.unsqueeze(1)).squeeze(1)
+
     @torch.no_grad()
     def td_errors(self, batch):
         """|Q(s, a) - y| per transition, numpy [B] (an actor's initial priorities)."""
         obs, actions, rewards, next_obs, terminated, discounts, _ = self.unpack(batch)
         y = self.targets(rewards, next_obs, terminated, discounts)
-        q = self.q_net(obs).float().gather(1, actions.unsqueeze(1)).squeeze(1)
-        return (q - y).abs().cpu().numpy()
+        return (self.q_taken(obs, actions) - y).abs().cpu().numpy()
 
     def step(self, batch, progress=0.0):
         """The gradient of the weighted Huber loss on a replay batch, by parameter name, and
         statistics ("td_errors": numpy [B] |Q - y| for the priority update)."""
         obs, actions, rewards, next_obs, terminated, discounts, weights = self.unpack(batch)
         y = self.targets(rewards, next_obs, terminated, discounts)
-        q = self.q_net(obs).float().gather(1, actions.unsqueeze(1)).squeeze(1)
+        q = self.q_taken(obs, actions)
         loss = (weights * F.smooth_l1_loss(q, y, reduction="none")).mean()
         self.zero_grad(set_to_none=True)
         loss.backward()
