@@ -20,9 +20,11 @@ random) instead of ``--opponent``. The learner sees the game as the game shows i
 (Classic games: a Dict of the board planes, its own pieces first, and an int8 ``action_mask``,
 which ddrl's models obey); its reward is the game's reward to its seat summed since its last
 move (+1 win, -1 loss, 0 draw in Classic games). The info of an episode's last step carries
-``episode_metrics`` (win, draw, loss, illegal: 1 if the learner's move was illegal, opponent:
-the pool slot met, -1 for a fixed opponent, and that snapshot's stamp) for the loop, and
-``is_success`` (a win) for the evaluations' success rate.
+``episode_metrics`` (win, draw, loss, illegal: 1 if the learner's move was illegal, and
+opponents: per other seat the pool slot met, -1 for a fixed opponent, that snapshot's stamp
+and the learner's score against that seat) for the loop, and ``is_success`` (a win) for the
+evaluations' success rate. Games of more than two players: every other seat draws its own
+opponent, and the learner is rated against each (models/selfplay_ppo.py).
 
 ``--both_seats`` (with ``--opponent selfplay``): in the games against the learning policy
 itself (``selfplay_ppo --selfplay_latest p``) nobody moves inside ``step``: each step is one
@@ -148,6 +150,7 @@ class PettingZooTurnEnv:
                           if agent != self.learner}
         self.pending = 0.0
         self.illegal = 0
+        self.returns = {}  # every seat's return this game
         self.mover = None
         if self.both_seats and all(slot == LATEST for slot, _ in self.opponents.values()):
             self.mover = self.env.agent_selection  # it moves for both, from the first move
@@ -179,10 +182,16 @@ class PettingZooTurnEnv:
         while not self._over() and self.env.agent_selection != self.learner:
             agent = self.env.agent_selection
             if self.env.terminations[agent] or self.env.truncations[agent]:
-                self.env.step(None)
+                self._env_step(None)
             else:
-                self.env.step(self._opponent_move(agent, self.env.observe(agent)))
+                self._env_step(self._opponent_move(agent, self.env.observe(agent)))
             self.pending += float(self.env.rewards.get(self.learner, 0.0))
+
+    def _env_step(self, action):
+        """One move of the game; every seat's rewards of it added to its return."""
+        self.env.step(action)
+        for agent, reward in self.env.rewards.items():
+            self.returns[agent] = self.returns.get(agent, 0.0) + float(reward)
 
     def _opponent_move(self, agent, observation):
         if self.opponent == "scripted":
@@ -204,7 +213,7 @@ class PettingZooTurnEnv:
         mask = observation.get("action_mask") if isinstance(observation, dict) else None
         if mask is not None and not mask[action - int(self.action_space.start)]:
             self.illegal = 1  # the game itself ends it (Classic: -1 to the mover)
-        self.env.step(action)
+        self._env_step(action)
         self.pending = float(self.env.rewards.get(self.learner, 0.0))
         self._play_opponents()
         reward, self.pending = self.pending, 0.0
@@ -212,7 +221,7 @@ class PettingZooTurnEnv:
         truncated = not terminated and bool(self.env.truncations[self.learner])
         info = {STEP_REPORT_KEY: {"next_sign": 1.0}} if self.both_seats else {}
         if terminated or truncated:
-            info.update(self._outcome(reward))
+            info.update(self._outcome())
         return self.env.observe(self.learner), reward, terminated, truncated, info
 
     def _both_seats_step(self, action):
@@ -224,29 +233,33 @@ class PettingZooTurnEnv:
         mask = observation.get("action_mask") if isinstance(observation, dict) else None
         if mask is not None and not mask[action - int(self.action_space.start)]:
             self.illegal = 1  # its own move either way
-        self.env.step(action)
+        self._env_step(action)
         reward = float(self.env.rewards.get(mover, 0.0))
         terminated = bool(self.env.terminations[mover])
         truncated = not terminated and bool(self.env.truncations[mover])
         info = {}
         if terminated or truncated:
-            learner_reward = float(self.env.rewards.get(self.learner, 0.0))
-            info.update(self._outcome(learner_reward))
+            info.update(self._outcome())
         self.mover = self.env.agent_selection
         info[STEP_REPORT_KEY] = {"next_sign": 1.0 if self.mover == mover else -1.0}
         return self.env.observe(self.mover), reward, terminated, truncated, info
 
-    def _outcome(self, reward):
-        """The last info's scores of a game, from the learner's seat."""
-        outcome = np.sign(self.env._cumulative_rewards.get(self.learner, reward))
-        slots = [slot for slot, _ in self.opponents.values()]
-        stamps = [stamp for _, stamp in self.opponents.values()]
+    def _outcome(self):
+        """The last info's scores of a game, from the learner's seat: win/draw/loss by the
+        sign of its return, and against each other seat (its pool slot, that snapshot's
+        stamp) 1, 0.5 or 0 as the learner's return is above, equal to or below that seat's
+        (a two-player zero-sum game: the win, draw or loss itself)."""
+        mine = self.returns.get(self.learner, 0.0)
+        outcome = np.sign(mine)
+        opponents = []
+        for agent, (slot, stamp) in self.opponents.items():
+            theirs = self.returns.get(agent, 0.0)
+            opponents.append([float(slot), float(stamp),
+                              1.0 if mine > theirs else 0.5 if mine == theirs else 0.0])
         return {"is_success": bool(outcome > 0), "episode_metrics": {
             "win": float(outcome > 0), "draw": float(outcome == 0),
             "loss": float(outcome < 0), "illegal": float(self.illegal),
-            # two-player games: the one opponent's pool slot and snapshot stamp
-            "opponent": float(slots[0]) if len(slots) == 1 else -1.0,
-            "opponent_stamp": float(stamps[0]) if len(stamps) == 1 else -1.0}}
+            "opponents": opponents}}
 
     def render(self):
         return self.env.render()

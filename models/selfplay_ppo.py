@@ -16,7 +16,9 @@ After each round the loop hands the learner's model the games that finished
 (``observe_episodes``): each updates an Elo rating of the learner and of the snapshot it met
 (K = ``--elo_k``; a snapshot enters the pool with the learner's rating at that moment) and that
 snapshot's score (games against the learning policy itself, ``--selfplay_latest``, are not
-rated); metrics.csv gets the round's win/draw/loss rates, illegal moves, the learner's
+rated); in a game of more than two players every other seat has its own snapshot and the
+learner is rated against each as in a match of two (1 if its return beat that seat's, 0.5 if
+equal), each pairing with K divided by the number of opponents; metrics.csv gets the round's win/draw/loss rates, illegal moves, the learner's
 rating, the pool's size and every snapshot's rating ("pool_elo": one number per slot, oldest
 slot first as stored). A game whose snapshot was replaced before the round ended is not rated
 (its stamp no longer matches).
@@ -138,17 +140,20 @@ class SelfPlayPPOModel(PPOModel):
         """Rate the round's games (the module docstring); metrics.csv's columns."""
         if not episodes:
             return {}
-        k = self.args.elo_k
         for episode in episodes:
-            slot = int(episode.get("opponent", -1))
-            if slot < 0 or float(self.pool_stamp[slot]) != episode.get("opponent_stamp"):
-                continue
-            score = episode["win"] + 0.5 * episode["draw"]
-            expected = 1.0 / (1.0 + 10.0 ** ((float(self.pool_rating[slot])
-                                              - float(self.rating)) / 400.0))
-            self.rating += k * (score - expected)
-            self.pool_rating[slot] -= k * (score - expected)
-            self.pool_score[slot] = 0.9 * self.pool_score[slot] + 0.1 * score
+            opponents = episode.get("opponents", ())
+            # a game of several opponents is a match against each (pairwise Elo), each
+            # pairing weighted 1 / (opponents): one game moves the learner by at most K
+            k = self.args.elo_k / max(1, len(opponents))
+            for slot, stamp, score in opponents:
+                slot = int(slot)
+                if slot < 0 or float(self.pool_stamp[slot]) != stamp:
+                    continue  # a fixed player, the learning policy itself, a replaced snapshot
+                expected = 1.0 / (1.0 + 10.0 ** ((float(self.pool_rating[slot])
+                                                  - float(self.rating)) / 400.0))
+                self.rating += k * (score - expected)
+                self.pool_rating[slot] -= k * (score - expected)
+                self.pool_score[slot] = 0.9 * self.pool_score[slot] + 0.1 * score
         filled = self.pool_stamp >= 0
 
         def rate(key):

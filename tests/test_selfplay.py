@@ -89,7 +89,10 @@ def test_turn_order_masks_and_the_outcome():
             if not done:  # mine and one of theirs more
                 assert obs["observation"].sum() == before + 2
         scored = info["episode_metrics"]
-        assert scored["illegal"] == 0 and scored["opponent"] == -1
+        assert scored["illegal"] == 0
+        # the one opponent: a fixed player (slot -1), the learner's score the game's outcome
+        assert scored["opponents"] == [[-1.0, -1.0, 1.0 if total > 0 else 0.5 if total == 0
+                                        else 0.0]]
         assert scored["win"] == float(total > 0) and scored["loss"] == float(total < 0)
         assert scored["draw"] == float(total == 0) and info["is_success"] == (total > 0)
         outcomes.append(total)
@@ -166,8 +169,8 @@ def test_an_opponent_acts_with_its_snapshot_not_the_learner():
 
 def test_elo_and_the_win_rates_by_hand():
     model, _ = selfplay_model("--selfplay_pool", "2", "--elo_k", "16")
-    game = {"win": 1.0, "draw": 0.0, "loss": 0.0, "illegal": 0.0, "opponent": 0.0,
-            "opponent_stamp": 0.0}
+    game = {"win": 1.0, "draw": 0.0, "loss": 0.0, "illegal": 0.0,
+            "opponents": [[0.0, 0.0, 1.0]]}  # slot, stamp, score
     row = model.observe_episodes([game])
     # equal ratings: expected score 0.5; a win moves each by 16 * 0.5
     assert float(model.rating) == pytest.approx(1008.0)
@@ -176,13 +179,50 @@ def test_elo_and_the_win_rates_by_hand():
     assert row["win_rate"] == 1.0 and row["pool_size"] == 1 and row["pool_elo"] == "992"
     # a draw against it now: expected 1 / (1 + 10^(-16/400))
     expected = 1.0 / (1.0 + 10.0 ** ((992.0 - 1008.0) / 400.0))
-    row = model.observe_episodes([dict(game, win=0.0, draw=1.0)])
+    row = model.observe_episodes([dict(game, win=0.0, draw=1.0, opponents=[[0.0, 0.0, 0.5]])])
     assert float(model.rating) == pytest.approx(1008.0 + 16.0 * (0.5 - expected))
     assert row["draw_rate"] == 1.0 and row["illegal_moves"] == 0
     # a game against a snapshot since replaced (another stamp) is not rated
     rating = float(model.rating)
-    model.observe_episodes([dict(game, opponent_stamp=5.0)])
+    model.observe_episodes([dict(game, opponents=[[0.0, 5.0, 1.0]])])
     assert float(model.rating) == rating
+
+
+def test_elo_against_several_opponents_is_pairwise_by_hand():
+    """Three players: the learner beat the snapshot in slot 0 and lost to the one in slot 1;
+    each pairing moves the ratings by K / 2."""
+    model, _ = selfplay_model("--selfplay_pool", "2", "--elo_k", "16")
+    model.snapshot()  # slot 1, rated 1000 as well
+    model.observe_episodes([{"win": 0.0, "draw": 0.0, "loss": 1.0, "illegal": 0.0,
+                             "opponents": [[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]}])
+    first = 8.0 * (1.0 - 0.5)                                        # against slot 0: +4
+    expected = 1.0 / (1.0 + 10.0 ** ((1000.0 - (1000.0 + first)) / 400.0))
+    second = 8.0 * (0.0 - expected)                                  # against slot 1
+    assert float(model.rating) == pytest.approx(1000.0 + first + second)
+    assert float(model.pool_rating[0]) == pytest.approx(1000.0 - first)
+    assert float(model.pool_rating[1]) == pytest.approx(1000.0 - second)
+
+
+def test_a_three_player_game_draws_an_opponent_per_seat_and_scores_each():
+    model, _ = selfplay_model("--selfplay_pool", "3", game="tests.plugins.race_game")
+    model.snapshot()
+    model.snapshot()
+    env = game_env(pz_env="tests.plugins.race_game", pz_kwargs='{"players": 3}',
+                   opponent="selfplay", seat="player_1")
+    env.bind_policy(lambda: model)
+    obs, _ = env.reset(seed=3)
+    assert len(env.opponents) == 2 and env.env.agent_selection == "player_1"
+    assert obs["observation"][0] == 0  # player_0 moved first: the count is 1 or 2
+    done, info = False, {}
+    while not done:
+        obs, reward, done, _, info = env.step(int(np.flatnonzero(obs["action_mask"])[0]))
+    scores = info["episode_metrics"]["opponents"]
+    assert [row[:2] for row in scores] == [list(map(float, env.opponents[a]))
+                                           for a in ("player_0", "player_2")]
+    # one seat won (+1) and the others lost (-1): the learner scores 1 against both or
+    # 0.5 against the other loser and 0 against the winner
+    got = sorted(row[2] for row in scores)
+    assert got in ([1.0, 1.0], [0.0, 0.5]) and (got == [1.0, 1.0]) == (reward == 1.0)
 
 
 def test_hard_sampling_favours_the_snapshots_the_learner_loses_to():
@@ -208,7 +248,7 @@ def test_latest_games_meet_the_learning_policy_itself_unrated():
     assert LATEST not in model.opponent_cache  # no frozen copy: the model as it acts now
     rating = float(model.rating)
     row = model.observe_episodes([{"win": 1.0, "draw": 0.0, "loss": 0.0, "illegal": 0.0,
-                                   "opponent": float(LATEST), "opponent_stamp": float(LATEST)}])
+                                   "opponents": [[float(LATEST), float(LATEST), 1.0]]}])
     assert float(model.rating) == rating and row["win_rate"] == 1.0
     half, _ = selfplay_model("--selfplay_latest", "0.5")
     drawn = [half.sample_opponent(rng)[0] for _ in range(1000)]
@@ -251,7 +291,7 @@ def test_both_seats_games_against_itself_alternate_the_mover():
             assert (mine, theirs) == ((k + 1) // 2, k // 2 + 1)
     assert reward == 1.0 and terminated                     # the mover's reward: it won
     scored = info["episode_metrics"]                        # from the learner's drawn seat
-    assert scored["opponent"] == -2 and scored["win"] == float(env.learner == env.agents[0])
+    assert scored["opponents"][0][0] == -2 and scored["win"] == float(env.learner == env.agents[0])
     pool, _ = selfplay_model("--selfplay_latest", "0.0")    # a snapshot: the learner's seat only
     env.bind_policy(lambda: pool)
     env.reset(seed=1)
@@ -347,3 +387,26 @@ def test_selfplay_trains_resumes_and_evaluates(tmp_path):
     env = searching.make_env()
     obs, _ = env.reset(seed=0)
     assert obs["action_mask"][int(searching.act(obs))] == 1
+
+
+@pytest.mark.e2e
+def test_a_three_player_game_trains_by_selfplay_and_rates_the_pool(tmp_path):
+    """Self-play with more than two players: each other seat a snapshot of its own, the
+    learner rated against each (its Elo and the pool's move from the start)."""
+    run_dir = str(tmp_path / "race")
+    train = subprocess.run([sys.executable, "main.py", "--env_name", "pettingzoo_aec",
+                            "--pz_env", "tests.plugins.race_game", "--pz_kwargs",
+                            '{"players": 3}', "--model_name", "selfplay_ppo", "--num_workers",
+                            "0", "--quiet", "--no-tensorboard", "--target_return", "none",
+                            "--num_envs_per_worker", "8", "--rollout_steps", "16",
+                            "--batch_size", "64", "--snapshot_every", "40", "--selfplay_pool",
+                            "3", "--eval_interval", "1024", "--eval_episodes", "4",
+                            "--total_steps", "3000", "--run_dir", run_dir],
+                           cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert train.returncode == 0, train.stderr[-3000:]
+    from core.run.metrics import read_metrics
+    rows = [r for r in read_metrics(os.path.join(run_dir, "metrics.csv"))
+            if r["win_rate"] is not None]
+    assert all(row["illegal_moves"] == 0 for row in rows)
+    assert rows[-1]["pool_size"] == 3 and rows[-1]["elo"] != 1000.0
+    assert any(float(r) != 1000.0 for r in str(rows[-1]["pool_elo"]).split())
