@@ -31,7 +31,7 @@ from core.registry import ConfigError
 from models import register_model
 from models.dqn import MASKED_Q, DQNActing, DQNModel, QNetwork
 from models.encoders import Flatten
-from models.ma_ppo import ConcatRows, TeamPPOModel, policy_boxes
+from models.ma_ppo import ConcatRows, check_team_spaces, policy_boxes
 from models.sac import frozen_copy
 
 
@@ -68,7 +68,7 @@ class TeamDQNModel(DQNModel):
 
     @classmethod
     def check_spaces(cls, observation_space, action_space):
-        TeamPPOModel.check_spaces(observation_space, action_space)  # rows, one space per policy
+        check_team_spaces(observation_space, action_space, "ma_dqn", "dqn")
         if not isinstance(action_space, spaces.MultiDiscrete):
             raise ConfigError(
                 f"model ma_dqn (VDN) takes a Discrete action per agent (a MultiDiscrete team "

@@ -162,6 +162,71 @@ def parse_policy_flags(name, flags):
                           f"--hidden_sizes, --activation and --lr.") from None
 
 
+def check_team_spaces(observation_space, action_space, model, single):
+    """A one-paragraph ConfigError unless the spaces are a team's (envs/pettingzoo_env.py): a
+    Box [agents, width] or a Dict of policies' rows, and a Discrete per agent (one size per
+    policy) or a Box [agents, K]; ``model`` names the team model, ``single`` the single-agent
+    one to suggest."""
+    if isinstance(observation_space, spaces.Dict):
+        return check_policy_spaces(observation_space, action_space, model)
+    if not (isinstance(observation_space, spaces.Box) and len(observation_space.shape) == 2):
+        raise ConfigError(
+            f"model {model} takes an observation with a row per agent, a 2-D Box [agents, "
+            f"width] (envs/pettingzoo_env.py makes one); this env's is {observation_space}. "
+            f"For a single agent use --model_name {single}.")
+    agents = observation_space.shape[0]
+    if isinstance(action_space, spaces.MultiDiscrete):
+        nvec = action_space.nvec.reshape(-1)
+        if len(nvec) != agents or len(set(nvec.tolist())) != 1:
+            raise ConfigError(
+                f"model {model}: the team action must be one Discrete(A) per agent, the same "
+                f"A for all ({agents} agents); this env's is {action_space}.")
+    elif isinstance(action_space, spaces.Box):
+        if len(action_space.shape) != 2 or action_space.shape[0] != agents:
+            raise ConfigError(
+                f"model {model}: a continuous team action is a Box [agents, K] ({agents} "
+                f"agents); this env's is {action_space}.")
+    else:
+        raise ConfigError(
+            f"model {model} takes a MultiDiscrete (a Discrete per agent) or a Box [agents, "
+            f"K] team action; this env's is {action_space}.")
+
+
+
+def check_policy_spaces(observation_space, action_space, model):
+    """A Dict {policy: Box(n_p, R)} (--policy_map): one row width, and one action space per
+    policy."""
+    boxes = policy_boxes(observation_space)
+    if not all(isinstance(b, spaces.Box) and len(b.shape) == 2 for b in boxes.values()) \
+            or len({b.shape[1] for b in boxes.values()}) != 1:
+        raise ConfigError(
+            f"model {model} takes a Dict of policies' rows, each a Box [agents, width] of one "
+            f"width (envs/pettingzoo_env.py --policy_map makes one); this env's is "
+            f"{observation_space}.")
+    counts = [b.shape[0] for b in boxes.values()]
+    if isinstance(action_space, spaces.MultiDiscrete):
+        nvec = action_space.nvec.reshape(-1).tolist()
+        if len(nvec) != sum(counts):
+            raise ConfigError(f"model {model}: {sum(counts)} agents but a team action of "
+                              f"{len(nvec)} ({action_space}).")
+        start = 0
+        for name, count in zip(boxes, counts):
+            sizes = nvec[start:start + count]
+            if len(set(sizes)) != 1:
+                raise ConfigError(
+                    f"model {model}: the agents of policy {name!r} act in Discrete spaces of "
+                    f"different sizes ({', '.join(map(str, sizes))}); one policy has one "
+                    f"action head. Map those agents to different policies (--policy_map).")
+            start += count
+    elif isinstance(action_space, spaces.Box):
+        if len(action_space.shape) != 2 or action_space.shape[0] != sum(counts):
+            raise ConfigError(f"model {model}: a continuous team action is a Box [agents, "
+                              f"K] ({sum(counts)} agents); this env's is {action_space}.")
+    else:
+        raise ConfigError(f"model {model} takes a MultiDiscrete (a Discrete per agent) or a "
+                          f"Box [agents, K] team action; this env's is {action_space}.")
+
+
 @register_model("ma_ppo")
 class TeamPPOModel(PPOModel):
     """PPO with one actor shared by every agent of a team (a row each) and a centralized or
@@ -185,63 +250,7 @@ class TeamPPOModel(PPOModel):
 
     @classmethod
     def check_spaces(cls, observation_space, action_space):
-        if isinstance(observation_space, spaces.Dict):
-            return cls.check_policy_spaces(observation_space, action_space)
-        if not (isinstance(observation_space, spaces.Box) and len(observation_space.shape) == 2):
-            raise ConfigError(
-                f"model ma_ppo takes an observation with a row per agent, a 2-D Box [agents, "
-                f"width] (envs/pettingzoo_env.py makes one); this env's is {observation_space}. "
-                f"For a single agent use --model_name ppo.")
-        agents = observation_space.shape[0]
-        if isinstance(action_space, spaces.MultiDiscrete):
-            nvec = action_space.nvec.reshape(-1)
-            if len(nvec) != agents or len(set(nvec.tolist())) != 1:
-                raise ConfigError(
-                    f"model ma_ppo: the team action must be one Discrete(A) per agent, the same "
-                    f"A for all ({agents} agents); this env's is {action_space}.")
-        elif isinstance(action_space, spaces.Box):
-            if len(action_space.shape) != 2 or action_space.shape[0] != agents:
-                raise ConfigError(
-                    f"model ma_ppo: a continuous team action is a Box [agents, K] ({agents} "
-                    f"agents); this env's is {action_space}.")
-        else:
-            raise ConfigError(
-                f"model ma_ppo takes a MultiDiscrete (a Discrete per agent) or a Box [agents, "
-                f"K] team action; this env's is {action_space}.")
-
-    @classmethod
-    def check_policy_spaces(cls, observation_space, action_space):
-        """A Dict {policy: Box(n_p, R)} (--policy_map): one row width, and one action space
-        per policy."""
-        boxes = policy_boxes(observation_space)
-        if not all(isinstance(b, spaces.Box) and len(b.shape) == 2 for b in boxes.values()) \
-                or len({b.shape[1] for b in boxes.values()}) != 1:
-            raise ConfigError(
-                f"model ma_ppo takes a Dict of policies' rows, each a Box [agents, width] of one "
-                f"width (envs/pettingzoo_env.py --policy_map makes one); this env's is "
-                f"{observation_space}.")
-        counts = [b.shape[0] for b in boxes.values()]
-        if isinstance(action_space, spaces.MultiDiscrete):
-            nvec = action_space.nvec.reshape(-1).tolist()
-            if len(nvec) != sum(counts):
-                raise ConfigError(f"model ma_ppo: {sum(counts)} agents but a team action of "
-                                  f"{len(nvec)} ({action_space}).")
-            start = 0
-            for name, count in zip(boxes, counts):
-                sizes = nvec[start:start + count]
-                if len(set(sizes)) != 1:
-                    raise ConfigError(
-                        f"model ma_ppo: the agents of policy {name!r} act in Discrete spaces of "
-                        f"different sizes ({', '.join(map(str, sizes))}); one policy has one "
-                        f"action head. Map those agents to different policies (--policy_map).")
-                start += count
-        elif isinstance(action_space, spaces.Box):
-            if len(action_space.shape) != 2 or action_space.shape[0] != sum(counts):
-                raise ConfigError(f"model ma_ppo: a continuous team action is a Box [agents, "
-                                  f"K] ({sum(counts)} agents); this env's is {action_space}.")
-        else:
-            raise ConfigError(f"model ma_ppo takes a MultiDiscrete (a Discrete per agent) or a "
-                              f"Box [agents, K] team action; this env's is {action_space}.")
+        check_team_spaces(observation_space, action_space, "ma_ppo", "ppo")
 
     def build_networks(self, args):
         if args.recurrent != "none":
@@ -276,7 +285,7 @@ class TeamPPOModel(PPOModel):
 
     def build_policies(self, args):
         """A network per policy of the Dict observation (the module docstring)."""
-        self.check_policy_spaces(self.observation_space, self.action_space)
+        check_policy_spaces(self.observation_space, self.action_space, "ma_ppo")
         boxes = policy_boxes(self.observation_space)
         names, counts = list(boxes), [b.shape[0] for b in boxes.values()]
         state = self.observation_space.spaces.get(STATE)

@@ -142,7 +142,7 @@ def test_simple_spread_trains_resumes_evaluates_and_exports(tmp_path):
     env = team_env(agent_ids=True)
     rows = []
     obs, _ = env.reset(seed=0)
-    for step in range(10):
+    for _ in range(10):
         rows.append(obs)
         obs, *_ = env.step(policy.act(obs))
     batch = np.stack(rows).astype(np.float32)
