@@ -32,14 +32,16 @@ def load(path, **flags):
     ``search_depth=4``; flags that change the network's shape no longer fit its weights).
     Raises ConfigError for a path that holds no readable ddrl checkpoint."""
     from core.app.api import flags_to_argv
-    from options.options import parse_args
+    from options.options import flag_actions, parse_args
     path = str(path)
     if not os.path.exists(path):
         raise ConfigError(f"ddrl.load({path!r}): no such file or directory. Give a run "
                           f"directory (its checkpoints/best.pt is loaded) or a checkpoint file.")
     checkpoint = saved_model_path(path)
-    # the flags the run was trained with, less those given here
-    args = parse_args(["--evaluate", checkpoint, *flags_to_argv(flags)])
+    # the flags the run was trained with, less those given here (switches as the run's
+    # parser takes them)
+    given = flags_to_argv(flags, flag_actions(["--evaluate", checkpoint])) if flags else []
+    args = parse_args(["--evaluate", checkpoint, *given])
     checkpoint, payload, meta = load_for_restore(checkpoint, args, "ddrl.load")
     return Policy(args, payload, meta, checkpoint)
 
