@@ -39,6 +39,8 @@ its arguments. Every agent must observe and act in the spaces of the first (one 
 seat).
 """
 
+import argparse
+
 import numpy as np
 from gymnasium import spaces
 
@@ -79,7 +81,7 @@ class PettingZooTurnEnv:
         parser.add_argument("--eval_opponent", choices=OPPONENTS[1:], default="random",
                             help="who plays the other seats in evaluations, --evaluate and "
                                  "play (default: %(default)s)")
-        parser.add_argument("--both_seats", action="store_true",
+        parser.add_argument("--both_seats", action=argparse.BooleanOptionalAction, default=False,
                             help="in games against the learning policy itself "
                                  "(selfplay_ppo --selfplay_latest), it moves for both players "
                                  "and learns from both: each step is one move of whoever is to "

@@ -43,6 +43,7 @@ centralized critic on the environment's state), the actors still see their rows 
 its arguments (default for MPE: ``{"N": 3, "max_cycles": 25, "continuous_actions": false}``
 where the module takes them).
 """
+import argparse
 import fnmatch
 import importlib
 import json
@@ -161,7 +162,7 @@ class PettingZooTeamEnv:
         parser.add_argument("--team_reward", choices=["sum", "mean"], default="sum",
                             help="the team's reward at a step: the sum or the mean of the "
                                  "agents' (default: %(default)s)")
-        parser.add_argument("--agent_ids", action="store_true",
+        parser.add_argument("--agent_ids", action=argparse.BooleanOptionalAction, default=False,
                             help="append a one-hot of the agent's index to its row")
         parser.add_argument("--global_state", action="store_true",
                             help="give the critic the env's global state (PettingZoo's "

@@ -79,7 +79,7 @@ def add_common_args(parser):
     group.add_argument("--gpu", type=gpu_list, default=[],
                        help="comma-separated GPU ids made visible (CUDA_VISIBLE_DEVICES); "
                             "ignored when --num_gpus is 0")
-    group.add_argument("--normalize_obs", action="store_true",
+    group.add_argument("--normalize_obs", action=argparse.BooleanOptionalAction, default=False,
                        help="normalize observations by their running mean and variance, "
                             "merged across workers, the same in rollout, learning and "
                             "evaluation, saved in checkpoints")

@@ -186,6 +186,16 @@ def test_the_tuned_preset_applies_without_config_and_the_command_line_wins():
     assert args.gae_lambda == 0.5                            # typed: wins over the preset's 0.95
 
 
+@pytest.mark.parametrize("argv, switch", [
+    (["--env_name", "pettingzoo_env", "--model_name", "ma_ppo"], "agent_ids"),
+    (["--env_name", "pettingzoo_aec", "--model_name", "selfplay_ppo"], "both_seats"),
+    (["--gym_id", "Pendulum-v1"], "use_sde"),
+])
+def test_a_switch_a_preset_turns_on_can_be_turned_off(argv, switch):
+    assert vars(parse_args(argv))[switch] is True                  # the preset's
+    assert vars(parse_args([*argv, f"--no-{switch}"]))[switch] is False
+
+
 def test_config_none_uses_the_built_in_defaults():
     args = parse_args(["--config", "none", "--gym_id", "Pendulum-v1"])
     assert args.config is None

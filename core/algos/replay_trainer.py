@@ -14,6 +14,7 @@ by the parameter server; when the replay buffer, the parameter server or one of 
 (--learner_sync allreduce) dies, the run restores itself in place from its newest checkpoint
 (the buffer's contents too with --checkpoint_buffer), at most --max_failures times.
 """
+import argparse
 import time
 
 import numpy as np
@@ -81,7 +82,7 @@ def add_args(parser):
     group.add_argument("--weight_sync_interval", type=positive_int, default=64,
                        help="env steps a rollout worker takes between weight pulls "
                             "(default: %(default)s)")
-    group.add_argument("--prioritized_replay", action="store_true",
+    group.add_argument("--prioritized_replay", action=argparse.BooleanOptionalAction, default=False,
                        help="proportional prioritized replay (Schaul et al. 2016) with priorities "
                             "from |TD error|, new data prioritized by the workers (Ape-X)")
     group.add_argument("--priority_alpha", type=non_negative_float, default=0.6,
@@ -106,7 +107,7 @@ def add_args(parser):
                        help="with one learner, updates the parameter server makes per call, "
                             "on as many batches sampled in one buffer call: fewer Ray round "
                             "trips and driver wake-ups per update (default: %(default)s)")
-    group.add_argument("--her", action="store_true",
+    group.add_argument("--her", action=argparse.BooleanOptionalAction, default=False,
                        help="hindsight experience replay (Andrychowicz et al. 2017) for "
                             "goal-conditioned envs (a Dict observation with achieved_goal and "
                             "desired_goal, a vectorized compute_reward): the agent hands the "
