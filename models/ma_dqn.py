@@ -25,41 +25,28 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from gymnasium import spaces
-from torch import nn
 
 from core.registry import ConfigError
 from models import register_model
 from models.dqn import MASKED_Q, DQNActing, DQNModel, QNetwork
 from models.encoders import Flatten
-from models.ma_ppo import ConcatRows, check_team_spaces, policy_boxes
+from models.ma_ppo import RowNetworks, check_team_spaces, team_layout
 from models.sac import frozen_copy
 
 
-class TeamQ(nn.Module):
+class TeamQ(RowNetworks):
     """Each policy's Q network on each of its agents' rows: a team's observation -> Q values
     [B, N, A_max], agents in the team action's order, the columns past a policy's own actions
     at MASKED_Q (policies may have different numbers of actions)."""
 
     def __init__(self, encoder, names, counts, width, nets, actions):
-        super().__init__()
-        self.encoder = encoder  # flattens the rows to [B, N * width] (policies in order)
-        self.names, self.counts, self.width = list(names), list(counts), width
+        super().__init__(encoder, names, counts, width, nets)
         self.actions = list(actions)
-        self.nets = nn.ModuleDict(nets)
 
     def forward(self, obs):
-        x = self.encoder(obs)
-        batch, agents = x.shape[0], sum(self.counts)
-        rows = x[:, :agents * self.width].reshape(batch, agents, self.width)
-        most, out, start = max(self.actions), [], 0
-        for name, count, actions in zip(self.names, self.counts, self.actions):
-            mine = rows[:, start:start + count].reshape(batch * count, self.width)
-            q = self.nets[name](mine).reshape(batch, count, actions)
-            if actions < most:
-                q = F.pad(q, (0, most - actions), value=MASKED_Q)
-            out.append(q)
-            start += count
-        return torch.cat(out, dim=1)
+        most = max(self.actions)
+        return torch.cat([F.pad(q, (0, most - q.shape[-1]), value=MASKED_Q)
+                          for q in self.outputs(obs)], dim=1)
 
 
 @register_model("ma_dqn")
@@ -76,16 +63,7 @@ class TeamDQNModel(DQNModel):
                 f"action is {action_space}; for continuous actions use --model_name ma_ppo.")
 
     def build_networks(self, args):
-        space = self.observation_space
-        if isinstance(space, spaces.Dict):
-            boxes = policy_boxes(space)
-            names, counts = list(boxes), [box.shape[0] for box in boxes.values()]
-            width = next(iter(boxes.values())).shape[1]
-            encoder = ConcatRows(names)  # the global state, if any, is left out
-        else:
-            names, (agents, width) = ["team"], space.shape
-            counts = [agents]
-            encoder = Flatten(space)
+        names, counts, width, rows = team_layout(self.observation_space)
         nvec = np.asarray(self.action_space.nvec).reshape(-1)
         firsts = np.cumsum([0] + counts[:-1])
         actions = [int(nvec[first]) for first in firsts]
@@ -94,7 +72,7 @@ class TeamDQNModel(DQNModel):
         nets = {name: QNetwork(Flatten(spaces.Box(-np.inf, np.inf, (width,))),
                                args.dqn_hidden_sizes, count, args.dueling)
                 for name, count in zip(names, actions)}
-        self.q_net = TeamQ(encoder, names, counts, width, nets, actions)
+        self.q_net = TeamQ(rows(), names, counts, width, nets, actions)
         self.q_target = frozen_copy(self.q_net)
         self.num_actions = max(actions)
 

@@ -42,6 +42,7 @@ from core.argtypes import checked_text, positive_float
 from core.registry import ConfigError
 from models import register_model
 from envs.pettingzoo_env import STATE
+from models.encoders import Flatten
 from models.ppo import (ACTIVATIONS, PPOActing, PPOModel, action_mask_of, hidden_sizes, mlp,
                         schedule)
 
@@ -112,6 +113,43 @@ class Columns(nn.Module):
 
     def forward(self, x):
         return x[:, self.start:self.stop]
+
+
+def team_layout(observation_space):
+    """(policy names, agents per policy, row width, a function making a module that flattens
+    the rows to [B, N * width], policies in order) of a team's observation: a Box [N, width]
+    (one policy, "team") or a Dict of policies' rows (a global state left out)."""
+    if isinstance(observation_space, spaces.Dict):
+        boxes = policy_boxes(observation_space)
+        names = list(boxes)
+        return (names, [box.shape[0] for box in boxes.values()],
+                next(iter(boxes.values())).shape[1], lambda: ConcatRows(names))
+    agents, width = observation_space.shape
+    return ["team"], [agents], width, lambda: Flatten(observation_space)
+
+
+class RowNetworks(nn.Module):
+    """Each policy's network on each of its agents' rows, one row at a time: ``outputs(obs)``
+    gives, per policy in order, the network's output for its rows as [B, n_p, ...] (a tuple
+    of them for a network with several outputs)."""
+
+    def __init__(self, encoder, names, counts, width, nets):
+        super().__init__()
+        self.encoder = encoder  # the rows as [B, N * width] (observation_space's team_layout)
+        self.names, self.counts, self.width = list(names), list(counts), width
+        self.nets = nn.ModuleDict(nets)
+
+    def outputs(self, obs):
+        x = self.encoder(obs)
+        batch, agents = x.shape[0], sum(self.counts)
+        rows = x[:, :agents * self.width].reshape(batch, agents, self.width)
+        start, found = 0, []
+        for name, count in zip(self.names, self.counts):
+            out = self.nets[name](rows[:, start:start + count].reshape(batch * count, self.width))
+            found.append(tuple(o.reshape(batch, count, *o.shape[1:]) for o in out)
+                         if isinstance(out, tuple) else out.reshape(batch, count, *out.shape[1:]))
+            start += count
+        return found
 
 
 def policy_boxes(observation_space):

@@ -23,33 +23,18 @@ from torch import nn
 
 from core.registry import ConfigError
 from models import register_model
-from models.encoders import Flatten
-from models.ma_ppo import ConcatRows, check_team_spaces, policy_boxes
+from models.ma_ppo import RowNetworks, check_team_spaces, team_layout
 from models.sac import Actor, SACModel, TwinQ, frozen_copy
 
 
-class RowActors(nn.Module):
+class RowActors(RowNetworks):
     """Each policy's Actor on each of its agents' rows: a team's observation -> (means, log
     stds), each [B, N * K] in the team action's order."""
 
-    def __init__(self, encoder, names, counts, width, actors):
-        super().__init__()
-        self.encoder = encoder  # flattens the rows to [B, N * width] (policies in order)
-        self.names, self.counts, self.width = list(names), list(counts), width
-        self.actors = nn.ModuleDict(actors)
-
     def forward(self, obs):
-        x = self.encoder(obs)
-        batch, agents = x.shape[0], sum(self.counts)
-        rows = x[:, :agents * self.width].reshape(batch, agents, self.width)
-        means, log_stds, start = [], [], 0
-        for name, count in zip(self.names, self.counts):
-            mine = rows[:, start:start + count].reshape(batch * count, self.width)
-            mu, log_std = self.actors[name](mine)
-            means.append(mu.reshape(batch, -1))
-            log_stds.append(log_std.reshape(batch, -1))
-            start += count
-        return torch.cat(means, dim=1), torch.cat(log_stds, dim=1)
+        found = self.outputs(obs)
+        return tuple(torch.cat([out[i].reshape(out[i].shape[0], -1) for out in found], dim=1)
+                     for i in range(2))
 
 
 @register_model("ma_sac")
@@ -67,21 +52,11 @@ class TeamSACModel(SACModel):
         super().check_spaces(observation_space, action_space)
 
     def build_networks(self, args):
-        space, sizes = self.observation_space, args.sac_hidden_sizes
-        if isinstance(space, spaces.Dict):
-            boxes = policy_boxes(space)
-            names, counts = list(boxes), [box.shape[0] for box in boxes.values()]
-            width = next(iter(boxes.values())).shape[1]
-        else:
-            names, (agents, width) = ["team"], space.shape
-            counts = [agents]
-
-        def rows():  # the rows as [B, N * width], policies in order (a global state left out)
-            return ConcatRows(names) if isinstance(space, spaces.Dict) else Flatten(space)
+        names, counts, width, rows = team_layout(self.observation_space)
         if self.action_shape[0] != sum(counts):
             raise ConfigError(f"model ma_sac: {sum(counts)} agents but a team action of "
                               f"{self.action_shape[0]} rows ({self.action_space}).")
-        per_agent = int(np.prod(self.action_shape[1:]))
+        sizes, per_agent = args.sac_hidden_sizes, int(np.prod(self.action_shape[1:]))
         self.actor = RowActors(rows(), names, counts, width,
                                {name: Actor(width, sizes, per_agent) for name in names})
         self.critic = TwinQ(sum(counts) * width, sizes, self.action_dim, encoder=rows())

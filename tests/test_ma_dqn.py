@@ -1,11 +1,7 @@
 """DQN for a team by value decomposition (models/ma_dqn.py, VDN): the team's Q and target by
 hand, each agent greedy on its own, exploration per agent within its own actions, a network
 per policy that learns from its own agents only, the spaces it refuses, and a whole run on MPE
-simple_spread (train, resume, evaluate, export equal to the model's greedy actions)."""
-import json
-import os
-import subprocess
-import sys
+simple_spread (train, resume, export equal to the model's greedy actions)."""
 
 import numpy as np
 import pytest
@@ -14,7 +10,7 @@ from gymnasium import spaces
 
 from core.learning.replay_buffer import Transitions
 from core.registry import ConfigError
-from tests.test_multi_agent import REPO, team_env
+from tests.test_multi_agent import exported_and_loaded_actions, team_env, train_resume_export
 
 pytestmark = pytest.mark.unit
 
@@ -116,36 +112,10 @@ def test_spaces_it_refuses():
 
 
 @pytest.mark.e2e
-def test_simple_spread_trains_resumes_evaluates_and_exports(tmp_path):
+def test_simple_spread_trains_resumes_and_exports(tmp_path):
     pytest.importorskip("onnxruntime")
-    import onnxruntime
-    run_dir = str(tmp_path / "vdn")
-    common = [sys.executable, "main.py", "--env_name", "pettingzoo_env", "--model_name",
-              "ma_dqn", "--num_workers", "0", "--agent_ids", "--quiet", "--no-tensorboard",
-              "--target_return", "none", "--num_envs_per_worker", "4", "--learning_starts",
-              "200", "--eval_interval", "400", "--eval_episodes", "2"]
-    train = subprocess.run([*common, "--total_steps", "800", "--run_dir", run_dir], cwd=REPO,
-                           capture_output=True, text=True, timeout=300)
-    assert train.returncode == 0, train.stderr[-3000:]
-    resumed = subprocess.run([sys.executable, "main.py", "--restore", run_dir, "--total_steps",
-                              "1200", "--quiet", "--no-tensorboard"], cwd=REPO,
-                             capture_output=True, text=True, timeout=300)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    with open(os.path.join(run_dir, "summary.json")) as f:
-        assert json.load(f)["env_steps"] >= 1200
-    out = str(tmp_path / "team.onnx")
-    exported = subprocess.run([sys.executable, "main.py", "--export", run_dir, "--out", out],
-                              cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert exported.returncode == 0, exported.stderr[-3000:]
-    import ddrl
-    policy = ddrl.load(run_dir)
-    env = team_env(agent_ids=True)
-    rows = []
-    obs, _ = env.reset(seed=0)
-    for _ in range(10):
-        rows.append(obs)
-        obs, *_ = env.step(policy.act(obs))
-    batch = np.stack(rows).astype(np.float32)
-    session = onnxruntime.InferenceSession(out)
-    onnx_actions = session.run(None, {session.get_inputs()[0].name: batch})[0]
-    np.testing.assert_array_equal(onnx_actions, policy.act(batch))
+    flags = ["--model_name", "ma_dqn", "--num_envs_per_worker", "4", "--learning_starts", "200",
+             "--eval_interval", "400", "--eval_episodes", "2"]
+    run_dir, out = train_resume_export(tmp_path, flags, 800, 1200)
+    onnx_actions, loaded = exported_and_loaded_actions(run_dir, out, team_env(agent_ids=True))
+    np.testing.assert_array_equal(onnx_actions, loaded)

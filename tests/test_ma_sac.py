@@ -2,10 +2,6 @@
 row alone (one actor shared, or one per policy), the critic on every row and the whole team
 action, the entropy target over the team, the spaces it refuses, and a whole run on MPE
 simple_spread with continuous actions (train, resume, export equal to ddrl.load's actions)."""
-import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -13,7 +9,7 @@ import torch
 from gymnasium import spaces
 
 from core.registry import ConfigError
-from tests.test_multi_agent import REPO, team_env
+from tests.test_multi_agent import exported_and_loaded_actions, team_env, train_resume_export
 
 pytestmark = pytest.mark.unit
 
@@ -51,7 +47,7 @@ def test_a_policy_map_gives_each_policy_its_own_actor():
     space = spaces.Dict({"a": spaces.Box(-np.inf, np.inf, (1, 4)),
                          "b": spaces.Box(-np.inf, np.inf, (2, 4))})
     model = team_sac(space, spaces.Box(-1, 1, (3, 2)))
-    assert set(model.actor.actors) == {"a", "b"}
+    assert set(model.actor.nets) == {"a", "b"}
     obs = {"a": np.zeros((2, 1, 4), np.float32), "b": np.zeros((2, 2, 4), np.float32)}
     # equal rows: a's agent and b's agents act apart (different networks), b's two alike
     actions, _ = model.choose_actions(obs, deterministic=True)
@@ -64,7 +60,7 @@ def test_a_policy_map_gives_each_policy_its_own_actor():
         batch = model.flat_obs({"a": obs["a"], "b": obs["b"] + shift})
         mu, log_std = model.actor(batch)
         (mu[:, :2].sum() + log_std[:, :2].sum()).backward()  # agent 0's (policy a's) entries
-        grads.append(torch.cat([p.grad.reshape(-1) for p in model.actor.actors["a"].parameters()]))
+        grads.append(torch.cat([p.grad.reshape(-1) for p in model.actor.nets["a"].parameters()]))
     torch.testing.assert_close(grads[0], grads[1])
 
 
@@ -80,35 +76,10 @@ def test_spaces_it_refuses():
 @pytest.mark.e2e
 def test_continuous_simple_spread_trains_resumes_and_exports(tmp_path):
     pytest.importorskip("onnxruntime")
-    import onnxruntime
-    run_dir = str(tmp_path / "masac")
-    common = [sys.executable, "main.py", "--env_name", "pettingzoo_env", "--pz_kwargs",
-              CONTINUOUS, "--model_name", "ma_sac", "--num_workers", "0", "--agent_ids",
-              "--quiet", "--no-tensorboard", "--target_return", "none",
-              "--num_envs_per_worker", "4", "--learning_starts", "200", "--utd_ratio", "0.25",
-              "--eval_interval", "300", "--eval_episodes", "2"]
-    train = subprocess.run([*common, "--total_steps", "600", "--run_dir", run_dir], cwd=REPO,
-                           capture_output=True, text=True, timeout=300)
-    assert train.returncode == 0, train.stderr[-3000:]
-    resumed = subprocess.run([sys.executable, "main.py", "--restore", run_dir, "--total_steps",
-                              "900", "--quiet", "--no-tensorboard"], cwd=REPO,
-                             capture_output=True, text=True, timeout=300)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    with open(os.path.join(run_dir, "summary.json")) as f:
-        assert json.load(f)["env_steps"] >= 900
-    out = str(tmp_path / "team.onnx")
-    exported = subprocess.run([sys.executable, "main.py", "--export", run_dir, "--out", out],
-                              cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert exported.returncode == 0, exported.stderr[-3000:]
-    import ddrl
-    policy = ddrl.load(run_dir)
+    flags = ["--model_name", "ma_sac", "--pz_kwargs", CONTINUOUS, "--num_envs_per_worker", "4",
+             "--learning_starts", "200", "--utd_ratio", "0.25", "--eval_interval", "300",
+             "--eval_episodes", "2"]
+    run_dir, out = train_resume_export(tmp_path, flags, 600, 900)
     env = team_env(agent_ids=True, pz_kwargs=CONTINUOUS)
-    rows = []
-    obs, _ = env.reset(seed=0)
-    for _ in range(10):
-        rows.append(obs)
-        obs, *_ = env.step(policy.act(obs))
-    batch = np.stack(rows).astype(np.float32)
-    session = onnxruntime.InferenceSession(out)
-    onnx_actions = session.run(None, {session.get_inputs()[0].name: batch})[0]
-    np.testing.assert_allclose(onnx_actions, policy.act(batch), rtol=1e-5, atol=1e-6)
+    onnx_actions, loaded = exported_and_loaded_actions(run_dir, out, env)
+    np.testing.assert_allclose(onnx_actions, loaded, rtol=1e-5, atol=1e-6)

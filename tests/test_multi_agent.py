@@ -2,6 +2,7 @@
 reward, agents that leave mid-episode, one actor shared by every agent, the team's log-prob the
 sum of the agents', and a whole run (train, evaluate, export) on MPE's simple_spread."""
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -25,6 +26,44 @@ def team_env(**flags):
                               render_mode=None, global_state=False)
     vars(args).update(flags)
     return PettingZooTeamEnv(args)
+
+
+def train_resume_export(tmp_path, flags, steps, resumed_steps):
+    """A short team run with ``flags`` (one process), resumed to ``resumed_steps``, then
+    exported to ONNX: (run directory, the .onnx file)."""
+    run_dir, out = str(tmp_path / "run"), str(tmp_path / "team.onnx")
+    common = [sys.executable, "main.py", "--env_name", "pettingzoo_env", "--num_workers", "0",
+              "--agent_ids", "--quiet", "--no-tensorboard", "--target_return", "none", *flags]
+    train = subprocess.run([*common, "--total_steps", str(steps), "--run_dir", run_dir],
+                           cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert train.returncode == 0, train.stderr[-3000:]
+    resumed = subprocess.run([sys.executable, "main.py", "--restore", run_dir, "--total_steps",
+                              str(resumed_steps), "--quiet", "--no-tensorboard"], cwd=REPO,
+                             capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        assert json.load(f)["env_steps"] >= resumed_steps
+    exported = subprocess.run([sys.executable, "main.py", "--export", run_dir, "--out", out],
+                              cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    return run_dir, out
+
+
+def exported_and_loaded_actions(run_dir, out, env, steps=10):
+    """The exported program's actions (onnxruntime) and ``ddrl.load``'s on the observations of
+    ``steps`` steps of ``env`` driven by the loaded policy."""
+    import onnxruntime
+
+    import ddrl
+    policy = ddrl.load(run_dir)
+    rows = []
+    obs, _ = env.reset(seed=0)
+    for _ in range(steps):
+        rows.append(obs)
+        obs, *_ = env.step(policy.act(obs))
+    batch = np.stack(rows).astype(np.float32)
+    session = onnxruntime.InferenceSession(out)
+    return session.run(None, {session.get_inputs()[0].name: batch})[0], policy.act(batch)
 
 
 def test_a_row_per_agent_and_the_team_reward():
@@ -198,7 +237,8 @@ def test_simple_spread_trains_evaluates_and_exports(tmp_path):
         summary = json.load(f)
     # the env refuses actions for agents that are gone: none reached it (no error survived)
     assert summary["env_errors"] == 0 and summary["env_steps"] >= 600
-    state = subprocess.run([*common, "--global_state", "--total_steps", "600",
+    state = subprocess.run([*common, "--global_state", "--ma_critic", "central",
+                            "--total_steps", "600",
                             "--eval_interval", "300", "--run_dir", str(tmp_path / "state")],
                            cwd=REPO, capture_output=True, text=True, timeout=300)
     assert state.returncode == 0, state.stderr[-3000:]
