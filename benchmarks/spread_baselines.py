@@ -1,12 +1,14 @@
-"""Reference returns on MPE simple_spread (mpe2, 3 agents, 25 steps, discrete actions), in the
-team reward envs/pettingzoo_env.py gives (the sum of the agents' rewards at each step):
+"""Reference returns on MPE simple_spread (mpe2, 3 agents, 25 steps, discrete actions, or with
+--continuous its Box(5) actions), in the team reward envs/pettingzoo_env.py gives (the sum of
+the agents' rewards at each step):
 
 - random: every agent acts uniformly at random;
 - scripted: the landmarks are assigned to the agents greedily (the closest free pair first),
   and each agent pushes along the axis where it is farthest from its landmark (corrected by its
-  velocity), and waits once it is within a small radius.
+  velocity), and waits once it is within a small radius (--continuous: that push as a one-hot
+  of the Box(5) action, full strength).
 
-    .venv/bin/python benchmarks/spread_baselines.py --episodes 200
+    .venv/bin/python benchmarks/spread_baselines.py --episodes 200 [--continuous]
 
 Prints the mean return with a 95% bootstrap interval for each (episode seeds 0..E-1).
 """
@@ -54,9 +56,9 @@ def scripted_actions(observations, agents, radius=0.05, lookahead=2.0):
     return actions
 
 
-def play(policy, episodes, seed=0):
+def play(policy, episodes, seed=0, continuous=False):
     from mpe2 import simple_spread_v3
-    env = simple_spread_v3.parallel_env(N=3, max_cycles=25, continuous_actions=False)
+    env = simple_spread_v3.parallel_env(N=3, max_cycles=25, continuous_actions=continuous)
     rng = np.random.default_rng(seed)
     returns = []
     for episode in range(episodes):
@@ -64,9 +66,12 @@ def play(policy, episodes, seed=0):
         total = 0.0
         while env.agents:
             if policy == "random":
-                actions = {a: int(rng.integers(5)) for a in env.agents}
+                actions = ({a: rng.uniform(0, 1, 5).astype(np.float32) for a in env.agents}
+                           if continuous else {a: int(rng.integers(5)) for a in env.agents})
             else:
                 actions = scripted_actions(observations, list(env.agents))
+                if continuous:
+                    actions = {a: np.eye(5, dtype=np.float32)[k] for a, k in actions.items()}
             observations, rewards, *_ = env.step(actions)
             total += sum(rewards.values())
         returns.append(total)
@@ -77,10 +82,12 @@ def play(policy, episodes, seed=0):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=200)
+    parser.add_argument("--continuous", action="store_true",
+                        help="the env's continuous actions (Box(5) per agent)")
     args = parser.parse_args()
     results = {}
     for policy in ("random", "scripted"):
-        returns = play(policy, args.episodes)
+        returns = play(policy, args.episodes, continuous=args.continuous)
         ci = stratified_bootstrap_ci(returns, np.mean, reps=10_000, seed=0)
         results[policy] = {"mean": float(returns.mean()), "ci95": [float(x) for x in ci],
                            "episodes": args.episodes}
