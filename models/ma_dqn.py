@@ -60,7 +60,7 @@ class TeamDQNModel(DQNModel):
             raise ConfigError(
                 f"model ma_dqn (VDN) takes a Discrete action per agent (a MultiDiscrete team "
                 f"action): it values each agent's actions and picks the best. This env's team "
-                f"action is {action_space}; for continuous actions use --model_name ma_ppo.")
+                f"action is {action_space}; for continuous actions use --model_name ma_ppo or ma_sac.")
 
     def build_networks(self, args):
         names, counts, width, rows = team_layout(self.observation_space)
