@@ -108,6 +108,20 @@ def test_cuda_only_when_the_process_was_given_gpus_and_torch_sees_one(
         assert err == "" and devices._warning is None
 
 
+def test_a_cuda_process_reports_its_device_and_peak_memory(fake, monkeypatch):
+    """device_info on CUDA names the device and torch's peak allocation there (summary.json's
+    proof that the work ran on the GPU); on the CPU it reports neither."""
+    fake(True, [0], cuda=True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: f"Fake GPU {index}")
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda index=None: 3 * 2 ** 20)
+    info = devices.device_info("cuda")
+    assert info == {"device": "cuda", "gpu_ids": [0], "warning": None,
+                    "cuda_device": "Fake GPU 0", "max_memory_allocated_mb": 3.0}
+    assert devices.device_info("cuda:1")["cuda_device"] == "Fake GPU 1"
+    assert set(devices.device_info("cpu")) == {"device", "gpu_ids", "warning"}
+
+
 def test_the_warning_is_one_line_per_process(fake, capsys):
     fake(True, [0], cuda=False)
     assert [resolve_device(0.5, f"learner worker {i}") for i in range(3)] == ["cpu"] * 3

@@ -121,6 +121,10 @@ def test_two_ray_workers_run_and_stop_at_total_steps(tmp_path):
     assert summary["env_steps"] >= 1024
     assert summary["last_eval_return"] is not None
     assert all(float(r["gradient_lag"]) == 0 for r in rows)  # lock-step: no stale gradients
+    # where each worker that is up computed its gradients (a GPU run says cuda here)
+    devices = summary["devices"]
+    assert devices and all(d["device"] == "cpu" and d["role"].startswith("rollout worker")
+                           for d in devices), devices
 
 
 def test_compiled_graph_gives_the_same_loop(tmp_path):

@@ -119,6 +119,12 @@ def test_sac_runs_end_to_end(tmp_path, placement):
     assert int(last["replay_size"]) == summary["env_steps"]
     assert int(last["updates"]) > 0
     assert 0.5 <= float(last["utd_achieved"]) <= 1.5  # --utd_ratio 1 by default
+    # where the updates were computed: the server, and the learner workers when several
+    roles = [d["role"] for d in summary["devices"]]
+    learners = int(placement[placement.index("--num_learners") + 1]) if (
+        "--num_learners" in placement) else 0
+    assert roles == ["parameter server"] + [f"learner worker {i}" for i in range(learners)]
+    assert all(d["device"] == "cpu" for d in summary["devices"])
 
 
 def test_sac_brings_its_own_agent_unless_one_is_named():

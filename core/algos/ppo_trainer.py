@@ -22,6 +22,7 @@ import ray
 import torch
 
 from agents.base import OnPolicyAgent
+from core.distributed.devices import device_info
 from core.faults import all_finite
 from core.learning.learner import Learner, average_gradients
 from core.distributed.placement import Placement, cpus_per_actor
@@ -507,9 +508,29 @@ class PPOTrainer(Trainer):
         return stats, grad_norms, gradient_lags, policy_lags
 
     def summary_extra(self):
-        """What summary.json gets from this loop: what --sample_ahead auto measured."""
+        """What summary.json gets from this loop: what --sample_ahead auto measured, and where
+        the gradients were computed (``devices``)."""
         found = self.sample_ahead.summary()
-        return {"sample_ahead": found} if found else {}
+        return {**({"sample_ahead": found} if found else {}), "devices": self.device_reports()}
+
+    def device_reports(self):
+        """Each worker that is up now (the learner's own agent with --grad_workers 0): where
+        it computed its gradients, with CUDA's peak memory there (core/distributed/devices.py
+        device_info). Workers that do not answer within 30 s are left out: the run is over,
+        its summary must not wait on them."""
+        reports = []
+        if self.learner_gradients is not None:
+            model = self.learner_gradients.agent.model
+            reports.append({"role": "learner", **device_info(getattr(model, "device", "cpu"))})
+        try:
+            members = sorted(self.group.ready_members(), key=slot_order)
+            calls = {self.group.submit(m, "device_info"): m for m in members}
+            answered = self.group.gather(calls, timeout=30.0) if calls else {}
+        except Exception:  # noqa: BLE001 - a report, never the run's fate
+            return reports
+        return reports + [{"role": f"rollout worker {m.slot}" + (" (in-process)" if m.local
+                                                                 else ""), **info}
+                          for m, info in answered.items()]
 
     def weights_and_version(self):
         return self.placement.share(self.learner.weights_for_workers()), self.learner.version

@@ -626,5 +626,27 @@ class ReplayTrainer(Trainer):
     def checkpoint_state(self):
         return self.placement.get(self.server.state.remote())
 
+    def summary_extra(self):
+        """summary.json's ``devices``: where the updates were computed (the parameter server,
+        its allreduce replicas, the learner workers), with CUDA's peak memory there
+        (core/distributed/devices.py device_info). A part that does not answer is left out."""
+        parts = [("parameter server", self.server)]
+        parts += [(f"parameter server replica {i + 1}", h) for i, h in enumerate(self.replicas)]
+        parts += [(f"learner worker {m.slot}", m.handle) for m in self.learners.members]
+        reports = []
+        try:
+            calls = [(role, handle.device_info.remote()) for role, handle in parts]
+            if not self.placement.local:  # the run is over: its summary waits 30 s at most
+                ray.wait([ref for _, ref in calls], num_returns=len(calls), timeout=30.0)
+        except Exception:  # noqa: BLE001 - a report, never the run's fate
+            return {"devices": reports}
+        for role, ref in calls:
+            try:
+                if self.placement.ready(ref):
+                    reports.append({"role": role, **self.placement.get(ref)})
+            except Exception:  # noqa: BLE001 - a dead actor: left out
+                continue
+        return {"devices": reports}
+
     def worker_groups(self):
         return [self.workers, self.learners]

@@ -137,9 +137,20 @@ def resolve_device(planned_gpus, role="this process") -> str:
 
 
 def device_info(device):
-    """What an actor reports about where it computes (for tests and diagnostics)."""
-    return {"device": str(device), "gpu_ids": list(ray.get_gpu_ids()) if in_ray_actor() else [],
+    """What an actor reports about where it computes (summary.json's ``devices``, tests,
+    diagnostics): the device, Ray's GPU ids, the one-line warning if any, and on CUDA the
+    device's name and the most memory torch allocated on it in this process (proof that the
+    work really ran there, not only that a device was chosen)."""
+    info = {"device": str(device),
+            "gpu_ids": list(ray.get_gpu_ids()) if in_ray_actor() else [],
             "warning": _warning}
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        index = torch.device(device).index
+        index = torch.cuda.current_device() if index is None else index
+        info.update(cuda_device=torch.cuda.get_device_name(index),
+                    max_memory_allocated_mb=round(torch.cuda.max_memory_allocated(index)
+                                                  / 2 ** 20, 3))
+    return info
 
 
 def to_cpu(value):

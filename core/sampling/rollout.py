@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from gymnasium import spaces as gym_spaces
 
-from core.distributed.devices import learning_model, plan_of, resolve_device
+from core.distributed.devices import device_info, learning_model, plan_of, resolve_device
 from core.sampling.envs import EnvGroup, check_valid_actions
 from core.sampling.memory import EnvMemory
 from core.learning.normalizer import moments_of, normalize
@@ -423,6 +423,10 @@ class RolloutWorker:
 
     def fetch_grads(self, weights, request):
         return self.agent.fetch_grads(weights, request)
+
+    def device_info(self):
+        """Where this worker's agent computes its gradients (core/distributed/devices.py)."""
+        return device_info(getattr(self.agent.model, "device", "cpu"))
 
     def spaces(self):
         return self.envs.observation_space, self.envs.action_space
