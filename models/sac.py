@@ -14,6 +14,7 @@ env got them (env bounds, also for uniform warm-up actions); the critics see the
 """
 import copy
 import math
+import sys
 
 import numpy as np
 import torch
@@ -22,7 +23,7 @@ from gymnasium import spaces
 from torch import nn
 
 from core.argtypes import non_negative_float, positive_float, unit_interval
-from core.distributed.devices import resolve_precision
+from core.distributed.devices import resolve_precision, time_precisions
 from core.registry import ConfigError
 from models import register_model
 from models.base import BaseModel
@@ -203,8 +204,10 @@ class SACModel(BaseModel):
                                  "arithmetic stay float32. Faster on CPUs with AVX-512 BF16 or "
                                  "AMX, much slower where bf16 is emulated (AVX2-only CPUs; "
                                  "BENCHMARKS.md, 'Cost of one SAC update'). "
-                                 "auto: bf16 where the hardware that computes the update has "
-                                 "it, else fp32 (the presets' choice). Check the effect on "
+                                 "auto: fp32 where bf16 is emulated; where the hardware that "
+                                 "computes the update has bf16 units, the first update is "
+                                 "timed in both and the faster kept (both figures on stderr; "
+                                 "the presets' choice). Check the effect on "
                                  "learning for your task. Acting and priorities are always "
                                  "float32 (default: %(default)s)")
         parser.add_argument("--sac_gamma", type=unit_interval, default=0.99,
@@ -374,22 +377,42 @@ class SACModel(BaseModel):
         """Gradients of the critic, actor and alpha losses on a replay batch, all from the
         current weights, by parameter name; plus statistics ("td_errors": numpy [B] |Q1 - target|
         for priority updates, the rest floats)."""
-        obs, actions, rewards, next_obs, terminated, weights = self.unpack(batch)
+        inputs = self.unpack(batch)
         device_type = self.device.type
         with torch.autocast(device_type, dtype=torch.bfloat16,
-                            enabled=self.update_precision(device_type) == "bf16"):
-            return self.losses_and_gradients(obs, actions, rewards, next_obs, terminated,
-                                             weights)
+                            enabled=self.update_precision(device_type, inputs) == "bf16"):
+            return self.losses_and_gradients(*inputs)
 
-    def update_precision(self, device_type):
-        """--sac_precision resolved for the device that computes the update (core/distributed/devices.py:
-        'auto' is bf16 where the hardware multiplies bf16 natively)."""
+    def update_precision(self, device_type, inputs=None):
+        """--sac_precision resolved for the device that computes the update
+        (core/distributed/devices.py). 'auto' is fp32 where bf16 is emulated; where it is
+        native, the first update's batch (``inputs``) decides: the update is timed on a copy
+        of this model in both precisions and the faster kept (``time_precisions``), with both
+        figures on stderr and in ``precision_timings``. Without ``inputs`` nothing is measured
+        and such an 'auto' answers bf16 uncached (the first batch still measures)."""
         cached = getattr(self, "_update_precision", None)
-        if cached is None or cached[0] != device_type:
-            cached = (device_type, resolve_precision(self.args.sac_precision,
-                                                     device_type))
-            self._update_precision = cached
-        return cached[1]
+        if cached is not None and cached[0] == device_type:
+            return cached[1]
+        requested = self.args.sac_precision
+        chosen = resolve_precision(requested, device_type)
+        if requested == "auto" and chosen == "bf16":
+            if inputs is None:
+                return chosen
+            chosen = self.measure_precision(device_type, inputs)
+        self._update_precision = (device_type, chosen)
+        return chosen
+
+    def measure_precision(self, device_type, inputs):
+        """'auto' where bf16 is native: the faster precision for this update on this device,
+        timed on a copy of the model (its gradients and any running statistics stay apart)."""
+        probe = copy.deepcopy(self)
+        choice, ms = time_precisions(lambda: probe.losses_and_gradients(*inputs), self.device)
+        self.precision_timings = {"device": device_type, "chosen": choice,
+                                  "fp32_ms": round(ms["fp32"], 3), "bf16_ms": round(ms["bf16"], 3)}
+        print(f"ddrl: --sac_precision auto on {device_type}: {choice} (an update took "
+              f"{ms['fp32']:.2f} ms in fp32 and {ms['bf16']:.2f} ms in bf16, timed on the "
+              f"first batch)", file=sys.stderr, flush=True)
+        return choice
 
     def losses_and_gradients(self, obs, actions, rewards, next_obs, terminated, weights):
         """The body of ``step`` (inside autocast for --sac_precision bf16)."""

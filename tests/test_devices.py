@@ -152,6 +152,27 @@ def test_auto_precision_is_bf16_only_on_cpus_that_multiply_bf16_natively(
     assert devices.resolve_precision("fp32") == "fp32"
 
 
+@pytest.mark.parametrize("slow_in, expected", [("bf16", "fp32"), ("fp32", "bf16"),
+                                               (None, "fp32")])
+def test_time_precisions_keeps_the_faster_and_fp32_on_a_tie(slow_in, expected):
+    """An update that takes longer under bf16 autocast (or in fp32) is timed in both; the faster
+    wins, fp32 unless bf16 gains 5% or more; the random generators are as they were."""
+    import time
+
+    def update():
+        precision = "bf16" if torch.is_autocast_enabled("cpu") else "fp32"
+        torch.rand(3)  # a draw, as SAC's reparameterized actions make
+        time.sleep(0.004 if precision == slow_in else 0.002)
+
+    torch.manual_seed(5)
+    before = torch.get_rng_state()
+    choice, ms = devices.time_precisions(update, "cpu", repeats=3)
+    assert choice == expected and set(ms) == {"fp32", "bf16"}
+    assert torch.equal(torch.get_rng_state(), before)
+    if slow_in is not None:
+        assert ms[slow_in] > 1.5 * ms[expected]
+
+
 def test_explicit_bf16_where_it_is_emulated_stays_bf16_with_one_warning_per_process(
         monkeypatch, capsys):
     monkeypatch.setattr(devices, "native_bf16", lambda device_type="cpu": False)

@@ -497,6 +497,63 @@ def test_bf16_precision_changes_only_the_arithmetic_of_the_update():
     assert all(p.dtype == torch.float32 for p in bf16.parameters())
 
 
+@pytest.mark.parametrize("faster", ["fp32", "bf16"])
+def test_auto_precision_where_bf16_is_native_keeps_what_the_first_update_measures(
+        monkeypatch, capsys, faster):
+    """--sac_precision auto on hardware with bf16 units times the first update in both
+    precisions (core/distributed/devices.py time_precisions) and keeps the faster: once per
+    device, both figures on stderr and in precision_timings; the update then runs in it."""
+    import models.sac as sac_module
+    calls = []
+
+    def fake_time(update, device, repeats=10, margin=0.05):
+        calls.append(str(device))
+        with torch.random.fork_rng():  # as the real one: draws nothing the run would see
+            update()  # the probe's update, on a copy
+        return faster, {"fp32": 2.0, "bf16": 1.0 if faster == "bf16" else 3.0}
+    monkeypatch.setattr(sac_module, "resolve_precision", lambda requested, device_type="cpu":
+                        "bf16" if requested == "auto" else requested)
+    monkeypatch.setattr(sac_module, "time_precisions", fake_time)
+    auto = make_model("--sac_hidden_sizes", "16,16", "--sac_precision", "auto")
+    plain = make_model("--sac_hidden_sizes", "16,16", "--sac_precision", faster)
+    plain.set_weights(auto.get_weights())
+    batch = random_batch(64)
+    for _ in range(2):
+        torch.manual_seed(3)
+        got, _ = auto.step(batch)
+        torch.manual_seed(3)
+        expected, _ = plain.step(batch)
+        for name, grad in expected.items():  # the same arithmetic as the explicit precision
+            np.testing.assert_array_equal(got[name], grad, err_msg=name)
+    assert calls == ["cpu"] and auto.update_precision("cpu") == faster
+    assert auto.precision_timings == {"device": "cpu", "chosen": faster, "fp32_ms": 2.0,
+                                      "bf16_ms": 1.0 if faster == "bf16" else 3.0}
+    err = capsys.readouterr().err
+    assert err.count("--sac_precision auto on cpu: " + faster) == 1
+
+
+def test_measuring_the_precision_leaves_the_update_as_an_explicit_choice_computes_it(
+        monkeypatch):
+    """The real timing (on a copy of the model, the random generators restored): the first
+    update's gradients are those of a model told the chosen precision outright."""
+    import models.sac as sac_module
+    monkeypatch.setattr(sac_module, "resolve_precision", lambda requested, device_type="cpu":
+                        "bf16" if requested == "auto" else requested)
+    auto = make_model("--sac_hidden_sizes", "16,16", "--sac_precision", "auto")
+    weights = auto.get_weights()
+    batch = random_batch(64)
+    torch.manual_seed(3)
+    got, _ = auto.step(batch)
+    chosen = auto.precision_timings["chosen"]
+    plain = make_model("--sac_hidden_sizes", "16,16", "--sac_precision", chosen)
+    plain.set_weights(weights)
+    torch.manual_seed(3)
+    expected, _ = plain.step(batch)
+    for name, grad in expected.items():
+        np.testing.assert_array_equal(got[name], grad, err_msg=name)
+    assert auto.get_weights().keys() == weights.keys()
+
+
 def test_linear_lr_schedule_scales_every_group_and_constant_keeps_them():
     from core.learning.learner import Learner
     model = make_model("--sac_lr_schedule", "linear", "--actor_lr", "1e-3", "--critic_lr", "2e-3",

@@ -223,14 +223,18 @@ class ReplayTrainer(Trainer):
             check_her(spec, plugins, f"{spec.env_name}{' ' + label if label else ''}")
 
     def start_note(self):
-        """', update in bf16 (auto) on 2 threads' and the like: what --sac_precision auto chose
-        on this machine's CPU (a parameter server on another node decides by its own) and the
-        learner's torch threads (--learner_threads)."""
+        """', update in fp32 (auto) on 2 threads' and the like: what --sac_precision auto means
+        on this machine (fp32 where bf16 is emulated; else timed by the model at its first
+        update; a parameter server on another node decides by its own) and the learner's torch
+        threads (--learner_threads)."""
         threads = learner_threads(self.args)
         requested = self.plugins.model_cls.update_precision_of(self.spec.model) or "fp32"
         chosen = resolve_precision(requested, "cuda" if self.args.num_gpus else "cpu")
-        return (f", update in {chosen}" + (" (auto)" if requested == "auto" else "")
-                + f" on {threads} thread{'s' if threads != 1 else ''}")
+        if requested == "auto" and chosen == "bf16":  # the model times both at its first update
+            chosen = "fp32 or bf16 (auto: the faster, timed at the first update)"
+        elif requested == "auto":
+            chosen += " (auto)"
+        return f", update in {chosen} on {threads} thread{'s' if threads != 1 else ''}"
 
     def __init__(self, args, spec, plugins, spaces, run, faults, ray_starter=None):
         super().__init__(args, spec, plugins, spaces, run, faults, ray_starter)

@@ -70,7 +70,9 @@ class ParameterServer:
         return self.learner.weights_for_workers()
 
     def device_info(self):
-        return device_info(self.device)
+        """Where the updates run, and what --sac_precision auto measured there, if it did."""
+        timings = getattr(self.model, "precision_timings", None)
+        return {**device_info(self.device), **({"precision": timings} if timings else {})}
 
     def apply(self, *results, progress=0.0):
         """One update from the GradientResults of all learners, averaged by sample count, at
@@ -169,7 +171,9 @@ class LearnerWorker:
         return result
 
     def device_info(self):
-        return device_info(self.device)
+        """Where the updates run, and what --sac_precision auto measured there, if it did."""
+        timings = getattr(self.model, "precision_timings", None)
+        return {**device_info(self.device), **({"precision": timings} if timings else {})}
 
 
 def _send_priorities(result, batch, buffer):
