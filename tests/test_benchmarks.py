@@ -366,6 +366,43 @@ def test_replay_against_cpprb(tmp_path, capsys):
     assert report["table"] in capsys.readouterr().out
 
 
+def test_learning_speed(tmp_path, capsys):
+    """Every workload's real learning step on the CPU with one thread, a fraction of a second
+    each (PPO in both modes): positive figures, samples/s = batch x updates/s, finite losses,
+    no update skipped, and in ddrl mode the learner's CPU model and the device model holding
+    the same weights after the timed updates (the round trip is real and exact)."""
+    from probes import learning_speed
+    out = tmp_path / "speed.json"
+    probe.main(["learning-speed", "--seconds", "0.3", "--threads", "1", "--warmup", "1",
+                "--precisions", "fp32", "--out", str(out)])
+    results = load(out)["results"]
+    assert [(r["workload"], r["mode"], r["batch"]) for r in results] == [
+        ("ppo-atari", "ddrl", 256), ("ppo-atari", "device", 256), ("dqn-atari", "server", 32),
+        ("sac-lunar", "server", 256)]
+    for r in results:
+        assert (r["device"], r["threads"], r["precision"]) == ("cpu", 1, "fp32")
+        assert r["updates"] >= 1 and r["updates_per_s"] > 0 and r["median_update_ms"] > 0
+        assert r["samples_per_s"] == pytest.approx(r["batch"] * r["updates_per_s"], abs=0.2)
+        assert r["skipped_updates"] == 0 and r["losses"]
+        assert all(math.isfinite(v) for v in r["losses"].values()), r
+    ddrl = results[0]
+    assert ddrl["weights_max_abs_diff"] == 0.0 and ddrl["weights_version"] >= 2
+    assert learning_speed.markdown(results) in capsys.readouterr().out
+
+
+def test_learning_speed_without_cuda(monkeypatch, capsys):
+    """CUDA asked where torch has none: the configuration is skipped with its reason in one
+    line, no traceback; a mode a workload does not have is a clear error."""
+    import torch
+    from probes import learning_speed
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    result = learning_speed.measure("dqn-atari", "cuda", seconds=0.1)
+    assert result["skipped"].startswith(f"torch {torch.__version__} cannot use CUDA here")
+    assert capsys.readouterr().err.count("\n") == 1
+    with pytest.raises(ValueError, match="dqn-atari has one mode"):
+        learning_speed.build("dqn-atari", "cpu", mode="ddrl")
+
+
 def test_update_vs_sb3_ddrl_side(capsys):
     """One measurement of ddrl's side (the child process's mode, in this process): ms per
     update and the share in matrix products."""
