@@ -1,0 +1,541 @@
+"""The GPU check (issue 50): one command that runs ddrl's GPU paths on a machine with one CUDA
+GPU and many cores, and writes what it measured as JSON and a Markdown table.
+
+    python benchmarks/gpu_check.py --out OUT            # on the GPU machine: ~8 minutes
+    python benchmarks/gpu_check.py --dry_run --out OUT  # anywhere: the same code paths on the
+                                                        # CPU, tiny budgets (~1 minute; a test)
+
+Phases, in this order (``--phases`` picks some), each writing its part of OUT/gpu_check.json
+as soon as it ends, so a run cut short keeps what it measured:
+
+- ``probe``: the machine (CPU, its flags, cores; the GPU, its memory; torch, CUDA, Ray and
+  gymnasium versions).
+- ``learning``: training runs side by side, each a ``main.py`` process stopped by --max_time:
+  the seed's command line adapted to one GPU (``--gpu 0 --num_gpus 1``, 3 workers x 3 envs,
+  batch 10, 16 CPUs), once as typed (learning starts in the driver while the Ray workers
+  start) and once with ``--no-elastic_start`` (every gradient from the Ray workers), both to
+  CartPole's 475; DQN on LunarLander-v3 and SAC on LunarLanderContinuous-v3 (their presets) to
+  200, each with the learner on the GPU (``--num_gpus 1``) and the same run on the CPU. Every
+  run's summary.json says where each part computed (``devices``: the device, CUDA's name and
+  torch's peak memory there), which is the proof that the gradients ran on CUDA.
+- ``updates``: learning throughput of ddrl's own update code (benchmarks/probes/learning_speed.py):
+  the Atari Nature-CNN PPO and DQN updates on random uint8 frames of Atari's shape (no ROM
+  travels to the GPU machine), and SAC's LunarLander update in fp32 and bf16, on the GPU against
+  all the CPU cores (and one).
+- ``scaling``: benchmarks/scaling.py, PPO and Ape-X DQN with the 5 ms env at 8 and 16 workers
+  (a share of N x 200 steps/s).
+- ``export``: the policies the GPU learners trained load, act, evaluate and export to ONNX in a
+  process that sees no GPU (CUDA_VISIBLE_DEVICES=""), the ONNX program acting as the policy does.
+
+``--dry_run`` keeps every phase and its code path with the CPU as the device: no --gpu or
+--num_gpus, tiny budgets, fewer workers (tests/test_gpu_check.py runs it in CI). OUT gets four
+files: gpu_check.json, gpu_check.md, the console log (log.txt) and runs.tar.gz (every run's
+metrics.csv, summary.json, config and logs; no checkpoints); the runs themselves go to --work
+(on the GPU machine outside OUT, which sends back at most eight files).
+
+On a GPU machine without Ray or gymnasium and without a package index, they travel as wheels
+(`bash benchmarks/gpu_carry.sh` writes them to .whl/); there, from the repository's root:
+
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+        --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
+    PYTHONUNBUFFERED=1 python3 benchmarks/gpu_check.py --out $OUT --work /tmp/gpu_check_runs
+"""
+import argparse
+import glob
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import tarfile
+import time
+from importlib import metadata
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+for path in (HERE, REPO):
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+from compare import end_process_group  # noqa: E402  (benchmarks/compare.py)
+
+PHASES = ("probe", "learning", "updates", "scaling", "export")
+
+#: The seed's command line (README), adapted to one GPU and this machine's 16 cores.
+SEED_LINE = ("--env_name gym_env --agent_name default_agent --model_name ppo "
+             "--num_envs_per_worker 3 --num_workers 3 --gpu 0 --num_gpus 1 --num_cpus 16 "
+             "--batch_size 10")
+
+#: name -> (flags, uses the GPU). Presets apply (configs/<model>-<gym_id>.yaml).
+LEARNING_RUNS = {
+    "ppo_seed_line": (SEED_LINE, True),
+    "ppo_seed_line_ray": (SEED_LINE + " --no-elastic_start", True),
+    "dqn_lunar_gpu": ("--model_name dqn --gym_id LunarLander-v3 --num_gpus 1", True),
+    "dqn_lunar_cpu": ("--model_name dqn --gym_id LunarLander-v3", False),
+    "sac_lunar_gpu": ("--model_name sac --gym_id LunarLanderContinuous-v3 --num_gpus 1", True),
+    "sac_lunar_cpu": ("--model_name sac --gym_id LunarLanderContinuous-v3", False),
+}
+
+#: What --dry_run changes, besides dropping --gpu/--num_gpus: small budgets on 2 CPUs.
+DRY_LEARNING = {
+    "ppo": "--num_cpus 2 --num_workers 2 --total_steps 1024 --eval_interval 512 "
+           "--eval_episodes 2",
+    "dqn": "--total_steps 600 --learning_starts 200 --eval_interval 300 --eval_episodes 1 "
+           "--dqn_hidden_sizes 32,32",
+    "sac": "--total_steps 600 --learning_starts 200 --start_steps 200 --eval_interval 300 "
+           "--eval_episodes 1 --sac_hidden_sizes 32,32",
+}
+
+#: (workload, mode, device, threads, precision) of the updates phase; "all" = every core.
+UPDATE_CONFIGS = [
+    ("ppo-atari", "ddrl", "cuda", 1, None), ("ppo-atari", "device", "cuda", 1, None),
+    ("ppo-atari", "ddrl", "cpu", "all", None), ("ppo-atari", "device", "cpu", "all", None),
+    ("dqn-atari", None, "cuda", 1, None), ("dqn-atari", None, "cpu", "all", None),
+    ("sac-lunar", None, "cuda", 1, "fp32"), ("sac-lunar", None, "cuda", 1, "bf16"),
+    ("sac-lunar", None, "cpu", "all", "fp32"), ("sac-lunar", None, "cpu", 1, "fp32"),
+]
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default=os.path.join(REPO, "benchmarks", "results", "gpu-check"),
+                   help="folder for gpu_check.json, gpu_check.md, log.txt, runs.tar.gz")
+    p.add_argument("--work", default=None,
+                   help="folder for the runs themselves (default OUT/runs; on the GPU machine "
+                        "keep it outside OUT, which sends back few files)")
+    p.add_argument("--dry_run", action="store_true",
+                   help="the same phases on the CPU with tiny budgets (CI runs this)")
+    p.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES))
+    p.add_argument("--learning_seconds", type=float, default=None,
+                   help="--max_time of each learning run (default 240; --dry_run 60 as a cap)")
+    p.add_argument("--update_seconds", type=float, default=None,
+                   help="timed seconds per update configuration (default 5; --dry_run 0.2)")
+    p.add_argument("--scaling_seconds", type=float, default=None,
+                   help="--seconds of each scaling point (default 30; --dry_run 6)")
+    p.add_argument("--scaling_workers", type=int, nargs="+", default=None,
+                   help="worker counts of the scaling phase (default 8 16; --dry_run 2)")
+    p.add_argument("--commit", default=None,
+                   help="the commit to record (default: git's; a copied tree may have no .git)")
+    p.add_argument("--export_check", nargs="+", metavar="RUN_DIR",
+                   help=argparse.SUPPRESS)  # the export phase's child process
+    return p.parse_args(argv)
+
+
+class Check:
+    """The results so far, written after every phase; a console log beside them."""
+
+    def __init__(self, args):
+        self.args = args
+        self.out = os.path.abspath(args.out)
+        self.runs = os.path.abspath(args.work or os.path.join(self.out, "runs"))
+        os.makedirs(self.out, exist_ok=True)
+        os.makedirs(self.runs, exist_ok=True)
+        self.started = time.time()
+        self.results = {"dry_run": args.dry_run, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+                        "command": shlex.join([os.path.relpath(sys.argv[0], REPO)] + sys.argv[1:]),
+                        "commit": args.commit or git_commit(), "phases": {}}
+        self.log_file = open(os.path.join(self.out, "log.txt"), "a")
+
+    def log(self, text):
+        line = f"[gpu_check {time.time() - self.started:6.1f} s] {text}"
+        print(line, flush=True)
+        self.log_file.write(line + "\n")
+        self.log_file.flush()
+
+    def record(self, phase, value):
+        self.results["phases"][phase] = value
+        self.results["elapsed_s"] = round(time.time() - self.started, 1)
+        with open(os.path.join(self.out, "gpu_check.json"), "w") as f:
+            json.dump(self.results, f, indent=1, default=str)
+        with open(os.path.join(self.out, "gpu_check.md"), "w") as f:
+            f.write(markdown(self.results))
+
+    def run_phase(self, phase, function):
+        self.log(f"phase {phase}")
+        t0 = time.time()
+        try:
+            value = function(self)
+            value = {"ok": True, **value} if isinstance(value, dict) else {"ok": True,
+                                                                           "value": value}
+        except Exception as exc:  # noqa: BLE001 - one phase failing must not end the check
+            import traceback
+            value = {"ok": False, "error": f"{type(exc).__name__}: {exc}",
+                     "traceback": traceback.format_exc()[-3000:]}
+            self.log(f"phase {phase} failed: {value['error']}")
+        value["phase_seconds"] = round(time.time() - t0, 1)
+        self.record(phase, value)
+
+    def pack_runs(self):
+        """runs.tar.gz: each run's text files (no checkpoints, no event files)."""
+        keep = ("metrics.csv", "summary.json", "config.yaml", "stdout.log", "stderr.log",
+                "README.md", "scaling.json")
+        with tarfile.open(os.path.join(self.out, "runs.tar.gz"), "w:gz") as tar:
+            for root, _, files in os.walk(self.runs):
+                for name in files:
+                    if name in keep or name.endswith(".onnx.json"):
+                        path = os.path.join(root, name)
+                        tar.add(path, arcname=os.path.join(
+                            "runs", os.path.relpath(path, self.runs)))
+
+
+def git_commit():
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
+                              capture_output=True, text=True, timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def version(package):
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+# -- probe --------------------------------------------------------------------------------------
+def probe(check):
+    import torch
+    flags = set()
+    cpu = platform.processor()
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                elif line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+    info = {"cpu": cpu, "cores": os.cpu_count(),
+            "cpu_flags": sorted(flags & {"avx2", "avx512f", "avx512_bf16", "amx_tile",
+                                         "amx_bf16"}),
+            "python": platform.python_version(), "torch": torch.__version__,
+            "torch_cuda": torch.version.cuda, "ray": version("ray"),
+            "gymnasium": version("gymnasium"), "numpy": version("numpy"),
+            "cuda_available": torch.cuda.is_available()}
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        info.update(gpu=props.name, gpu_memory_gib=round(props.total_memory / 2 ** 30, 1),
+                    gpu_capability=f"{props.major}.{props.minor}",
+                    gpu_multiprocessors=props.multi_processor_count,
+                    bf16_supported=torch.cuda.is_bf16_supported())
+        a = torch.randn(1024, 1024, device="cuda")
+        info["cuda_matmul_ok"] = bool(torch.isfinite(a @ a).all().item())
+    try:
+        smi = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+        info["nvidia_smi"] = smi.stdout.strip() or smi.stderr.strip()
+    except (OSError, subprocess.SubprocessError) as exc:
+        info["nvidia_smi"] = f"not run: {exc}"
+    check.log(f"{info.get('gpu', 'no GPU')}; {cpu}, {os.cpu_count()} cores; torch "
+              f"{torch.__version__} (CUDA {torch.version.cuda}), ray {info['ray']}")
+    return info
+
+
+# -- learning -----------------------------------------------------------------------------------
+def learning_argv(check, name, flags, run_dir, seconds):
+    """main.py's argv for one learning run: its flags, a seed, --max_time; --dry_run drops the
+    GPU flags and adds DRY_LEARNING's budget."""
+    words = shlex.split(flags)
+    if check.args.dry_run:
+        drop = {"--gpu", "--num_gpus", "--num_cpus"}
+        words = [w for i, w in enumerate(words)
+                 if w not in drop and (i == 0 or words[i - 1] not in drop)]
+        words += shlex.split(DRY_LEARNING[name.split("_")[0]])
+    return [sys.executable, "main.py", *words, "--seed", "0", "--max_time", f"{seconds:g}",
+            "--no-tensorboard", "--run_dir", run_dir]
+
+
+def eval_curve(run_dir):
+    """[(env steps, wall time s, eval return)] of a run's metrics.csv."""
+    import csv
+    try:
+        with open(os.path.join(run_dir, "metrics.csv")) as f:
+            rows = list(csv.DictReader(f))
+    except OSError:
+        return []
+    return [(int(float(r["env_steps"])), round(float(r["wall_time_s"]), 1),
+             round(float(r["eval_return"]), 2)) for r in rows if r.get("eval_return")]
+
+
+def learning(check):
+    seconds = check.args.learning_seconds or (60 if check.args.dry_run else 240)
+    procs = {}
+    for name, (flags, on_gpu) in LEARNING_RUNS.items():
+        run_dir = os.path.join(check.runs, name)
+        argv = learning_argv(check, name, flags, run_dir, seconds)
+        os.makedirs(run_dir, exist_ok=True)
+        out = open(os.path.join(run_dir, "stdout.log"), "w")
+        err = open(os.path.join(run_dir, "stderr.log"), "w")
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        procs[name] = (subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=err, env=env,
+                                        start_new_session=True), argv, run_dir, on_gpu, out, err)
+        check.log(f"started {name}: {shlex.join(argv[1:])}")
+    runs, deadline = {}, time.time() + seconds + 90  # a final evaluation, Ray's shutdown
+    for name, (proc, argv, run_dir, on_gpu, out, err) in procs.items():
+        try:
+            proc.wait(timeout=max(1.0, deadline - time.time()))
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        end_process_group(proc)
+        out.close()
+        err.close()
+        runs[name] = run_record(name, argv, run_dir, on_gpu, proc.returncode, timed_out)
+        summary = runs[name].get("summary") or {}
+        check.log(f"{name}: rc {proc.returncode}, stopped {summary.get('stopped_because')}, "
+                  f"best eval {summary.get('best_eval_return')}, time to target "
+                  f"{summary.get('time_to_target_s')}, devices "
+                  f"{[d.get('device') for d in summary.get('devices', [])]}")
+    return {"max_time_s": seconds, "runs": runs}
+
+
+def run_record(name, argv, run_dir, on_gpu, returncode, timed_out):
+    record = {"command": shlex.join(["python"] + argv[1:]), "learner_on_gpu": on_gpu,
+              "returncode": returncode, "timed_out": timed_out}
+    try:
+        with open(os.path.join(run_dir, "summary.json")) as f:
+            summary = json.load(f)
+        record["summary"] = {k: summary.get(k) for k in (
+            "stopped_because", "env_steps", "wall_time_s", "steps_per_s", "target_return",
+            "best_eval_return", "last_eval_return", "time_to_target_s", "steps_to_target",
+            "devices", "error")}
+    except (OSError, ValueError):
+        record["summary"] = None
+    record["eval_curve"] = eval_curve(run_dir)
+    if returncode != 0:
+        with open(os.path.join(run_dir, "stderr.log")) as f:
+            record["stderr_tail"] = f.read()[-2500:]
+    return record
+
+
+# -- updates ------------------------------------------------------------------------------------
+def updates(check):
+    from probes.learning_speed import measure
+    import torch
+    seconds = check.args.update_seconds or (0.2 if check.args.dry_run else 5.0)
+    cores = os.cpu_count() or 1
+    results = []
+    for workload, mode, device, threads, precision in UPDATE_CONFIGS:
+        if check.args.dry_run:
+            if device == "cuda" or threads == "all":  # the CPU stands in, on one thread
+                device, threads = "cpu", 1
+        threads = cores if threads == "all" else threads
+        config = dict(workload=workload, device=device, seconds=seconds, threads=threads,
+                      warmup=1 if check.args.dry_run else 5)
+        if mode is not None:
+            config["mode"] = mode
+        if precision is not None:
+            config["precision"] = precision
+        if device == "cuda" and not torch.cuda.is_available():
+            results.append({**config, "skipped": "no CUDA device"})
+            continue
+        try:
+            result = measure(**config)
+        except Exception as exc:  # noqa: BLE001 - the other configurations still run
+            result = {**config, "error": f"{type(exc).__name__}: {exc}"}
+        results.append(result)
+        check.log(f"{workload} {mode or ''} {device} x{threads} {precision or ''}: "
+                  f"{result.get('samples_per_s', result.get('error', result.get('skipped')))}")
+    torch.set_num_threads(1)
+    return {"seconds_each": seconds, "results": results}
+
+
+# -- scaling ------------------------------------------------------------------------------------
+def scaling(check):
+    seconds = check.args.scaling_seconds or (6 if check.args.dry_run else 30)
+    workers = check.args.scaling_workers or ([2] if check.args.dry_run else [8, 16])
+    systems = ["ppo"] if check.args.dry_run else ["ppo", "dqn"]
+    out = os.path.join(check.runs, "scaling", "scaling.json")
+    argv = [sys.executable, "benchmarks/scaling.py", "--systems", *systems, "--placements",
+            "worker", "--workers", *map(str, workers), "--seconds", f"{seconds:g}",
+            "--warmup_frac", "0.35", "--min_window", "10", "--cooldown", "2", "--out", out,
+            "--extra", "--eval_interval 1000000000"]  # no evaluation inside the window
+    check.log(f"scaling: {shlex.join(argv[1:])}")
+    budget = len(workers) * len(systems) * (seconds + 60) + 30
+    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=budget)
+    if proc.returncode != 0:
+        raise RuntimeError(f"scaling.py exited {proc.returncode}: {proc.stderr[-1500:]}")
+    with open(out) as f:
+        data = json.load(f)
+    points = [{k: p.get(k) for k in ("system", "n", "steps_per_s", "limit_steps_per_s",
+                                     "efficiency", "workers_min", "workers_max", "window_s",
+                                     "short_window", "returncode", "cmd")}
+              for p in data["points"]]
+    for p in points:
+        check.log(f"scaling {p['system']} N={p['n']}: {p['steps_per_s']} steps/s, "
+                  f"efficiency {p['efficiency']}")
+    return {"seconds_per_point": seconds, "points": points}
+
+
+# -- export -------------------------------------------------------------------------------------
+def export(check):
+    """The GPU-trained runs, in one process that sees no GPU (``export_check``)."""
+    names = ("dqn_lunar_gpu", "sac_lunar_gpu", "ppo_seed_line_ray")
+    results = {name: {"skipped": "no checkpoint (the learning phase did not run it)"}
+               for name in names
+               if not glob.glob(os.path.join(check.runs, name, "checkpoints", "*.pt"))}
+    todo = [os.path.join(check.runs, name) for name in names if name not in results]
+    if todo:
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--export_check",
+                               *todo], cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=300)
+        try:
+            results.update(json.loads(proc.stdout.strip().splitlines()[-1]))
+        except (ValueError, IndexError):
+            raise RuntimeError(f"the export child exited {proc.returncode}: "
+                               f"{proc.stderr[-1500:]}") from None
+    for name in names:
+        check.log(f"export {name}: {results[name]}")
+    return {"runs": {name: results[name] for name in names}}
+
+
+def export_check(run_dirs):
+    """In a process that sees no GPU, for each run: load its policy, play two episodes, export
+    it to ONNX and compare the ONNX program's actions with the policy's on 64 observations.
+    Prints {run name: result} as one JSON line."""
+    results = {}
+    for run_dir in run_dirs:
+        try:
+            results[os.path.basename(run_dir)] = check_one_export(run_dir)
+        except Exception as exc:  # noqa: BLE001 - reported per run
+            results[os.path.basename(run_dir)] = {"error": f"{type(exc).__name__}: {exc}"}
+    print(json.dumps(results))
+    return 0
+
+
+def check_one_export(run_dir):
+    import numpy as np
+    import onnxruntime
+    import torch
+    import ddrl
+    result = {"cuda_visible": torch.cuda.is_available()}
+    policy = ddrl.load(run_dir)
+    result["returns"] = [round(r, 2) for r in policy.play(episodes=2)]
+    onnx_file = os.path.join(run_dir, "policy.onnx")
+    sidecar = policy.export(onnx_file, "onnx")
+    env = policy.make_env(seed=123)
+    obs, _ = env.reset(seed=123)
+    batch = []
+    for _ in range(64):
+        batch.append(np.asarray(obs, dtype=np.float32))
+        obs, _, terminated, truncated, _ = env.step(policy.act(obs))
+        if terminated or truncated:
+            obs, _ = env.reset()
+    batch = np.stack(batch)
+    expected = np.asarray(policy.act(batch))
+    session = onnxruntime.InferenceSession(onnx_file, providers=["CPUExecutionProvider"])
+    got = session.run(None, {sidecar["inputs"][0]["name"]: batch})[0].reshape(expected.shape)
+    result["onnx_matches"] = bool(np.allclose(got, expected, atol=1e-4))
+    result["onnx_max_abs_diff"] = float(np.max(np.abs(got.astype(np.float64) - expected)))
+    result["model"] = sidecar.get("model")
+    return result
+
+
+# -- the report ---------------------------------------------------------------------------------
+def fmt(value, spec=",.1f", none="-"):
+    return none if value is None else format(value, spec)
+
+
+def markdown(results):
+    phases = results["phases"]
+    lines = [f"# GPU check{' (dry run: CPU as the device)' if results['dry_run'] else ''}", "",
+             f"`{results['command']}` at commit `{results['commit']}`, {results['started']}.", ""]
+    machine = phases.get("probe", {})
+    if machine.get("ok"):
+        lines += [f"Machine: {machine.get('gpu', 'no GPU')}"
+                  + (f" ({machine['gpu_memory_gib']} GiB, capability "
+                     f"{machine['gpu_capability']})" if machine.get("gpu") else "")
+                  + f"; {machine['cpu']}, {machine['cores']} cores "
+                  f"({', '.join(machine['cpu_flags']) or 'no AVX2'}); Python "
+                  f"{machine['python']}, torch {machine['torch']} (CUDA "
+                  f"{machine['torch_cuda']}), Ray {machine['ray']}, gymnasium "
+                  f"{machine['gymnasium']}.", ""]
+    learn = phases.get("learning", {})
+    if learn.get("runs"):
+        lines += [f"## Learning runs, side by side, --max_time {learn['max_time_s']:g} s", "",
+                  "| run | updates computed on | stopped | reached | time to target (s) | "
+                  "env steps to target | best eval | env steps/s | peak CUDA MB |",
+                  "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+        for name, run in learn["runs"].items():
+            s = run.get("summary") or {}
+            devices = s.get("devices") or []
+            where = ", ".join(sorted({d.get("cuda_device") or d.get("device", "?")
+                                      for d in devices})) or "?"
+            peak = max((d.get("max_memory_allocated_mb") or 0 for d in devices), default=0)
+            reached = s.get("time_to_target_s") is not None
+            lines.append(
+                f"| {name} | {where} ({len(devices)} part{'s' if len(devices) != 1 else ''}) | "
+                f"{s.get('stopped_because', 'rc ' + str(run['returncode']))} | "
+                f"{'yes' if reached else 'no'} | {fmt(s.get('time_to_target_s'))} | "
+                f"{fmt(s.get('steps_to_target'), ',.0f')} | {fmt(s.get('best_eval_return'))} | "
+                f"{fmt(s.get('steps_per_s'), ',.0f')} | {fmt(peak or None)} |")
+        lines += [""] + [f"- `{name}`: `{run['command']}`" for name, run in learn["runs"].items()]
+        lines.append("")
+    upd = phases.get("updates", {})
+    if upd.get("results"):
+        lines += ["## Learning throughput of one update (ddrl's update code)", "",
+                  "| workload | mode | device | threads | precision | batch | updates/s | "
+                  "samples/s | ms/update | peak CUDA MB |",
+                  "| --- | --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
+        for r in upd["results"]:
+            note = r.get("skipped") or r.get("error")
+            lines.append(
+                f"| {r['workload']} | {r.get('mode', '-')} | {r.get('device_name') or r['device']}"
+                f" | {r['threads']} | {r.get('precision', '-')} | {r.get('batch', '-')} | "
+                + (f"{note} | | | |" if note else
+                   f"{fmt(r.get('updates_per_s'))} | {fmt(r.get('samples_per_s'), ',.0f')} | "
+                   f"{fmt(r.get('median_update_ms'), '.2f')} | "
+                   f"{fmt(r.get('max_memory_allocated_mb'))} |"))
+        lines.append("")
+    scale = phases.get("scaling", {})
+    if scale.get("points"):
+        lines += [f"## Scaling, 5 ms env, {scale['seconds_per_point']:g} s a point", "",
+                  "| system | N | env steps/s | share of N x 200 |", "| --- | ---: | ---: | ---: |"]
+        for p in scale["points"]:
+            lines.append(f"| {p['system']} | {p['n']} | {fmt(p['steps_per_s'], ',.0f')} | "
+                         f"{fmt(None if p['efficiency'] is None else 100 * p['efficiency'], '.0f')}"
+                         f"% |")
+        lines.append("")
+    exp = phases.get("export", {})
+    if exp.get("runs"):
+        lines += ["## Trained on the GPU, used without one", "",
+                  "| run | loaded where CUDA is hidden | returns of 2 episodes | ONNX acts as the "
+                  "policy (max abs diff) |", "| --- | --- | --- | --- |"]
+        for name, r in exp["runs"].items():
+            note = r.get("skipped") or r.get("error")
+            lines.append(f"| {name} | " + (f"{note} | | |" if note else
+                         f"{'yes' if not r['cuda_visible'] else 'CUDA was visible'} | "
+                         f"{r['returns']} | {r['onnx_matches']} ({r['onnx_max_abs_diff']:.2g}) |"))
+        lines.append("")
+    failed = [f"{name}: {p['error']}" for name, p in phases.items() if not p.get("ok")]
+    if failed:
+        lines += ["## Phases that failed", ""] + [f"- {f}" for f in failed] + [""]
+    return "\n".join(lines)
+
+
+PHASE_FUNCTIONS = {"probe": probe, "learning": learning, "updates": updates, "scaling": scaling,
+                   "export": export}
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.export_check:
+        return export_check(args.export_check)
+    check = Check(args)
+    check.log(f"{'dry run, ' if args.dry_run else ''}phases {' '.join(args.phases)}; out "
+              f"{check.out}")
+    for phase in PHASES:
+        if phase in args.phases:
+            check.run_phase(phase, PHASE_FUNCTIONS[phase])
+    check.pack_runs()
+    failed = [name for name, p in check.results["phases"].items() if not p.get("ok")]
+    check.log(f"done in {time.time() - check.started:.0f} s; "
+              + (f"failed phases: {', '.join(failed)}" if failed else "every phase ran")
+              + f"; {os.path.join(check.out, 'gpu_check.md')}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""benchmarks/gpu_check.py --dry_run: every phase of the GPU check runs on the CPU (the same code
+paths as on a GPU machine, tiny budgets), so the script a lent GPU machine runs cannot rot
+between the sessions that have one. And the report's parts by hand."""
+import json
+import os
+import subprocess
+import sys
+import tarfile
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+
+import gpu_check  # noqa: E402  (benchmarks/gpu_check.py)
+
+
+@pytest.mark.e2e
+def test_the_dry_run_runs_every_phase_on_the_cpu(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--dry_run", "--out",
+                           str(out), "--work", str(tmp_path / "work")], cwd=REPO,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert sorted(os.listdir(out)) == ["gpu_check.json", "gpu_check.md", "log.txt",
+                                       "runs.tar.gz"]  # few files: the GPU machine sends 8
+    results = json.loads((out / "gpu_check.json").read_text())
+    phases = results["phases"]
+    assert list(phases) == list(gpu_check.PHASES) and all(p["ok"] for p in phases.values())
+    assert results["dry_run"] and phases["probe"]["cores"] >= 1
+
+    runs = phases["learning"]["runs"]
+    assert set(runs) == set(gpu_check.LEARNING_RUNS)
+    for name, run in runs.items():
+        summary = run["summary"]
+        assert run["returncode"] == 0 and summary["stopped_because"] == "total_steps", name
+        assert run["eval_curve"], name  # evaluated at least once
+        assert summary["devices"] and all(d["device"] == "cpu" for d in summary["devices"])
+        assert "--gpu" not in run["command"] and "--num_gpus" not in run["command"]
+    # with --no-elastic_start every gradient comes from the Ray workers
+    assert all(d["role"].startswith("rollout worker") and "in-process" not in d["role"]
+               for d in runs["ppo_seed_line_ray"]["summary"]["devices"])
+
+    updates = phases["updates"]["results"]
+    assert len(updates) == len(gpu_check.UPDATE_CONFIGS)
+    for r in updates:
+        assert r["device"] == "cpu" and r["samples_per_s"] > 0, r
+
+    points = phases["scaling"]["points"]
+    assert points and all(p["steps_per_s"] and p["steps_per_s"] > 0 for p in points)
+
+    exported = phases["export"]["runs"]
+    assert set(exported) == {"dqn_lunar_gpu", "sac_lunar_gpu", "ppo_seed_line_ray"}
+    for name, r in exported.items():
+        assert r["cuda_visible"] is False and len(r["returns"]) == 2, (name, r)
+        assert r["onnx_matches"], (name, r)
+
+    report = (out / "gpu_check.md").read_text()
+    for heading in ("## Learning runs", "## Learning throughput", "## Scaling",
+                    "## Trained on the GPU, used without one"):
+        assert heading in report
+    with tarfile.open(out / "runs.tar.gz") as tar:
+        names = tar.getnames()
+    assert "runs/ppo_seed_line/summary.json" in names and not any(n.endswith(".pt")
+                                                                  for n in names)
+
+
+@pytest.mark.unit
+def test_the_dry_run_drops_the_gpu_flags_and_adds_its_budget():
+    class Args:
+        dry_run = True
+    check = type("C", (), {"args": Args})()
+    argv = gpu_check.learning_argv(check, "ppo_seed_line", gpu_check.SEED_LINE, "/r", 5)
+    assert "--gpu" not in argv and "--num_gpus" not in argv
+    assert argv[argv.index("--num_cpus") + 1] == "2" and argv.count("--num_cpus") == 1
+    assert argv[-2:] == ["--run_dir", "/r"] and argv[argv.index("--max_time") + 1] == "5"
+    Args.dry_run = False
+    argv = gpu_check.learning_argv(check, "ppo_seed_line", gpu_check.SEED_LINE, "/r", 240)
+    assert argv[argv.index("--gpu") + 1] == "0" and argv[argv.index("--num_gpus") + 1] == "1"
+    assert argv[argv.index("--num_cpus") + 1] == "16" and "--total_steps" not in argv
+
+
+@pytest.mark.unit
+def test_the_report_shows_where_the_updates_ran_and_what_failed():
+    results = {"dry_run": False, "command": "benchmarks/gpu_check.py", "commit": "abc",
+               "started": "now", "phases": {
+                   "learning": {"ok": True, "max_time_s": 240, "runs": {"dqn_lunar_gpu": {
+                       "command": "python main.py ...", "returncode": 0, "summary": {
+                           "stopped_because": "target_return", "time_to_target_s": 123.4,
+                           "steps_to_target": 45000, "best_eval_return": 210.5,
+                           "steps_per_s": 380.2, "devices": [{
+                               "role": "parameter server", "device": "cuda",
+                               "cuda_device": "NVIDIA H100", "max_memory_allocated_mb": 42.0}]}}}},
+                   "scaling": {"ok": False, "error": "TimeoutExpired: scaling.py"}}}
+    text = gpu_check.markdown(results)
+    assert ("| dqn_lunar_gpu | NVIDIA H100 (1 part) | target_return | yes | 123.4 | 45,000 | "
+            "210.5 | 380 | 42.0 |") in text
+    assert "## Phases that failed" in text and "- scaling: TimeoutExpired: scaling.py" in text
