@@ -3,7 +3,8 @@
 # CUDA torch but no package index, no Ray and no gymnasium: writes them to .whl/ at the
 # repository's root (kept out of git through .git/info/exclude). Ray's wheel (79 MB) is trimmed
 # of its Java jars, RLlib, Serve, LLM and the dashboard's web client (to ~42 MB), which ddrl
-# never loads; about 45 MB in all. Extra wheels may be named: bash benchmarks/gpu_carry.sh ale-py==0.12.1
+# never loads, and pygame (which gymnasium's box2d envs import) of its docs, examples and tests;
+# about 52 MB in all, beside ~7 MB of tracked files (a device call carries 64 MiB). Extra wheels may be named: bash benchmarks/gpu_carry.sh ale-py==0.12.1
 #
 # On the GPU machine, from the repository's root:
 #   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
@@ -17,11 +18,13 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_27_x86_64 \
   --platform manylinux_2_28_x86_64 -d .whl \
   ray==2.60.0 gymnasium==1.4.0 farama-notifications==0.0.6 jsonschema==4.26.0 \
-  jsonschema-specifications referencing rpds-py box2d==2.3.10 "$@"
+  jsonschema-specifications referencing rpds-py box2d==2.3.10 pygame==2.6.1 "$@"
 python3 - <<'PY'
 import glob, os, zipfile
-drop = ('ray/jars/', 'ray/rllib/', 'ray/serve/', 'ray/llm/', 'ray/dashboard/client/')
-for src in glob.glob('.whl/ray-*.whl'):
+# gymnasium's box2d envs import pygame even without rendering: its docs, examples and tests go
+drop = ('ray/jars/', 'ray/rllib/', 'ray/serve/', 'ray/llm/', 'ray/dashboard/client/',
+        'pygame/docs/', 'pygame/examples/', 'pygame/tests/')
+for src in glob.glob('.whl/ray-*.whl') + glob.glob('.whl/pygame-*.whl'):
     tmp = src + '.tmp'
     with zipfile.ZipFile(src) as zin, zipfile.ZipFile(tmp, 'w', zipfile.ZIP_DEFLATED) as zout:
         for info in zin.infolist():

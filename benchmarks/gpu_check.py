@@ -1,7 +1,7 @@
 """The GPU check (issue 50): one command that runs ddrl's GPU paths on a machine with one CUDA
 GPU and many cores, and writes what it measured as JSON and a Markdown table.
 
-    python benchmarks/gpu_check.py --out OUT            # on the GPU machine: ~8 minutes
+    python benchmarks/gpu_check.py --out OUT            # on the GPU machine: ~9 minutes
     python benchmarks/gpu_check.py --dry_run --out OUT  # anywhere: the same code paths on the
                                                         # CPU, tiny budgets (~1 minute; a test)
 
@@ -113,7 +113,13 @@ def parse_args(argv=None):
     p.add_argument("--update_seconds", type=float, default=None,
                    help="timed seconds per update configuration (default 5; --dry_run 0.2)")
     p.add_argument("--scaling_seconds", type=float, default=None,
-                   help="--seconds of each scaling point (default 30; --dry_run 6)")
+                   help="--seconds of each scaling point (default 45: on the H100 machine 16 "
+                        "workers took over 20 s to start, importing CUDA's torch, and 25 s "
+                        "points left windows of 1-10 s; --dry_run 6)")
+    p.add_argument("--runs", nargs="+", choices=list(LEARNING_RUNS), default=None,
+                   help="the learning runs to make (default: all)")
+    p.add_argument("--scaling_systems", nargs="+", choices=["ppo", "dqn"], default=None,
+                   help="systems of the scaling phase (default ppo dqn; --dry_run ppo)")
     p.add_argument("--scaling_workers", type=int, nargs="+", default=None,
                    help="worker counts of the scaling phase (default 8 16; --dry_run 2)")
     p.add_argument("--commit", default=None,
@@ -262,6 +268,8 @@ def learning(check):
     seconds = check.args.learning_seconds or (60 if check.args.dry_run else 240)
     procs = {}
     for name, (flags, on_gpu) in LEARNING_RUNS.items():
+        if check.args.runs and name not in check.args.runs:
+            continue
         run_dir = os.path.join(check.runs, name)
         argv = learning_argv(check, name, flags, run_dir, seconds)
         os.makedirs(run_dir, exist_ok=True)
@@ -343,9 +351,9 @@ def updates(check):
 
 # -- scaling ------------------------------------------------------------------------------------
 def scaling(check):
-    seconds = check.args.scaling_seconds or (6 if check.args.dry_run else 30)
+    seconds = check.args.scaling_seconds or (6 if check.args.dry_run else 45)
     workers = check.args.scaling_workers or ([2] if check.args.dry_run else [8, 16])
-    systems = ["ppo"] if check.args.dry_run else ["ppo", "dqn"]
+    systems = check.args.scaling_systems or (["ppo"] if check.args.dry_run else ["ppo", "dqn"])
     out = os.path.join(check.runs, "scaling", "scaling.json")
     argv = [sys.executable, "benchmarks/scaling.py", "--systems", *systems, "--placements",
             "worker", "--workers", *map(str, workers), "--seconds", f"{seconds:g}",
