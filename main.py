@@ -19,7 +19,7 @@ import sys  # noqa: E402
 
 def unwrap_config_error(exc):
     """A ConfigError raised inside a Ray actor arrives wrapped; find it."""
-    from core.registry import ConfigError
+    from core.errors import ConfigError
     from core.faults import find_cause
     return find_cause(exc, ConfigError)
 
@@ -28,7 +28,7 @@ def main(argv=None, leave_quickly=False):
     """Run the command line ``argv``; returns the exit code. ``leave_quickly``: the caller
     ends the process right after (``leave``), so a training run skips Ray's graceful
     shutdown."""
-    from core.registry import ConfigError
+    from core.errors import ConfigError
     from options.options import parse_args
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -74,8 +74,8 @@ def main(argv=None, leave_quickly=False):
 def run_failure(exc):
     """A fault past its limit (core/faults.py RunFailure, core/sampling/envs.py EnvFailure), unwrapped
     from Ray's RayTaskError; None for anything else."""
-    from core.sampling.envs import EnvFailure
-    from core.faults import RunFailure
+    from core.errors import EnvFailure
+    from core.errors import RunFailure
     from core.faults import find_cause
     return find_cause(exc, (RunFailure, EnvFailure))
 

@@ -20,7 +20,7 @@ when the plugin is loaded, not an exception deep inside a Ray worker.
 """
 import inspect
 
-from core.registry import ConfigError
+from core.errors import ConfigError
 
 
 class BaseAgent:

@@ -13,7 +13,7 @@ from agents import register_agent
 from agents.base import OnPolicyAgent
 from core import spaces
 from core.learning.sequences import chunk_starts, time_major, to_sequences
-from core.registry import ConfigError
+from core.errors import ConfigError
 from core.types import STEP_REPORT_KEY, GradientResult, Trajectory
 from models.ppo import PPOBatch
 from core.argtypes import non_negative_int, unit_interval

@@ -11,12 +11,11 @@ import sys
 
 import ray
 
+from core.errors import RunFailure  # (also importable from here)
+
 COUNTERS = ("worker_restarts", "env_errors", "skipped_updates", "recoveries",
             "eval_episodes_lost")
 
-
-class RunFailure(RuntimeError):
-    """A fault past its limit: the run stops with this message (exit 1, summary "error")."""
 
 
 class Faults:

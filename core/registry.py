@@ -19,10 +19,8 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional
 
+from core.errors import ConfigError  # (also importable from here, as plugins long did)
 
-class ConfigError(ValueError):
-    """A user mistake (bad name, bad flag value, unsupported space): main.py prints it as one
-    paragraph and exits with code 2, without a traceback."""
 
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")

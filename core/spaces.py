@@ -37,7 +37,7 @@ from typing import Dict, Tuple
 import numpy as np
 from gymnasium import spaces
 
-from core.registry import ConfigError
+from core.errors import ConfigError
 
 ACTION_MASK = "action_mask"
 ROOT = "obs"   # the path of a space that is one non-Box leaf

@@ -10,6 +10,6 @@ what bad input raises (the paragraph ``python main.py`` prints).
 """
 from core.app.api import Run, train
 from core.app.policy import Policy, load
-from core.registry import ConfigError
+from core.errors import ConfigError
 
 __all__ = ["ConfigError", "Policy", "Run", "load", "train"]

@@ -12,7 +12,8 @@
 import os
 from collections import namedtuple
 
-from core.registry import Registry, import_package_modules, ConfigError
+from core.registry import Registry, import_package_modules
+from core.errors import ConfigError
 
 # The 5-tuple a wrapper's step returns; a plain tuple in the same order works as well.
 OBSERVATION = namedtuple("OBSERVATION", ["obs", "reward", "terminated", "truncated", "info"])

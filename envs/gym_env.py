@@ -51,7 +51,7 @@ import ray
 
 from core.argtypes import (non_negative_int, positive_int, positive_int_or_none,
                            unit_interval_or_none)
-from core.registry import ConfigError
+from core.errors import ConfigError
 from core.run.state import (generator_state, plain_attributes, set_attributes,
                         set_generator_state)
 from core.spaces import ACTION_MASK

@@ -46,7 +46,7 @@ from gymnasium import spaces
 
 from core import spaces as carried_spaces
 from core.argtypes import checked_text
-from core.registry import ConfigError
+from core.errors import ConfigError
 from core.types import STEP_REPORT_KEY
 from envs import register_env
 from envs.board_games import BOARDS, board_game, scripted_move

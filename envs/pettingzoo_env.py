@@ -52,7 +52,7 @@ import numpy as np
 from gymnasium import spaces
 
 from core.argtypes import checked_text
-from core.registry import ConfigError
+from core.errors import ConfigError
 from core.types import STEP_REPORT_KEY
 from envs import register_env
 

@@ -95,7 +95,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.envs.classic_control import CartPoleEnv, PendulumEnv
 
-from core.registry import ConfigError
+from core.errors import ConfigError
 
 NAMESPACE = "ddrl"
 

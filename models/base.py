@@ -7,7 +7,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from core.registry import ConfigError
+from core.errors import ConfigError
 from core.types import WEIGHTS_VERSION_KEY
 
 Gradients = Dict[str, np.ndarray]

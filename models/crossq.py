@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from core.argtypes import non_negative_int, positive_float, positive_int
-from core.registry import ConfigError
+from core.errors import ConfigError
 from models import register_model
 from models.encoders import resolve_encoder
 from models.ppo import hidden_sizes

@@ -30,7 +30,7 @@ from gymnasium import spaces
 from torch import nn
 from torch.nn import functional as F
 
-from core.registry import ConfigError
+from core.errors import ConfigError
 
 
 def masked_value(dtype):

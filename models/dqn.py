@@ -32,7 +32,7 @@ from gymnasium import spaces
 from torch import nn
 
 from core.argtypes import non_negative_float, positive_float, positive_int, unit_interval
-from core.registry import ConfigError
+from core.errors import ConfigError
 from core.spaces import action_mask, layout_of
 from models import register_model
 from models.base import BaseModel

@@ -35,7 +35,7 @@ from torch import nn
 
 from core import spaces as observations
 from core.argtypes import positive_int
-from core.registry import ConfigError
+from core.errors import ConfigError
 
 ENCODERS = ("auto", "mlp", "nature_cnn", "small_cnn")
 LEAF_ENCODERS = ("flatten", "onehot", "small_cnn", "nature_cnn")  # --encoder_for's kinds

@@ -6,7 +6,7 @@ An export module rebuilds its model's deterministic acting path from the model's
 submodules; a subclass that changes that path in a method (its own ``features``, say) would be
 exported as its parent acts, silently. It is refused instead, with what to write.
 """
-from core.registry import ConfigError
+from core.errors import ConfigError
 
 
 class ObservationInputs:

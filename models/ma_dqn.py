@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from gymnasium import spaces
 
-from core.registry import ConfigError
+from core.errors import ConfigError
 from models import register_model
 from models.dqn import MASKED_Q, DQNActing, DQNModel, QNetwork
 from models.encoders import Flatten

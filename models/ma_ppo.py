@@ -39,7 +39,7 @@ from torch import nn
 from torch.distributions import Normal
 
 from core.argtypes import checked_text, positive_float
-from core.registry import ConfigError
+from core.errors import ConfigError
 from models import register_model
 from envs.pettingzoo_env import STATE
 from models.encoders import Flatten

@@ -21,7 +21,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from core.registry import ConfigError
+from core.errors import ConfigError
 from models import register_model
 from models.ma_ppo import RowNetworks, check_team_spaces, team_layout
 from models.sac import Actor, SACModel, TwinQ, frozen_copy

@@ -31,7 +31,7 @@ from torch.distributions import Categorical, Normal
 
 from core.argtypes import (non_negative_float, positive_float, positive_float_or_none,
                            positive_int)
-from core.registry import ConfigError
+from core.errors import ConfigError
 from models import register_model
 from core.spaces import ACTION_MASK, is_tree, layout_of
 from models.base import BaseModel

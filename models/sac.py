@@ -24,7 +24,7 @@ from torch import nn
 
 from core.argtypes import non_negative_float, positive_float, unit_interval
 from core.distributed.devices import resolve_precision, time_precisions
-from core.registry import ConfigError
+from core.errors import ConfigError
 from models import register_model
 from models.base import BaseModel
 from core.spaces import layout_of

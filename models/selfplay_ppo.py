@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from core.argtypes import non_negative_int, positive_int, unit_interval
-from core.registry import ConfigError
+from core.errors import ConfigError
 from models import register_model
 from models.ppo import PPOActing, PPOModel
 

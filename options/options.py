@@ -19,7 +19,8 @@ from core.argtypes import (  # noqa: F401 - re-exported for plugins, see above
     non_negative_int, positive_float, positive_float_or_none, positive_int, positive_int_or_none,
     target_return, unit_interval, unit_interval_or_none)
 from core.plugins import env_label
-from core.registry import ConfigError, import_user_dir, unwrap_actor_class
+from core.registry import import_user_dir, unwrap_actor_class
+from core.errors import ConfigError
 from options.custom_options import get_custom_args
 
 

@@ -21,7 +21,7 @@ import os
 
 import yaml
 
-from core.registry import ConfigError
+from core.errors import ConfigError
 
 DISTRIBUTIONS = {
     # name: (number of arguments or None for a list, what it is)

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from agents.default_agent import DefaultAgent
-from core.registry import ConfigError
+from core.errors import ConfigError
 from core.types import Trajectory
 from models.ppo import PPOBatch
 from tests.test_multi_agent import model_for, team_env

@@ -12,7 +12,7 @@ import torch
 
 import ddrl
 from core.app.api import argv_for, flags_to_argv
-from core.registry import ConfigError
+from core.errors import ConfigError
 from options.options import parse_args
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -8,7 +8,8 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from core.registry import ConfigError, unwrap_actor_class
+from core.registry import unwrap_actor_class
+from core.errors import ConfigError
 from envs.gym_env import GymEnv
 from models.encoders import NatureCNN, make_encoder, resolve_encoder
 from options.options import parse_args, run_spec

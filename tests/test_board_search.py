@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from core.registry import ConfigError
+from core.errors import ConfigError
 from envs.board_games import (BOARDS, Rules, board_of_spaces, landing_cell, negamax,
                               search_moves, wins)
 from tests.test_selfplay import board, selfplay_model

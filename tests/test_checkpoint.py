@@ -11,7 +11,7 @@ from gymnasium import spaces
 
 from core.run.checkpoint import (FORMAT_VERSION, CheckpointManager, check_model_fits,
                              load_checkpoint, save_checkpoint)
-from core.registry import ConfigError
+from core.errors import ConfigError
 from core.learning.learner import Learner
 from models.ppo import PPOModel
 from options.options import parse_args, restored_config

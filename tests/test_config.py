@@ -97,7 +97,7 @@ def test_a_plugin_may_declare_its_flags_as_a_dataclass(tmp_path, capsys):
     env = gym.make("CartPole-v1")
     load_plugins(spec).model_cls(spec.model, env.observation_space, env.action_space)
     assert not parse_args(argv).noisy and parse_args(argv).width == 4
-    from core.registry import ConfigError
+    from core.errors import ConfigError
     with pytest.raises(ConfigError, match="--width"):
         parse_args(argv + ["--width", "0"])            # the field's argparse type holds
     with pytest.raises(SystemExit):

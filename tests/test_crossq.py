@@ -7,7 +7,7 @@ import torch
 from gymnasium import spaces
 
 from core.learning.learner import Learner
-from core.registry import ConfigError
+from core.errors import ConfigError
 from core.learning.replay_buffer import ReplayBatch, Transitions
 from models.crossq import BatchRenorm, CrossQModel
 from options.options import parse_args

@@ -13,7 +13,7 @@ import torch
 from core.distributed import devices
 from core.distributed.devices import (LEARNERS, ROLLOUT_WORKERS, check_cluster_gpus, check_local_gpus, gpu_share, plan_gpus,
                           resolve_device, to_cpu)
-from core.registry import ConfigError
+from core.errors import ConfigError
 from options.options import parse_args
 
 pytestmark = pytest.mark.unit

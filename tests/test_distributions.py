@@ -7,7 +7,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from core.registry import ConfigError
+from core.errors import ConfigError
 from models.distributions import BernoulliHead, CategoricalHead, action_head
 
 LN2, LN3 = math.log(2), math.log(3)

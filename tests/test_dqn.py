@@ -11,7 +11,7 @@ from gymnasium import spaces
 from agents.dqn_agent import DQNAgent
 from agents.n_step import n_step_transitions
 from core.learning.replay_buffer import ReplayBatch, Transitions
-from core.registry import ConfigError
+from core.errors import ConfigError
 from core.types import Trajectory
 from models.dqn import DQNModel, ladder_epsilons, linear_epsilon
 from options.options import parse_args

@@ -190,7 +190,7 @@ def test_grad_workers_0_needs_an_agent_that_adopts_data(monkeypatch):
     from agents.base import OnPolicyAgent
     from agents.default_agent import DefaultAgent
     monkeypatch.setattr(DefaultAgent, "adopt_data", OnPolicyAgent.adopt_data)
-    from core.registry import ConfigError
+    from core.errors import ConfigError
     with pytest.raises(ConfigError, match="--grad_workers 0.*DefaultAgent.*adopt_data"):
         make_trainer("--grad_workers", "0")
 

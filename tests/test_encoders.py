@@ -10,7 +10,7 @@ import torch
 from gymnasium import spaces
 
 from core.config import flag_actions, make_config
-from core.registry import ConfigError
+from core.errors import ConfigError
 from models.encoders import (Flatten, MultiInputEncoder, NatureCNN, OneHot, SmallCNN,
                              add_encoder_args, encoder_overrides, image_layout, make_encoder,
                              resolve_encoder)

@@ -14,7 +14,8 @@ from gymnasium import spaces
 from agents.default_agent import DefaultAgent, compute_gae
 from agents.sac_agent import SACAgent
 from core.faults import Faults
-from core.sampling.envs import EnvFailure, EnvGroup
+from core.sampling.envs import EnvGroup
+from core.errors import EnvFailure
 from core.sampling.eval_runner import EvalRunner
 from core.seeding import rebuilt_env as fresh_seed
 from core.sampling.evaluator import Evaluator

@@ -18,7 +18,7 @@ from gymnasium import spaces
 
 import ddrl
 from core.app.export import export_policy
-from core.registry import ConfigError
+from core.errors import ConfigError
 from core.space_codec import space_from_json
 
 pytestmark = pytest.mark.e2e

@@ -7,7 +7,7 @@ import torch
 from gymnasium import spaces
 from torch.distributions import Normal
 
-from core.registry import ConfigError
+from core.errors import ConfigError
 from models.custom_model import SharedTrunkPPO
 from models.ppo import PPOModel
 from options.options import parse_args

@@ -5,7 +5,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from core.registry import ConfigError, unwrap_actor_class
+from core.registry import unwrap_actor_class
+from core.errors import ConfigError
 from core.run.state import from_payload, to_payload
 from core.spaces import ACTION_MASK
 from envs import ENV_REGISTRY, toys

@@ -13,7 +13,7 @@ from agents.sac_agent import SACAgent
 from core.learning.her import HERReplayBuffer, goal_functions
 from core.learning.replay_buffer import ReplayBuffer, Transitions
 from core.plugins import Plugins, load_plugins
-from core.registry import ConfigError
+from core.errors import ConfigError
 from core.run.state import from_payload, to_payload
 from core.types import Trajectory
 from envs.goal_envs import PointGoalEnv

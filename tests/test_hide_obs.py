@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from core.plugins import load_plugins, make_env
-from core.registry import ConfigError, unwrap_actor_class
+from core.registry import unwrap_actor_class
+from core.errors import ConfigError
 from core.run.state import from_payload, to_payload
 from envs import ENV_REGISTRY, toys
 from envs.gym_env import index_list

@@ -12,7 +12,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 #: bottom to top: (layer, the module prefixes in it)
 LAYERS = [
-    ("foundation", ("core.types", "core.registry", "core.argtypes", "core.atomic", "core.faults",
+    ("foundation", ("core.errors", "core.types", "core.registry", "core.argtypes", "core.atomic", "core.faults",
                     "core.seeding", "core.process_tree", "core.plugins", "core.config",
                     "core.spaces", "core.space_codec")),
     ("distribution", ("core.distributed",)),

@@ -9,7 +9,7 @@ import torch
 from gymnasium import spaces
 
 from core.learning.replay_buffer import Transitions
-from core.registry import ConfigError
+from core.errors import ConfigError
 from tests.test_multi_agent import exported_and_loaded_actions, team_env, train_resume_export
 
 pytestmark = pytest.mark.unit

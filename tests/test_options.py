@@ -5,7 +5,8 @@ import sys
 
 import pytest
 
-from core.registry import ConfigError, unwrap_actor_class
+from core.registry import unwrap_actor_class
+from core.errors import ConfigError
 from envs import ENV_REGISTRY
 from options.options import parse_args
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from core.registry import ConfigError
+from core.errors import ConfigError
 from envs.pettingzoo_env import PettingZooTeamEnv, policy_groups
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

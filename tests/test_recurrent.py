@@ -11,7 +11,7 @@ import torch
 from core import spaces
 from core.learning.learner import average_gradients
 from core.learning.sequences import chunk_starts, time_major, to_sequences
-from core.registry import ConfigError
+from core.errors import ConfigError
 from core.sampling.memory import EnvMemory
 from core.types import GradientRequest
 from models.recurrent import RecurrentCore

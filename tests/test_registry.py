@@ -6,7 +6,8 @@ import pytest
 
 from agents import AGENT_REGISTRY
 from agents.base import BaseAgent
-from core.registry import ConfigError, Registry, import_user_dir, unwrap_actor_class
+from core.registry import Registry, import_user_dir, unwrap_actor_class
+from core.errors import ConfigError
 from envs import ENV_REGISTRY
 from models import MODEL_REGISTRY
 from models.base import BaseModel

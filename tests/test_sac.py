@@ -14,7 +14,7 @@ from gymnasium import spaces
 from torch.distributions import Normal, TransformedDistribution
 from torch.distributions.transforms import TanhTransform
 
-from core.registry import ConfigError
+from core.errors import ConfigError
 from core.types import Trajectory
 from options.options import parse_args
 

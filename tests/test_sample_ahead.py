@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from core.sampling.envs import EnvFailure
+from core.errors import EnvFailure
 from core.sampling.rollout import RolloutWorker
 from core.sampling.sample_ahead import SampleAhead
 from core.types import GradientRequest

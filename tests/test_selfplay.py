@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from core.registry import ConfigError
+from core.errors import ConfigError
 from envs.pettingzoo_aec import PettingZooTurnEnv, scripted_move
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

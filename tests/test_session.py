@@ -12,7 +12,7 @@ from core.run.checkpoint import save_checkpoint
 from core.sampling.eval_runner import EvalRunner
 from core.faults import Faults
 from core.plugins import load_plugins
-from core.registry import ConfigError
+from core.errors import ConfigError
 from core.app.session import TrainingSession
 from models.ppo import PPOModel
 from options.options import parse_args, run_spec

@@ -6,7 +6,7 @@ from gymnasium import spaces as gym_spaces
 
 from core import spaces
 from core.learning.normalizer import ObsNormalizer, moments_of, normalize
-from core.registry import ConfigError
+from core.errors import ConfigError
 
 pytestmark = pytest.mark.unit
 

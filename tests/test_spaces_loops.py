@@ -145,7 +145,7 @@ def test_masked_actions_are_never_taken_in_training_nor_evaluation(action_kind):
 
 @pytest.mark.contract
 def test_an_env_that_offers_no_valid_action_is_a_clear_error():
-    from core.sampling.envs import NoValidAction
+    from core.errors import NoValidAction
     worker = worker_for("--obs_kind", "box", "--action_kind", "multi_discrete", "--masked")
     worker.observations["action_mask"][1, 3:] = 0        # env 1: no choice for sub-action 2
     with pytest.raises(NoValidAction, match=r"env 1 of rollout worker 0, at step 0 of its "

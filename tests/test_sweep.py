@@ -13,7 +13,7 @@ import time
 import pytest
 import yaml
 
-from core.registry import ConfigError
+from core.errors import ConfigError
 from core.app.sweep import trial_base_argv
 from options.sweep_spec import Dist, check_spec, config_to_argv, flags_given, load_spec
 from options.options import flag_actions, parse_args

@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import pytest
 import ray.cloudpickle
 
-from core.faults import Faults, RunFailure, actor_died, all_finite, death_inside
+from core.faults import Faults, actor_died, all_finite, death_inside
+from core.errors import RunFailure
 from core.distributed.placement import LocalHandle, remote_class
 from core.sampling.worker_group import MISSING, WorkerGroup, alive
 

@@ -26,7 +26,7 @@ from core.distributed.devices import device_info
 from core.faults import all_finite
 from core.learning.learner import Learner, average_gradients
 from core.distributed.placement import Placement, cpus_per_actor
-from core.registry import ConfigError
+from core.errors import ConfigError
 from core.sampling.rollout import make_rollout_worker
 from core.sampling.sample_ahead import SampleAhead
 from core import seeding

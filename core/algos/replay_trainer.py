@@ -28,7 +28,7 @@ from core.faults import death_inside, short_error
 from core.learning.parameter_server import LearnerWorker, ParameterServer, learner_threads
 from core.distributed.placement import Placement, cpus_per_actor
 from core.plugins import env_label
-from core.registry import ConfigError
+from core.errors import ConfigError
 from core.learning.her import STRATEGIES, HERReplayBuffer, check_her
 from core.learning.replay_buffer import PrioritizedReplayBuffer, ReplayBuffer
 from core.spaces import carried

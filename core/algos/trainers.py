@@ -7,7 +7,8 @@ file (or its trainers/ subfolder), and its model sets ``trainer = "name"``.
 """
 import importlib
 
-from core.registry import ConfigError, Registry, unknown_name_message
+from core.registry import Registry, unknown_name_message
+from core.errors import ConfigError
 from core.algos.trainer import Trainer
 
 TRAINER_REGISTRY = Registry("trainer", base_class=Trainer)

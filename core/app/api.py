@@ -16,7 +16,7 @@ import json
 import os
 import time
 
-from core.registry import ConfigError
+from core.errors import ConfigError
 from core.run.metrics import read_metrics
 
 #: the flags that choose the parser (plugins, presets, a restored run's configuration): read

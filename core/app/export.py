@@ -35,7 +35,7 @@ from gymnasium import spaces as gym_spaces
 from torch import nn
 
 from core.atomic import atomic_open, atomic_path
-from core.registry import ConfigError
+from core.errors import ConfigError
 
 FORMATS = ("onnx", "pt2")
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")  # the ONNX exporter colours its messages

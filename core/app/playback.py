@@ -21,7 +21,7 @@ from core.learning.normalizer import ObsNormalizer, normalize
 from core.plugins import load_plugins, make_env
 from options.options import run_spec
 from core import spaces
-from core.registry import ConfigError
+from core.errors import ConfigError
 from core.run.state import from_payload
 
 

@@ -19,7 +19,7 @@ import torch
 
 from core import seeding, spaces
 from core.learning.normalizer import ObsNormalizer, normalize
-from core.registry import ConfigError
+from core.errors import ConfigError
 from core.run.checkpoint import check_model_fits, load_for_restore, saved_model_path
 from core.run.state import from_payload
 from core.sampling.envs import to_env_action

@@ -23,7 +23,7 @@ from core.distributed.placement import RayStarter
 from core.plugins import env_label, load_plugins, make_env
 from options.options import run_spec
 from core.distributed.process import setup_process
-from core.registry import ConfigError
+from core.errors import ConfigError
 from core.run.context import RUN_ONLY_KEYS, RunContext
 from core.run.plots import PlotProcess
 from core.run.state import from_payload

@@ -23,7 +23,7 @@ import shutil
 import sys
 import time
 
-from core.registry import ConfigError
+from core.errors import ConfigError
 from core.run.observer import RunObserver
 from options.sweep_spec import (SWEEP_SWITCHES, SWEEP_VALUE_FLAGS, Dist, check_spec, config_to_argv,
                              flags_given, load_spec, mutations, search_space)

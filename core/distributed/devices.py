@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import ray
 import torch
 
-from core.registry import ConfigError
+from core.errors import ConfigError
 
 LEARNERS = "learners"
 ROLLOUT_WORKERS = "rollout_workers"

@@ -15,7 +15,7 @@ import ray
 from core.distributed import loopback
 from core.distributed.devices import check_cluster_gpus
 from core.plugins import REPO_ROOT
-from core.registry import ConfigError
+from core.errors import ConfigError
 
 
 # Ray's own limit for inlining a task argument (max_direct_call_object_size) is 100 KB.

@@ -38,7 +38,7 @@ import numpy as np
 
 from core import spaces
 from core.learning.replay_buffer import ReplayBuffer
-from core.registry import ConfigError
+from core.errors import ConfigError
 
 STRATEGIES = ("future", "final", "episode")
 ACHIEVED, DESIRED = "achieved_goal", "desired_goal"

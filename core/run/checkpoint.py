@@ -22,7 +22,7 @@ import re
 import torch
 
 from core.atomic import atomic_open, atomic_path
-from core.registry import ConfigError
+from core.errors import ConfigError
 from core.run.state import to_payload
 
 FORMAT_VERSION = 3  # 3: metadata embedded as payload["meta"]; 2: metadata only in <file>.json

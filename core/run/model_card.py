@@ -14,7 +14,7 @@ import os
 import shlex
 
 from core.atomic import atomic_write_text
-from core.registry import ConfigError
+from core.errors import ConfigError
 from core.run.metrics import read_metrics
 
 CARD = "README.md"

@@ -18,17 +18,11 @@ import ray
 from gymnasium import spaces as gym_spaces
 
 from core import seeding, spaces
+from core.errors import EnvFailure, NoValidAction  # (also importable from here)
 from core.types import STEP_REPORT_KEY
 from core.sampling.env_host import EnvHost
 from core.plugins import make_env
 
-
-class EnvFailure(RuntimeError):
-    """One env raised --max_env_errors times in a row: broken, not flaky; the run stops."""
-
-
-class NoValidAction(EnvFailure):
-    """An env's action mask allowed no action (for some sub-action): the env is wrong."""
 
 
 def check_valid_actions(observations, action_space, where):

@@ -13,7 +13,8 @@ from typing import Any, Callable, Dict, List, Optional
 
 import ray
 
-from core.faults import RunFailure, actor_died, short_error
+from core.faults import actor_died, short_error
+from core.errors import RunFailure
 from core.distributed.placement import LocalHandle, LocalRef, actor_node, free_cpus_per_node
 
 MISSING = object()          # what ``take`` returns for work lost with its worker
