@@ -6,10 +6,11 @@ decorate with ``@register_agent("name")``; agents/base.py has the contracts.
 """
 import os
 
-from core.registry import Registry, import_package_modules
+from core.registry import Registry, import_package_modules, publish
 from agents.base import BaseAgent, check_agent_class
 
-AGENT_REGISTRY = Registry("agent", base_class=BaseAgent, check=check_agent_class)
+AGENT_REGISTRY = publish(Registry("agent", base_class=BaseAgent, check=check_agent_class,
+                                  home=__name__))
 register_agent = AGENT_REGISTRY.register
 
 import_package_modules(__name__, os.path.dirname(__file__))

@@ -6,12 +6,13 @@ driver. (Env host actors, core/sampling/env_host.py, get the env class itself: a
 travels by value, core/registry.py.)
 """
 import argparse
+import importlib
 import inspect
 import os
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
-from core.registry import import_user_dir, unwrap_actor_class
+from core.registry import import_user_dir, registry_of, unwrap_actor_class
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -31,6 +32,9 @@ class PluginSpec:
     loop: Any                       # the training loop's flags + the run-wide ones
     user_dir: Optional[str] = None
     gpus: Any = None                # the run's GpuPlan (core/distributed/devices.py); None: none
+    #: the packages of built-in plugins, imported by name in every process that loads the
+    #: plugins (options/options.py names them: the library knows none of them)
+    plugin_packages: Tuple[str, ...] = ()
 
 
 @dataclass
@@ -42,15 +46,17 @@ class Plugins:
 
 def load_plugins(spec) -> Plugins:
     """The plugin classes ``spec`` names (anything with env_name, model_name, agent_name and
-    user_dir: a PluginSpec, or the parsed command line)."""
+    user_dir: a PluginSpec, or the parsed command line, whose parser imported the packages).
+    The spec's ``plugin_packages`` are imported by name first, so that in a Ray worker too their
+    registries are published (core/registry.py ``publish``) and their built-ins registered;
+    then the --user_dir."""
+    for package in getattr(spec, "plugin_packages", ()):
+        importlib.import_module(package)
     if spec.user_dir:
         import_user_dir(spec.user_dir)
-    from envs import ENV_REGISTRY
-    from models import MODEL_REGISTRY
-    from agents import AGENT_REGISTRY
-    env = ENV_REGISTRY.get(spec.env_name)
-    return Plugins(unwrap_actor_class(env), MODEL_REGISTRY.get(spec.model_name),
-                   AGENT_REGISTRY.get(spec.agent_name))
+    env = registry_of("env").get(spec.env_name)
+    return Plugins(unwrap_actor_class(env), registry_of("model").get(spec.model_name),
+                   registry_of("agent").get(spec.agent_name))
 
 
 def make_env(plugins: Plugins, config, seed=None, evaluation=False):

@@ -25,8 +25,6 @@ from core.errors import ConfigError  # (also importable from here, as plugins lo
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
 
-BUILTIN_PACKAGES = ("envs", "models", "agents")
-
 # Where plugins come from, shown by --list and in errors: "built-in" or the --user_dir path.
 _current_source = "built-in"
 
@@ -50,10 +48,13 @@ def _identity(cls) -> tuple:
 
 class Registry:
     def __init__(self, kind: str, base_class: Optional[type] = None,
-                 check: Optional[Callable[[type], None]] = None):
+                 check: Optional[Callable[[type], None]] = None, home: Optional[str] = None):
+        """``home``: the package whose classes are this kind's built-ins (listed as such);
+        classes from anywhere else are the --user_dir's."""
         self.kind = kind
         self.base_class = base_class
         self.check = check
+        self.home = home
         self.entries: Dict[str, Entry] = {}
 
     def register(self, name: str):
@@ -80,7 +81,7 @@ class Registry:
                     f"already taken by {_identity(unwrap_actor_class(old.cls))} "
                     f"({old.source}). Pick another name.")
             # A built-in imported while a --user_dir module runs is still built-in.
-            builtin = target.__module__.split(".")[0] in BUILTIN_PACKAGES + ("core",)
+            builtin = target.__module__.split(".")[0] in (self.home, "core")
             self.entries[name] = Entry(name, cls, "built-in" if builtin else _current_source)
             return cls
 
@@ -97,6 +98,28 @@ class Registry:
 
     def __contains__(self, name):
         return name in self.entries
+
+
+#: The registries of the plugin kinds, by kind ("env", "model", "agent"): each plugin package
+#: publishes its own when it is imported (``publish``), and the library finds them here by kind
+#: (core/plugins.py load_plugins), never by importing the packages above it.
+_PUBLISHED: Dict[str, Registry] = {}
+
+
+def publish(registry: Registry) -> Registry:
+    """Make ``registry`` the one ``registry_of(registry.kind)`` finds; returns it."""
+    _PUBLISHED[registry.kind] = registry
+    return registry
+
+
+def registry_of(kind: str) -> Registry:
+    """The published registry of ``kind``; an error naming what is published when there is none
+    (its plugin package was not imported in this process)."""
+    if kind not in _PUBLISHED:
+        raise LookupError(f"no {kind} registry is published in this process (published: "
+                          f"{', '.join(sorted(_PUBLISHED)) or 'none'}): import the package "
+                          f"that defines the {kind} plugins first")
+    return _PUBLISHED[kind]
 
 
 def _generated_add_args(cls, config_cls):

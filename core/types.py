@@ -25,6 +25,12 @@ WEIGHTS_VERSION_KEY = "__weights_version__"
 #:   the player to move there, is then negated for this step's mover.
 STEP_REPORT_KEY = "step_report"
 
+#: An opponent slot of self-play (envs/pettingzoo_aec.py asks the model for opponents by slot,
+#: models/selfplay_ppo.py answers): the learning policy itself as it is now, not a frozen
+#: snapshot (and not rated). The one constant the env and the model share, so it lives below
+#: both.
+LATEST_POLICY = -2
+
 @dataclass
 class FragmentMemory:
     """A recurrent policy's state along a fragment (models/base.py ``recurrent``; trees are

@@ -12,7 +12,7 @@
 import os
 from collections import namedtuple
 
-from core.registry import Registry, import_package_modules
+from core.registry import Registry, import_package_modules, publish
 from core.errors import ConfigError
 
 # The 5-tuple a wrapper's step returns; a plain tuple in the same order works as well.
@@ -27,7 +27,7 @@ def _check_env_class(cls):
                           f"action_space).")
 
 
-ENV_REGISTRY = Registry("env", check=_check_env_class)
+ENV_REGISTRY = publish(Registry("env", check=_check_env_class, home=__name__))
 register_env = ENV_REGISTRY.register
 
 import_package_modules(__name__, os.path.dirname(__file__))

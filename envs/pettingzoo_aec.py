@@ -51,7 +51,7 @@ from core.types import STEP_REPORT_KEY
 from envs import register_env
 from envs.board_games import BOARDS, board_game, scripted_move
 from envs.pettingzoo_env import _parse_kwargs, make_pettingzoo_env, with_render_mode
-from models.selfplay_ppo import LATEST
+from core.types import LATEST_POLICY as LATEST
 
 OPPONENTS = ("selfplay", "random", "scripted")
 

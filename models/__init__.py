@@ -4,10 +4,10 @@ Subclass models.base.BaseModel and decorate with ``@register_model("name")``.
 """
 import os
 
-from core.registry import Registry, import_package_modules
+from core.registry import Registry, import_package_modules, publish
 from models.base import BaseModel
 
-MODEL_REGISTRY = Registry("model", base_class=BaseModel)
+MODEL_REGISTRY = publish(Registry("model", base_class=BaseModel, home=__name__))
 register_model = MODEL_REGISTRY.register
 
 import_package_modules(__name__, os.path.dirname(__file__))

@@ -33,12 +33,13 @@ import torch
 
 from core.argtypes import non_negative_int, positive_int, unit_interval
 from core.errors import ConfigError
+from core.types import LATEST_POLICY
 from models import register_model
 from models.ppo import PPOActing, PPOModel
 
 START_RATING = 1000.0
 #: the slot that stands for the learning policy itself (not frozen, not rated)
-LATEST = -2
+LATEST = LATEST_POLICY
 
 
 @register_model("selfplay_ppo")
@@ -103,7 +104,7 @@ class SelfPlayPPOModel(PPOModel):
     def _search_rules(args, observation_space, action_space):
         if not args.search_depth:
             return None
-        # imported here: envs/ imports this module (LATEST), and the rules live beside the env
+        # the rules live beside the env; imported only when a search is asked for
         from envs.board_games import BOARDS, Rules, board_of_spaces
         game = board_of_spaces(observation_space, action_space)
         if game is None:

@@ -442,6 +442,12 @@ APP_ONLY_KEYS = (
     "grace_steps", "reduction_factor", "pbt_interval", "cpus_per_trial")
 
 
+#: The packages of the built-in plugins: each publishes its registry when imported, and every
+#: process that builds a run's plugins (a Ray worker's too) imports them by these names
+#: (core/plugins.py load_plugins), so the library below never names them.
+PLUGIN_PACKAGES = ("envs", "models", "agents")
+
+
 def run_wide_actions():
     """The actions of the flags every component may read: the common ones and custom_options',
     less the application's own."""
@@ -459,7 +465,9 @@ def run_spec(args, gpus=None):
     from core.plugins import PluginSpec, load_plugins
     values = vars(args)
     names = (args.env_name, args.model_name, args.agent_name)
-    plugins = load_plugins(args)  # (it reads the names and user_dir, which args has)
+    plugins = load_plugins(argparse.Namespace(  # (the names and user_dir, which args has)
+        env_name=args.env_name, model_name=args.model_name, agent_name=args.agent_name,
+        user_dir=args.user_dir, plugin_packages=PLUGIN_PACKAGES))
     run = run_wide_actions()
 
     def config(name, cls, extras=()):
@@ -471,7 +479,7 @@ def run_spec(args, gpus=None):
                       model=config("ModelConfig", plugins.model_cls),
                       agent=config("AgentConfig", plugins.agent_cls),
                       loop=config("LoopConfig", loop_cls),
-                      user_dir=args.user_dir, gpus=gpus)
+                      user_dir=args.user_dir, gpus=gpus, plugin_packages=PLUGIN_PACKAGES)
 
 
 def parse_args(argv=None):

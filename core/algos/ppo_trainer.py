@@ -21,7 +21,7 @@ import numpy as np
 import ray
 import torch
 
-from agents.base import OnPolicyAgent
+from core.algos.agents import OnPolicyAgent
 from core.distributed.devices import device_info
 from core.faults import all_finite
 from core.learning.learner import Learner, average_gradients

@@ -21,7 +21,7 @@ import numpy as np
 import ray
 from gymnasium import spaces as gym_spaces
 
-from agents.base import OffPolicyAgent
+from core.algos.agents import OffPolicyAgent
 from core.learning.allreduce import rendezvous_file
 from core.distributed.devices import LEARNERS, plan_gpus, plan_of, resolve_precision
 from core.faults import death_inside, short_error

@@ -68,7 +68,7 @@ class Trainer:
     #: learning can start in this process before Ray is up (core/app/session.py starts it in the
     #: background)
     starts_without_ray = False
-    #: the agent contract this loop calls (agents/base.py); the session refuses another kind
+    #: the agent contract this loop calls (core/algos/agents.py); the session refuses another kind
     agent_kind = None
     #: who computes the gradients, which decides where GPUs go (core/distributed/devices.py):
     #: the rollout workers on their own fragments, or learner actors fed from replay

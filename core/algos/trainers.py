@@ -11,7 +11,7 @@ from core.registry import Registry, unknown_name_message
 from core.errors import ConfigError
 from core.algos.trainer import Trainer
 
-TRAINER_REGISTRY = Registry("trainer", base_class=Trainer)
+TRAINER_REGISTRY = Registry("trainer", base_class=Trainer, home="core")
 register_trainer = TRAINER_REGISTRY.register
 
 # Imported on first use, not here: they import Ray and torch, which `-h` and option errors
@@ -34,7 +34,7 @@ def trainer_class(name, model_cls=None):
 
 
 def check_agent_kind(trainer_cls, plugins, args):
-    """The chosen agent is of the kind the model's loop calls (agents/base.py)."""
+    """The chosen agent is of the kind the model's loop calls (core/algos/agents.py)."""
     kind = trainer_cls.agent_kind
     if kind is not None and not issubclass(plugins.agent_cls, kind):
         raise ConfigError(
