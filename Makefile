@@ -1,4 +1,5 @@
-# make run       : create .venv, install pinned requirements, train the default (PPO on CartPole-v1)
+# make setup     : create .venv, install pinned requirements and ddrl itself (editable: .venv/bin/ddrl)
+# make run       : the same set-up, then train the default (PPO on CartPole-v1)
 # make test      : same set-up, then ruff and the whole test suite, every tier (what CI runs)
 # make test-fast : same set-up, then the unit and contract tiers only (the edit loop, < 2 min)
 # make lint      : same set-up, then ruff (rules in pyproject.toml; every `# noqa` must suppress a finding)
@@ -13,9 +14,10 @@ ARGS ?=
 setup: $(STAMP)
 
 # Re-install only when requirements.txt changes; the stamp makes `setup` idempotent.
-$(STAMP): requirements.txt
+$(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	$(PY) -c "import torch, ray, ray.tune, optuna, gymnasium, Box2D, ale_py, cv2, mujoco, gymnasium_robotics, onnx, onnxscript, onnxruntime, pettingzoo, mpe2; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 	touch $(STAMP)
 

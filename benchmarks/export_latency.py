@@ -1,4 +1,4 @@
-"""What an exported policy costs to act with (main.py --export, core/app/export.py): the
+"""What an exported policy costs to act with (main.py --export, ddrl/export.py): the
 latency of one call at batch 1 and at batch 256 through Policy.act (ddrl's own acting path),
 the torch.export program (.pt2, torch.export.load(...).module()) and onnxruntime, each on one
 thread, for two policies: a CartPole MLP PPO (64x64) and an Atari-shaped Nature-CNN PPO (4x84x84
@@ -202,7 +202,7 @@ def cold_start(runtime, path, obs_file, repeats):
 def measure(kind, run_dir, workdir, args):
     """Every runtime's latency at both batch sizes and its cold start, for one policy."""
     import ddrl
-    from core.app.export import export_policy
+    from ddrl.export import export_policy
     policy = ddrl.load(run_dir)
     files = {fmt: os.path.join(workdir, f"{kind}.{fmt}") for fmt in ("onnx", "pt2")}
     for fmt, path in files.items():

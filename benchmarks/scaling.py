@@ -114,7 +114,7 @@ def parse_args():
     p.add_argument("--seed", type=int, default=0, help="--seed of every run (default: 0)")
     p.add_argument("--address", default=None, help="run every point against this Ray cluster (HOST:PORT)")
     p.add_argument("--cluster", action="store_true",
-                   help="start a loopback cluster (core/app/cluster.py: a head and --cluster_nodes - 1 "
+                   help="start a loopback cluster (ddrl/cluster.py: a head and --cluster_nodes - 1 "
                         "nodes on 127.0.0.1), run every point against it, stop it at the end")
     p.add_argument("--cluster_nodes", type=int, default=3, help="nodes of --cluster, head included (default: 3)")
     p.add_argument("--cluster_cpus", type=int, default=1,
@@ -293,16 +293,16 @@ def free_port():
 
 
 def cluster_cmd(*cluster_args):
-    proc = subprocess.run([sys.executable, "-m", "core.app.cluster", *cluster_args], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "ddrl.cluster", *cluster_args], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
-        raise RuntimeError(f"core.app.cluster {' '.join(cluster_args)} failed:\n{proc.stdout[-2000:]}"
+        raise RuntimeError(f"ddrl.cluster {' '.join(cluster_args)} failed:\n{proc.stdout[-2000:]}"
                            f"{proc.stderr[-2000:]}")
 
 
 @contextlib.contextmanager
 def loopback_cluster(nodes, cpus):
-    """A head and nodes - 1 more nodes on 127.0.0.1 (token auth on, core/app/cluster.py), stopped on
+    """A head and nodes - 1 more nodes on 127.0.0.1 (token auth on, ddrl/cluster.py), stopped on
     the way out, whatever the way."""
     port = free_port()
     address = f"127.0.0.1:{port}"
@@ -315,7 +315,7 @@ def loopback_cluster(nodes, cpus):
         yield address
     finally:
         print(f"[cluster] stopping the cluster at {address}", flush=True)
-        subprocess.run([sys.executable, "-m", "core.app.cluster", "stop", "--address", address], cwd=REPO,
+        subprocess.run([sys.executable, "-m", "ddrl.cluster", "stop", "--address", address], cwd=REPO,
                        timeout=120)
 
 

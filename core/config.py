@@ -14,7 +14,7 @@ import functools
 from typing import Any, Optional
 
 #: what every env config has besides its flags: set by core.plugins.make_env (the test
-#: worker's and --evaluate's envs) and core.app.playback (--record_video)
+#: worker's and --evaluate's envs) and ddrl.playback (--record_video)
 ENV_EXTRAS = (("evaluation", bool, False), ("render_mode", Optional[str], None))
 
 

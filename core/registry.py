@@ -112,6 +112,11 @@ def publish(registry: Registry) -> Registry:
     return registry
 
 
+def published() -> list:
+    """Every published registry, in the order published."""
+    return list(_PUBLISHED.values())
+
+
 def registry_of(kind: str) -> Registry:
     """The published registry of ``kind``; an error naming what is published when there is none
     (its plugin package was not imported in this process)."""

@@ -1,5 +1,5 @@
 """gymnasium spaces as plain JSON data and back: what a checkpoint's metadata says about the
-observations and actions its policy takes (core/app/policy.py builds the model from it without
+observations and actions its policy takes (ddrl/policy.py builds the model from it without
 making an env; an exported policy's sidecar describes its inputs with it).
 
 Box, Discrete, MultiDiscrete, MultiBinary, and Dict and Tuple of those; anything else raises

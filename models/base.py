@@ -108,7 +108,7 @@ class BaseModel(nn.Module):
 
     def export_module(self) -> nn.Module:
         """The acting path as a module of tensors only, for ``main.py --export`` (ONNX or a
-        torch.export program; core/app/export.py adds the normalizer and the env's action
+        torch.export program; ddrl/export.py adds the normalizer and the env's action
         bounds around it). Its ``forward`` takes, positionally:
 
         - the observation: one tensor [B, *shape] for a Box space; for a Dict or Tuple space

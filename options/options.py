@@ -30,11 +30,20 @@ class Parser(argparse.ArgumentParser):
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("prog", "python main.py")  # (not argv[0]: pytest, ddrl)
         super().__init__(*args, **kwargs)
 
     def error(self, message):
-        raise ConfigError(f"{message}. Run `python main.py -h` (with your --env_name, "
+        raise ConfigError(f"{message}. Run `{self.prog} -h` (with your --env_name, "
                           f"--model_name, --agent_name) to see every flag.")
+
+
+def app_only(action):
+    """Mark a flag only the application reads (the command, the run's outputs, Ray's start,
+    sweeps): it goes into no component's config (core/config.py), so it is never pickled into
+    an actor. ``APP_ONLY_KEYS`` is made from these marks."""
+    action.app_only = True
+    return action
 
 
 def add_common_args(parser):
@@ -46,13 +55,13 @@ def add_common_args(parser):
     group.add_argument("--agent_name", default=None,
                        help="registered agent (default: the model's own, default_agent for "
                             "ppo and sac_agent for sac; see agents/)")
-    group.add_argument("--user_dir", default=None,
-                       help="folder of your own plugins (.py files, or envs/ models/ agents/ "
-                            "subfolders), imported before the flags are read")
-    group.add_argument("--config", default=None,
-                       help="YAML preset of flag defaults; flags typed on the command line win. "
-                            "Without it, configs/<model>-<gym_id>.yaml is used when it exists "
-                            "(the tuned preset); 'none' uses the built-in defaults only")
+    app_only(group.add_argument("--user_dir", default=None,
+                                help="folder of your own plugins (.py files, or envs/ models/ agents/ "
+                                     "subfolders), imported before the flags are read"))
+    app_only(group.add_argument("--config", default=None,
+                                help="YAML preset of flag defaults; flags typed on the command line win. "
+                                     "Without it, configs/<model>-<gym_id>.yaml is used when it exists "
+                                     "(the tuned preset); 'none' uses the built-in defaults only"))
 
     group = parser.add_argument_group("workers and resources")
     group.add_argument("--num_workers", type=non_negative_int, default=2,
@@ -73,13 +82,13 @@ def add_common_args(parser):
                             "a simulator overlap their waits); fewer actors, fewer calls per "
                             "step. 1 gives every env a process of its own, for heavy "
                             "simulators that compute (default: %(default)s)")
-    group.add_argument("--num_cpus", type=positive_int, default=None,
-                       help="CPUs Ray may use (default: all of this machine's)")
+    app_only(group.add_argument("--num_cpus", type=positive_int, default=None,
+                                help="CPUs Ray may use (default: all of this machine's)"))
     group.add_argument("--num_gpus", type=non_negative_int, default=0,
                        help="GPUs Ray may use (default: %(default)s)")
-    group.add_argument("--gpu", type=gpu_list, default=[],
-                       help="comma-separated GPU ids made visible (CUDA_VISIBLE_DEVICES); "
-                            "ignored when --num_gpus is 0")
+    app_only(group.add_argument("--gpu", type=gpu_list, default=[],
+                                help="comma-separated GPU ids made visible (CUDA_VISIBLE_DEVICES); "
+                                     "ignored when --num_gpus is 0"))
     group.add_argument("--normalize_obs", action=argparse.BooleanOptionalAction, default=False,
                        help="normalize observations by their running mean and variance, "
                             "merged across workers, the same in rollout, learning and "
@@ -90,20 +99,20 @@ def add_common_args(parser):
     group.add_argument("--torch_threads", type=positive_int, default=1,
                        help="torch threads per process: driver and every actor "
                             "(default: %(default)s; more is slower on small machines)")
-    group.add_argument("--address", default=None,
-                       help="join an existing Ray cluster at HOST:PORT (its head's GCS, e.g. "
-                            "127.0.0.1:6399 from `python -m core.app.cluster start --head --port "
-                            "6399`) instead of starting a local one; the code and --user_dir "
-                            "travel with the job (README, 'Scaling out')")
-    group.add_argument("--node_ip_address", default="127.0.0.1",
-                       help="this machine's address in Ray: a local instance listens on it "
-                            "only, a driver joining --address is reached on it (default: "
-                            "%(default)s; give the machine's cluster-network address to join "
-                            "a cluster of several machines)")
-    group.add_argument("--dashboard", action="store_true",
-                       help="start the Ray dashboard (needs ray[default])")
-    group.add_argument("--dashboard_host", default="127.0.0.1",
-                       help="address the dashboard listens on (default: %(default)s)")
+    app_only(group.add_argument("--address", default=None,
+                                help="join an existing Ray cluster at HOST:PORT (its head's GCS, e.g. "
+                                     "127.0.0.1:6399 from `python -m ddrl.cluster start --head --port "
+                                     "6399`) instead of starting a local one; the code and --user_dir "
+                                     "travel with the job (README, 'Scaling out')"))
+    app_only(group.add_argument("--node_ip_address", default="127.0.0.1",
+                                help="this machine's address in Ray: a local instance listens on it "
+                                     "only, a driver joining --address is reached on it (default: "
+                                     "%(default)s; give the machine's cluster-network address to join "
+                                     "a cluster of several machines)"))
+    app_only(group.add_argument("--dashboard", action="store_true",
+                                help="start the Ray dashboard (needs ray[default])"))
+    app_only(group.add_argument("--dashboard_host", default="127.0.0.1",
+                                help="address the dashboard listens on (default: %(default)s)"))
     group.add_argument("--ray_task_events", action="store_true",
                        help="let Ray record the events of ddrl's actor calls in the GCS (the "
                             "dashboard's task views, `ray list tasks`). Off by default: at "
@@ -133,37 +142,37 @@ def add_common_args(parser):
                             "dropped (default: %(default)s)")
 
     group = parser.add_argument_group("sweeps (Ray Tune; README, 'Sweeps')")
-    group.add_argument("--tune", default=None, metavar="SPEC.yaml",
-                       help="run a sweep: SPEC maps flags to distributions ({loguniform: [lo, hi]}, "
-                            "{uniform: ...}, {randint: ...}, {choice: [...]}, {grid: [...]}); the "
-                            "other flags on the line hold for every trial; each trial is a whole "
-                            "run in RUN_DIR/trials/<id>")
-    group.add_argument("--num_samples", type=positive_int, default=8,
-                       help="trials to sample from SPEC (with grid: per grid point) "
-                            "(default: %(default)s)")
-    group.add_argument("--max_concurrent", type=auto_or_positive_int, default="auto",
-                       help="trials at once; auto: the cluster's CPUs / CPUs per trial "
-                            "(default: %(default)s)")
-    group.add_argument("--search", choices=["random", "optuna"], default="random",
-                       help="how trials are chosen: random samples, or Optuna's TPE learning "
-                            "from the finished ones (default: %(default)s)")
-    group.add_argument("--scheduler", choices=["fifo", "asha", "pbt"], default="asha",
-                       help="fifo: every trial to the end; asha: stop trials whose eval return "
-                            "trails at a rung of env steps; pbt: population-based training, "
-                            "trials copy better ones' checkpoints and perturb SPEC's flags "
-                            "(default: %(default)s)")
-    group.add_argument("--grace_steps", type=auto_or_positive_int, default="auto",
-                       help="ASHA: env steps every trial gets before it can be stopped; auto: "
-                            "max(eval_interval, total_steps / 8) (default: %(default)s)")
-    group.add_argument("--reduction_factor", type=positive_int, default=3,
-                       help="ASHA: 1 in this many trials goes on at each rung (default: "
-                            "%(default)s)")
-    group.add_argument("--pbt_interval", type=auto_or_positive_int, default="auto",
-                       help="PBT: env steps between exploit/explore steps; auto: total_steps / 8 "
-                            "(default: %(default)s)")
-    group.add_argument("--cpus_per_trial", type=positive_float, default=None,
-                       help="CPUs reserved for each trial's own process (default: 1); each of "
-                            "its rollout workers reserves 1 more")
+    app_only(group.add_argument("--tune", default=None, metavar="SPEC.yaml",
+                                help="run a sweep: SPEC maps flags to distributions ({loguniform: [lo, hi]}, "
+                                     "{uniform: ...}, {randint: ...}, {choice: [...]}, {grid: [...]}); the "
+                                     "other flags on the line hold for every trial; each trial is a whole "
+                                     "run in RUN_DIR/trials/<id>"))
+    app_only(group.add_argument("--num_samples", type=positive_int, default=8,
+                                help="trials to sample from SPEC (with grid: per grid point) "
+                                     "(default: %(default)s)"))
+    app_only(group.add_argument("--max_concurrent", type=auto_or_positive_int, default="auto",
+                                help="trials at once; auto: the cluster's CPUs / CPUs per trial "
+                                     "(default: %(default)s)"))
+    app_only(group.add_argument("--search", choices=["random", "optuna"], default="random",
+                                help="how trials are chosen: random samples, or Optuna's TPE learning "
+                                     "from the finished ones (default: %(default)s)"))
+    app_only(group.add_argument("--scheduler", choices=["fifo", "asha", "pbt"], default="asha",
+                                help="fifo: every trial to the end; asha: stop trials whose eval return "
+                                     "trails at a rung of env steps; pbt: population-based training, "
+                                     "trials copy better ones' checkpoints and perturb SPEC's flags "
+                                     "(default: %(default)s)"))
+    app_only(group.add_argument("--grace_steps", type=auto_or_positive_int, default="auto",
+                                help="ASHA: env steps every trial gets before it can be stopped; auto: "
+                                     "max(eval_interval, total_steps / 8) (default: %(default)s)"))
+    app_only(group.add_argument("--reduction_factor", type=positive_int, default=3,
+                                help="ASHA: 1 in this many trials goes on at each rung (default: "
+                                     "%(default)s)"))
+    app_only(group.add_argument("--pbt_interval", type=auto_or_positive_int, default="auto",
+                                help="PBT: env steps between exploit/explore steps; auto: total_steps / 8 "
+                                     "(default: %(default)s)"))
+    app_only(group.add_argument("--cpus_per_trial", type=positive_float, default=None,
+                                help="CPUs reserved for each trial's own process (default: 1); each of "
+                                     "its rollout workers reserves 1 more"))
 
     group = parser.add_argument_group("run length and evaluation")
     group.add_argument("--seed", type=non_negative_int, default=0,
@@ -175,8 +184,11 @@ def add_common_args(parser):
                        help="stop when the evaluation mean return reaches this; 'auto' "
                             "(default): the env's reward_threshold if it has one, e.g. 475 for "
                             "CartPole-v1; 'none': never stop early")
-    group.add_argument("--max_time", type=positive_float_or_none, default=None,
-                       help="stop after this many seconds of wall time (default: no limit)")
+    app_only(group.add_argument("--patience", type=positive_int, default=None, metavar="N",
+                                help="stop when N evaluations in a row have not beaten the best mean "
+                                     "return (stopped_because 'patience'; default: never)"))
+    app_only(group.add_argument("--max_time", type=positive_float_or_none, default=None,
+                                help="stop after this many seconds of wall time (default: no limit)"))
     group.add_argument("--eval_interval", type=positive_int, default=2000,
                        help="evaluate every this many env steps (default: %(default)s)")
     group.add_argument("--eval_episodes", type=positive_int, default=10,
@@ -188,72 +200,72 @@ def add_common_args(parser):
                             "--no-eval_deterministic samples actions as in training (seeded "
                             "per evaluation; on Atari an argmax policy can stall or repeat one "
                             "failing move where the sampled one scores) (default: %(default)s)")
-    group.add_argument("--run_dir", default=None,
-                       help="where metrics.csv, summary.json and checkpoints go "
-                            "(default: runs/<env>-<model>-<time>)")
-    group.add_argument("--list", action="store_true",
-                       help="print the registered envs, models and agents (with --user_dir: "
-                            "also its plugins) and the presets, then exit")
-    group.add_argument("--restore", default=None, metavar="PATH",
-                       help="continue from a checkpoint: a .pt file, or a run directory (its "
-                            "checkpoints/last.pt). The run goes on with that run's "
-                            "configuration (flags given here win) in its directory: weights, "
-                            "optimizer, counters, schedules, RNGs and metrics.csv continue")
-    group.add_argument("--evaluate", default=None, metavar="PATH",
-                       help="do not train: run --eval_episodes episodes (as "
-                            "--eval_deterministic says) with a saved model (a .pt file, or a run directory: its best.pt) and "
-                            "print the mean and spread of their returns")
-    group.add_argument("--eval_seeds", type=positive_int, default=1,
-                       help="with --evaluate: that many evaluations of --eval_episodes "
-                            "episodes, the first with the run's own test envs, the others "
-                            "with seeds drawn from --seed; prints each "
-                            "one's mean and their mean with a 95%% bootstrap interval "
-                            "(default: %(default)s)")
-    group.add_argument("--model_card", default=None, metavar="RUN_DIR",
-                       help="do not train: (re)write RUN_DIR/README.md, the run's model card "
-                            "(what was trained, on what, with which flags, its evaluations, "
-                            "how to load and export it); a run writes one when it ends")
-    group.add_argument("--export", default=None, metavar="PATH",
-                       help="do not train: write the acting path of a saved model (a .pt "
-                            "file, or a run directory: its best.pt) to --out as one "
-                            "self-contained file (--format), with a JSON sidecar")
-    group.add_argument("--format", choices=["onnx", "pt2"], default="onnx", dest="export_format",
-                       help="with --export: 'onnx' (onnxruntime, any language) or 'pt2' "
-                            "(a torch.export program, torch.export.load) (default: %(default)s)")
-    group.add_argument("--out", default=None, metavar="FILE", dest="export_out",
-                       help="with --export: the file to write (default: the checkpoint's "
-                            "name with .onnx or .pt2, beside it)")
-    group.add_argument("--export_policy", default=None, metavar="NAME",
-                       help="with --export, for a team of several policies (--policy_map): "
-                            "write policy NAME alone, its agents' rows in and their actions "
-                            "out (default: the whole team, each policy's rows an input)")
-    group.add_argument("--record_video", default=None, metavar="DIR",
-                       help="with --evaluate: also write --video_episodes episodes to "
-                            "DIR/episode-<k>.gif from the env's rgb_array rendering")
-    group.add_argument("--video_episodes", type=positive_int, default=1,
-                       help="episodes --record_video writes (default: %(default)s)")
-    group.add_argument("--checkpoint_interval", type=positive_int, default=100_000,
-                       help="write RUN_DIR/checkpoints/step-<N>.pt every this many env steps; "
-                            "one is also written at the end, on Ctrl-C and on SIGTERM "
-                            "(default: %(default)s)")
-    group.add_argument("--keep_checkpoints", type=positive_int, default=3,
-                       help="how many step-<N>.pt to keep, newest first; best.pt (best "
-                            "evaluation) is kept apart (default: %(default)s)")
-    group.add_argument("--pause_at_steps", type=positive_int, default=None,
-                       help="stop once this many env steps are done, with a checkpoint, as if "
-                            "interrupted: --restore RUN_DIR then continues the same schedule "
-                            "to --total_steps (e.g. for time-sliced jobs)")
-    group.add_argument("--log_interval", type=positive_int, default=1,
-                       help="print a progress line every this many iterations "
-                            "(default: %(default)s; metrics.csv gets every one)")
+    app_only(group.add_argument("--run_dir", default=None,
+                                help="where metrics.csv, summary.json and checkpoints go "
+                                     "(default: runs/<env>-<model>-<time>)"))
+    app_only(group.add_argument("--list", action="store_true",
+                                help="print the registered envs, models and agents (with --user_dir: "
+                                     "also its plugins) and the presets, then exit"))
+    app_only(group.add_argument("--restore", default=None, metavar="PATH",
+                                help="continue from a checkpoint: a .pt file, or a run directory (its "
+                                     "checkpoints/last.pt). The run goes on with that run's "
+                                     "configuration (flags given here win) in its directory: weights, "
+                                     "optimizer, counters, schedules, RNGs and metrics.csv continue"))
+    app_only(group.add_argument("--evaluate", default=None, metavar="PATH",
+                                help="do not train: run --eval_episodes episodes (as "
+                                     "--eval_deterministic says) with a saved model (a .pt file, or a run directory: its best.pt) and "
+                                     "print the mean and spread of their returns"))
+    app_only(group.add_argument("--eval_seeds", type=positive_int, default=1,
+                                help="with --evaluate: that many evaluations of --eval_episodes "
+                                     "episodes, the first with the run's own test envs, the others "
+                                     "with seeds drawn from --seed; prints each "
+                                     "one's mean and their mean with a 95%% bootstrap interval "
+                                     "(default: %(default)s)"))
+    app_only(group.add_argument("--model_card", default=None, metavar="RUN_DIR",
+                                help="do not train: (re)write RUN_DIR/README.md, the run's model card "
+                                     "(what was trained, on what, with which flags, its evaluations, "
+                                     "how to load and export it); a run writes one when it ends"))
+    app_only(group.add_argument("--export", default=None, metavar="PATH",
+                                help="do not train: write the acting path of a saved model (a .pt "
+                                     "file, or a run directory: its best.pt) to --out as one "
+                                     "self-contained file (--format), with a JSON sidecar"))
+    app_only(group.add_argument("--format", choices=["onnx", "pt2"], default="onnx", dest="export_format",
+                                help="with --export: 'onnx' (onnxruntime, any language) or 'pt2' "
+                                     "(a torch.export program, torch.export.load) (default: %(default)s)"))
+    app_only(group.add_argument("--out", default=None, metavar="FILE", dest="export_out",
+                                help="with --export: the file to write (default: the checkpoint's "
+                                     "name with .onnx or .pt2, beside it)"))
+    app_only(group.add_argument("--export_policy", default=None, metavar="NAME",
+                                help="with --export, for a team of several policies (--policy_map): "
+                                     "write policy NAME alone, its agents' rows in and their actions "
+                                     "out (default: the whole team, each policy's rows an input)"))
+    app_only(group.add_argument("--record_video", default=None, metavar="DIR",
+                                help="with --evaluate: also write --video_episodes episodes to "
+                                     "DIR/episode-<k>.gif from the env's rgb_array rendering"))
+    app_only(group.add_argument("--video_episodes", type=positive_int, default=1,
+                                help="episodes --record_video writes (default: %(default)s)"))
+    app_only(group.add_argument("--checkpoint_interval", type=positive_int, default=100_000,
+                                help="write RUN_DIR/checkpoints/step-<N>.pt every this many env steps; "
+                                     "one is also written at the end, on Ctrl-C and on SIGTERM "
+                                     "(default: %(default)s)"))
+    app_only(group.add_argument("--keep_checkpoints", type=positive_int, default=3,
+                                help="how many step-<N>.pt to keep, newest first; best.pt (best "
+                                     "evaluation) is kept apart (default: %(default)s)"))
+    app_only(group.add_argument("--pause_at_steps", type=positive_int, default=None,
+                                help="stop once this many env steps are done, with a checkpoint, as if "
+                                     "interrupted: --restore RUN_DIR then continues the same schedule "
+                                     "to --total_steps (e.g. for time-sliced jobs)"))
+    app_only(group.add_argument("--log_interval", type=positive_int, default=1,
+                                help="print a progress line every this many iterations "
+                                     "(default: %(default)s; metrics.csv gets every one)"))
     group.add_argument("--quiet", action="store_true",
                        help="print only the final summary line")
-    group.add_argument("--tensorboard", action=argparse.BooleanOptionalAction, default=True,
-                       help="write every metrics column to TensorBoard event files in "
-                            "RUN_DIR/tensorboard (default: on; --no-tensorboard to skip)")
-    group.add_argument("--plot_interval", type=positive_float, default=30.0,
-                       help="seconds between redrawings of RUN_DIR/learning_curves.png "
-                            "(also drawn at the end) (default: %(default)s)")
+    app_only(group.add_argument("--tensorboard", action=argparse.BooleanOptionalAction, default=True,
+                                help="write every metrics column to TensorBoard event files in "
+                                     "RUN_DIR/tensorboard (default: on; --no-tensorboard to skip)"))
+    app_only(group.add_argument("--plot_interval", type=positive_float, default=30.0,
+                                help="seconds between redrawings of RUN_DIR/learning_curves.png "
+                                     "(also drawn at the end) (default: %(default)s)"))
     return parser
 
 
@@ -339,6 +351,20 @@ def restored_config(path, flag="--restore"):
     return {k: v for k, v in config.items() if k not in RUN_ONLY_KEYS}
 
 
+def registries(user_dir=None):
+    """Every plugin registry (envs, models, agents, loggers), the --user_dir's plugins
+    registered too: what ``ddrl list`` and --list show."""
+    import importlib
+    import importlib.util
+    from core.registry import published
+    if user_dir:
+        import_user_dir(user_dir)
+    for package in PLUGIN_PACKAGES + ("loggers",):
+        if importlib.util.find_spec(package) is not None:
+            importlib.import_module(package)
+    return published()
+
+
 def plugin_listing(registries):
     """--list: every registered plugin with its one-line docstring and where it came from,
     then the presets in configs/ with their first comment line."""
@@ -360,9 +386,33 @@ def plugin_listing(registries):
     return "\n".join(lines)
 
 
-def build_parser(argv):
+#: The flags that were commands, or belonged to one, before ``ddrl`` had subcommands
+#: (ddrl/cli.py): ``python main.py`` still takes them (with a note naming the subcommand);
+#: ``ddrl train -h`` and ``ddrl sweep -h`` do not show them, and ``ddrl train`` refuses them.
+COMMAND_FLAGS = ("list", "evaluate", "eval_seeds", "record_video", "video_episodes",
+                 "model_card", "export", "export_format", "export_out", "export_policy", "tune")
+#: the parser's program name for each caller: main.py (the seed's form) or a ddrl subcommand
+PROGS = {"main": "python main.py", "train": "ddrl train", "sweep": "ddrl sweep SPEC"}
+
+
+def hide(parser, dests):
+    """Leave the flags ``dests`` out of -h (they still parse)."""
+    for action in parser._actions:
+        if action.dest in dests:
+            action.help = argparse.SUPPRESS
+
+
+def sweep_flags(parser):
+    """The dests of the sweep group's flags (what only ``ddrl sweep`` shows)."""
+    group = next(g for g in parser._action_groups if g.title.startswith("sweeps"))
+    return {a.dest for a in group._group_actions}
+
+
+def build_parser(argv, command="main"):
     """The full parser for ``argv`` (two passes: --user_dir, --config or the automatic preset
-    and the chosen plugins' flags first), with the user dir and the preset it applied."""
+    and the chosen plugins' flags first), with the user dir and the preset it applied.
+    ``command``: who parses (PROGS): main.py shows every flag; ``ddrl train`` hides the old
+    command flags and the sweep's, ``ddrl sweep`` the old command flags."""
     pre = Parser(add_help=False)
     pre.add_argument("--user_dir", default=None)
     pre.add_argument("--config", default=None)
@@ -386,12 +436,15 @@ def build_parser(argv):
     from models import MODEL_REGISTRY
     from agents import AGENT_REGISTRY
     if early.list:
-        print(plugin_listing([ENV_REGISTRY, MODEL_REGISTRY, AGENT_REGISTRY]))
+        print(plugin_listing(registries()))
         raise SystemExit(0)
 
-    parser = Parser(description="ddrl: distributed deep RL on Ray", add_help=False)
+    parser = Parser(prog=PROGS[command], description="ddrl: distributed deep RL on Ray",
+                    add_help=False)
     add_common_args(parser)
     get_custom_args(parser)
+    if command != "main":
+        hide(parser, set(COMMAND_FLAGS) | (sweep_flags(parser) if command == "train" else set()))
     _apply_config(parser, config, strict=False)
     known, _ = parser.parse_known_args(argv)
     if early.restore:
@@ -431,15 +484,18 @@ def build_parser(argv):
     return parser, user_dir, None if no_preset else (early.config or preset)
 
 
+def app_only_keys():
+    """The dests of the common flags marked ``app_only`` (and custom_options', which a user
+    may mark alike)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_common_args(parser)
+    get_custom_args(parser)
+    return tuple(a.dest for a in parser._actions if getattr(a, "app_only", False))
+
+
 #: Common flags only the application reads (the command itself, Ray's start, sweeps, outputs):
-#: in no component's config, so never pickled into an actor.
-APP_ONLY_KEYS = (
-    "config", "user_dir", "list", "restore", "evaluate", "record_video", "video_episodes",
-    "eval_seeds", "export", "export_format", "export_out", "export_policy", "model_card",
-    "run_dir", "address", "node_ip_address", "dashboard", "dashboard_host", "num_cpus", "gpu",
-    "checkpoint_interval", "keep_checkpoints", "pause_at_steps", "log_interval", "tensorboard",
-    "plot_interval", "max_time", "tune", "num_samples", "max_concurrent", "search", "scheduler",
-    "grace_steps", "reduction_factor", "pbt_interval", "cpus_per_trial")
+#: in no component's config, so never pickled into an actor. Made from the flags' own marks.
+APP_ONLY_KEYS = app_only_keys()
 
 
 #: The packages of the built-in plugins: each publishes its registry when imported, and every
@@ -482,10 +538,11 @@ def run_spec(args, gpus=None):
                       user_dir=args.user_dir, gpus=gpus, plugin_packages=PLUGIN_PACKAGES)
 
 
-def parse_args(argv=None):
-    """Parse the command line; returns the argparse.Namespace. Raises ConfigError."""
+def parse_args(argv=None, command="main"):
+    """Parse the command line; returns the argparse.Namespace. Raises ConfigError.
+    ``command``: who parses (build_parser)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser, user_dir, config = build_parser(argv)
+    parser, user_dir, config = build_parser(argv, command)
     args = parser.parse_args(argv)
     args.user_dir = user_dir
     args.config = config

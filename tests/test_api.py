@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import ddrl
-from core.app.api import argv_for, flags_to_argv
+from options.keywords import argv_for, flags_to_argv
 from core.errors import ConfigError
 from options.options import parse_args
 
@@ -71,7 +71,7 @@ def normalized_run(tmp_path_factory):
 
 @pytest.mark.e2e
 def test_a_run_comes_back_with_its_summary_metrics_and_policy(normalized_run, monkeypatch):
-    from core.app.policy import Policy
+    from ddrl.policy import Policy
     from core.learning.normalizer import normalize
     run = normalized_run
     assert run.exit_code == 0 and run.summary["stopped_because"] == "total_steps"

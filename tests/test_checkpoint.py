@@ -233,8 +233,8 @@ def test_check_model_fits_caps_long_lists():
 
 @pytest.mark.contract
 def test_evaluate_refuses_a_checkpoint_of_another_model_shape(tmp_path):
-    """core/app/playback.py uses check_model_fits: a one-paragraph error, not a traceback."""
-    from core.app.playback import evaluate_saved_model
+    """ddrl/playback.py uses check_model_fits: a one-paragraph error, not a traceback."""
+    from ddrl.playback import evaluate_saved_model
     args = parse_args(["--config", "none", "--num_workers", "0", "--eval_episodes", "1"])
     space = spaces.Box(-1, 1, shape=(4,)), spaces.Discrete(2)
     weights = PPOModel(args, *space).get_weights()

@@ -1,5 +1,5 @@
 """A Ray cluster on loopback, as README "Scaling out" starts it: a head and two worker nodes from
-`core/app/cluster.py start`, run from another working directory without the repo on PYTHONPATH,
+`ddrl/cluster.py start`, run from another working directory without the repo on PYTHONPATH,
 token authentication on, in a home directory with no Ray token yet (a fresh machine: the head
 makes one). Every node reports 127.0.0.1 and every port the cluster listens on is on 127.0.0.1;
 main.py --address spreads its rollout workers over the three nodes, gets a --user_dir plugin to
@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from core.app.cluster import cluster_processes, process_table
+from ddrl.cluster import cluster_processes, process_table
 from tests.test_e2e import REPO, read_run
 from tests.test_faults import (actor_pids, descendants, finish, metrics_rows, process_title,
                                rejoined, start_main, stop, worker_counts)
@@ -41,7 +41,7 @@ def outside_env(home):
     env["HOME"] = home
     # The GCS takes a node for dead after ~3 s without an answer instead of ~30 s (Ray's
     # defaults): the replacement of a lost node's worker is placed on the others before a
-    # short run ends. (The same variables work for a real cluster's `core.app.cluster start`.)
+    # short run ends. (The same variables work for a real cluster's `ddrl.cluster start`.)
     env.update(RAY_health_check_period_ms="1000", RAY_health_check_timeout_ms="1000",
                RAY_health_check_failure_threshold="3")
     return env

@@ -243,7 +243,7 @@ def test_start_ray_checks_the_joined_clusters_gpus_and_disconnects(monkeypatch):
 
 @pytest.mark.contract
 def test_a_session_refuses_gpus_this_cpu_only_torch_cannot_see(monkeypatch):
-    from core.app.session import TrainingSession
+    from ddrl.session import TrainingSession
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)  # a fake device count
     session = TrainingSession(parse_args(["--config", "none", "--num_gpus", "1"]), 0.0)
     session.check_gpus()  # one GPU seen, one asked: fine

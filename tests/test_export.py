@@ -1,4 +1,4 @@
-"""main.py --export (core/app/export.py, models/base.py export_module): for every built-in model
+"""main.py --export (ddrl/export.py, models/base.py export_module): for every built-in model
 kind, a tiny trained run exported as ONNX and as a torch.export program acts as ``Policy.act``
 does on 1,000 observations the env gave (discrete actions equal, continuous ones within 1e-5),
 a recurrent one also step by step with its state threaded through 100 steps; the sidecar says
@@ -17,7 +17,7 @@ import torch
 from gymnasium import spaces
 
 import ddrl
-from core.app.export import export_policy
+from ddrl.export import export_policy
 from core.errors import ConfigError
 from core.space_codec import space_from_json
 

@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from core.app import cluster
+from ddrl import cluster
 from core.run.checkpoint import load_checkpoint
 from tests.test_e2e import REPO, read_run, run_mains
 

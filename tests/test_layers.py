@@ -20,7 +20,7 @@ LAYERS = [
     ("sampling and learning", ("core.sampling", "core.learning")),
     ("training loops", ("core.algos",)),
     ("command line", ("options",)),
-    ("application", ("core.app",)),
+    ("application", ("ddrl",)),
     ("entry point", ("main",)),
 ]
 #: plugin packages: used by the library through their registries, built on the library; they

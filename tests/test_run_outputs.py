@@ -128,7 +128,7 @@ def test_progress_bar_on_a_terminal_plain_lines_otherwise_nothing_when_quiet(tmp
 
 @pytest.mark.unit
 def test_the_bootstrap_interval_of_a_mean():
-    from core.app.playback import bootstrap_interval
+    from ddrl.playback import bootstrap_interval
     assert bootstrap_interval([5.0, 5.0, 5.0]) == (5.0, 5.0)
     low, high = bootstrap_interval([0.0, 10.0])
     # resamples of two values: means 0, 5 or 10 with chances 1/4, 1/2, 1/4

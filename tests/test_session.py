@@ -1,4 +1,4 @@
-"""core/app/session.py and core/sampling/eval_runner.py, below main.py: a restore whose trainer fails keeps
+"""ddrl/session.py and core/sampling/eval_runner.py, below main.py: a restore whose trainer fails keeps
 its own error; an evaluation whose test worker died is run again on a replacement."""
 import os
 import signal
@@ -13,7 +13,7 @@ from core.sampling.eval_runner import EvalRunner
 from core.faults import Faults
 from core.plugins import load_plugins
 from core.errors import ConfigError
-from core.app.session import TrainingSession
+from ddrl.session import TrainingSession
 from models.ppo import PPOModel
 from options.options import parse_args, run_spec
 
@@ -77,7 +77,7 @@ def test_an_evaluation_whose_test_worker_died_is_run_again_on_a_replacement(ray_
 
 @pytest.mark.unit
 def test_a_run_directory_named_after_an_atari_id_is_one_folder(tmp_path, monkeypatch):
-    from core.app.session import default_run_dir
+    from ddrl.session import default_run_dir
     monkeypatch.chdir(tmp_path)
     args = SimpleNamespace(env_name="gym_env", model_name="ppo")
     path = default_run_dir(args, "ALE/Breakout-v5")

@@ -1,4 +1,4 @@
-"""Sweeps (core/app/sweep.py, options/sweep_spec.py): the SPEC's format and its check against the
+"""Sweeps (ddrl/sweep.py, options/sweep_spec.py): the SPEC's format and its check against the
 run's flags (contract), then main.py --tune end to end in subprocesses on tiny CartPole budgets:
 a 2-trial ASHA sweep with a hopeless trial (lr 0) and its outputs, and a sweep interrupted with
 Ctrl-C and continued with --restore."""
@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from core.errors import ConfigError
-from core.app.sweep import trial_base_argv
+from ddrl.sweep import trial_base_argv
 from options.sweep_spec import Dist, check_spec, config_to_argv, flags_given, load_spec
 from options.options import flag_actions, parse_args
 

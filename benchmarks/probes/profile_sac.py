@@ -55,7 +55,7 @@ def py_spy():
 
 
 def run_processes(main_pid):
-    from core.app.cluster import descendants, process_table
+    from ddrl.cluster import descendants, process_table
     table = process_table()
     return {pid: title_of(pid) for pid in {main_pid} | descendants({main_pid}, table)}
 

@@ -15,10 +15,10 @@ root. The default flags, SAC on Pendulum-v1 with 8 workers and one update per en
 both ways: the workers wait for the learner), and a replay buffer small enough to be full before the warm-up ends (its own growth is not a leak;
 the verdict says whether it was full, from metrics.csv's replay_size).
 
-The cluster: ``python -m core.app.cluster start --head`` on a free port of 127.0.0.1 (token auth on),
+The cluster: ``python -m ddrl.cluster start --head`` on a free port of 127.0.0.1 (token auth on),
 plus --nodes - 1 more nodes, stopped at the end (also on Ctrl-C or an error); --address uses a
 cluster already running on this machine instead. The processes of the run: main.py and its
-descendants, and every process of the cluster (core.app.cluster.cluster_processes: GCS, raylets,
+descendants, and every process of the cluster (ddrl.cluster.cluster_processes: GCS, raylets,
 agents, and the Ray workers under the raylets, titled ray::RolloutWorker, ray::ReplayBuffer,
 ray::ParameterServer, ...). RSS is VmRSS of /proc/PID/status (RssAnon and RssShmem beside it:
 a worker's RSS includes the object-store pages it maps). A process is named by its title (argv[0]
@@ -83,7 +83,7 @@ def check_args(args):
 # -- sampling -----------------------------------------------------------------------------------
 def run_pids(main_pid, port):
     """main.py, its descendants, and every process of the cluster (not this script)."""
-    from core.app.cluster import cluster_processes, descendants, process_table
+    from ddrl.cluster import cluster_processes, descendants, process_table
     table = process_table()
     pids = {main_pid} | descendants({main_pid}, table) | set(cluster_processes(port, table))
     return sorted(pids - {os.getpid()})

@@ -177,7 +177,7 @@ class PPOTrainer(Trainer):
     line_metrics = (("policy_loss", "pi", ".3f"), ("value_loss", "vf", ".3f"),
                     ("entropy", "ent", ".3f"), ("approx_kl", "kl", ".4f"))
     add_args = staticmethod(add_args)
-    #: learning can start before Ray is up (core/app/session.py starts it in the background)
+    #: learning can start before Ray is up (ddrl/session.py starts it in the background)
     starts_without_ray = True
     agent_kind = OnPolicyAgent
 

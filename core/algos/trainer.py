@@ -1,9 +1,9 @@
 """The Trainer base class: the one loop skeleton every training loop fills in, and the contract
-core/app/session.py calls.
+ddrl/session.py calls.
 
 A trainer drives one run: it owns the worker groups (core/sampling/worker_group.py), the evaluation
 schedule (core/sampling/eval_runner.py), the observation normalizer, and its part of checkpoints.
-The session (core/app/session.py) owns the loop around it, in one direction: it builds the
+The session (ddrl/session.py) owns the loop around it, in one direction: it builds the
 trainer, restores it, then
 
     trainer.begin()
@@ -65,7 +65,7 @@ class LoopPartLost(RuntimeError):
 class Trainer:
     #: metrics.csv's columns, in order
     metric_columns = ()
-    #: learning can start in this process before Ray is up (core/app/session.py starts it in the
+    #: learning can start in this process before Ray is up (ddrl/session.py starts it in the
     #: background)
     starts_without_ray = False
     #: the agent contract this loop calls (core/algos/agents.py); the session refuses another kind

@@ -203,7 +203,7 @@ def check_cluster_gpus(num_gpus, cluster_gpus, address):
     raise ConfigError(
         f"--num_gpus {num_gpus}, but the Ray cluster at --address {address} has {cluster_gpus:g} "
         f"GPU(s) in all. Allowed: --num_gpus {'0 to ' + str(have) if have else '0'}; a node "
-        f"offers its GPUs when started with them (`python -m core.app.cluster start ... "
+        f"offers its GPUs when started with them (`python -m ddrl.cluster start ... "
         f"--num-gpus N`).")
 
 

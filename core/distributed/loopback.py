@@ -10,7 +10,7 @@ to 127.0.0.1, every Ray server (GCS, raylets, agents, workers) listens on 127.0.
 
 Ray's own switch for that (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``) is read once at import and
 also forbids ``ray start --address``, i.e. any second node; so ddrl pins the one function Ray asks
-instead, in the processes ddrl starts (the driver, and ``python -m core.app.cluster start``). The
+instead, in the processes ddrl starts (the driver, and ``python -m ddrl.cluster start``). The
 processes Ray starts from there get the address on their command lines.
 
 Token authentication: a new local instance turns it on by itself, but a driver or node joining a

@@ -235,7 +235,7 @@ def start_ray(args):
         except (ConnectionError, ValueError, RuntimeError) as exc:
             raise ConfigError(
                 f"cannot join the Ray cluster at --address {args.address!r}: {exc}. Start one "
-                f"with `python -m core.app.cluster start --head --port PORT` (README, 'Scaling "
+                f"with `python -m ddrl.cluster start --head --port PORT` (README, 'Scaling "
                 f"out'), give this machine's node address with --node_ip_address (now "
                 f"{args.node_ip_address}), set RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH when the "
                 f"head's token is not in ~/.ray/auth_token, or leave --address out to start a "

@@ -3,6 +3,7 @@ import os
 import time
 
 from core.run.metrics import MetricsLogger, TensorBoardLogger, write_json
+from core.run.observer import RunObserver
 from core.run.plots import LearningCurves
 
 #: Flags that concern one process, not the run: left out of the configuration a run saves
@@ -55,7 +56,13 @@ class RunContext:
         return best
 
     def record(self, row, eval_result=None):
-        """Log one iteration (its evaluation, if any, booked with ``record_eval`` first)."""
+        """Complete and write one iteration's row (its evaluation, if any, booked with
+        ``record_eval`` first)."""
+        self.write(self.complete(row, eval_result))
+
+    def complete(self, row, eval_result=None):
+        """``row`` with the run's columns: env steps, wall time, steps/s and the evaluation's
+        (returned; filled in place)."""
         now = time.time()
         row["env_steps"] = self.env_steps
         row["wall_time_s"] = now - self.start_time
@@ -66,6 +73,10 @@ class RunContext:
             row["eval_return"] = eval_result["eval_return"]
             row["eval_return_std"] = eval_result["eval_return_std"]
             row["eval_success_rate"] = eval_result.get("eval_success_rate")
+        return row
+
+    def write(self, row):
+        """metrics.csv (and the terminal line), TensorBoard, the learning curves."""
         self.logger.log(row)
         if self.tensorboard is not None:
             self.tensorboard.log(row)
@@ -73,12 +84,11 @@ class RunContext:
         self.curves.maybe_draw()
 
     def should_stop(self):
-        """True when a stop rule holds (``stopped_because`` says which): a stop request, the
-        target, --total_steps, --max_time or --pause_at_steps."""
+        """True when a stop rule holds (``stopped_because`` says which): a stop request (a
+        signal, an observer: reaching --target_return and --patience are observers,
+        ddrl/callbacks.py), --total_steps, --max_time or --pause_at_steps."""
         if self.stop_requested is not None:
             self.stopped_because = self.stop_requested
-        elif self.time_to_target_s is not None:
-            self.stopped_because = "target_return"
         elif self.env_steps >= self.args.total_steps:
             self.stopped_because = "total_steps"
         elif self.args.max_time is not None and self.elapsed() >= self.args.max_time:
@@ -122,3 +132,16 @@ class RunContext:
         summary = self.summary(**extra)
         write_json(os.path.join(self.run_dir, "summary.json"), summary)
         return summary
+
+
+class RowRecorder(RunObserver):
+    """The run's own recorder (phase "recorder", core/run/observer.py): each row as the
+    callbacks left it, to metrics.csv and the terminal line, TensorBoard and the learning
+    curves (``RunContext.write``)."""
+    phase = "recorder"
+
+    def __init__(self, context):
+        self.context = context
+
+    def on_row(self, run, row):
+        self.context.write(row)

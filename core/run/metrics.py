@@ -1,5 +1,6 @@
 """metrics.csv, terminal lines and summary.json."""
 import csv
+import io
 import json
 import math
 import os
@@ -79,11 +80,37 @@ class MetricsLogger:
         self.total_steps = total_steps
         self.bar = None  # made at the first row, after the run's header line is printed
         self.last_eval = None
+        self.path = path
         new = not os.path.exists(path) or os.path.getsize(path) == 0
+        wanted, header = self.columns, []
+        if not new:  # a restored run goes on in its file, whose columns come first
+            with open(path, newline="") as f:
+                header = next(csv.reader(f), [])
+            self.columns = list(header)
         self.file = open(path, "a", newline="")
         self.writer = csv.DictWriter(self.file, fieldnames=self.columns, extrasaction="ignore")
         if new:
             self.writer.writeheader()
+        else:  # columns this run has that the file lacks (an observer's): a wider header
+            self.add_columns([c for c in wanted if c not in header])
+
+    def add_columns(self, names):
+        """New columns at the end (keys an observer added to rows, core/run/observer.py): the
+        file is rewritten once with the wider header, earlier rows empty there."""
+        names = [n for n in names if n not in self.columns]
+        if not names:
+            return
+        self.file.close()
+        with open(self.path, newline="") as f:
+            rows = list(csv.DictReader(f))
+        self.columns += names
+        text = io.StringIO()
+        writer = csv.DictWriter(text, fieldnames=self.columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+        atomic_write_text(self.path, text.getvalue())
+        self.file = open(self.path, "a", newline="")
+        self.writer = csv.DictWriter(self.file, fieldnames=self.columns, extrasaction="ignore")
 
     def log(self, row):
         self.writer.writerow({k: ("" if row.get(k) is None else row[k]) for k in self.columns})

@@ -2,7 +2,7 @@
 how its evaluations went (with their intervals), the learning curve, and how to load, evaluate
 and export the policy. Written atomically when a run ends, and on demand:
 
-    python main.py --model_card RUN_DIR       (core/app/playback.py model_card_command)
+    python main.py --model_card RUN_DIR       (ddrl/playback.py model_card_command)
 
 Everything in it is read from the run directory (summary.json, config.yaml, metrics.csv,
 checkpoints/best.pt.json, learning_curves.png), so a card rewritten later says the same, plus

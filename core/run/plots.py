@@ -205,7 +205,7 @@ def serve():
 
 def plot_sweep(path, trials, best=None):
     """A sweep's sweep.png: every trial's evaluation return against env steps (read from its
-    metrics.csv), the best trial drawn bold. ``trials``: core/app/sweep.py TrialRow objects."""
+    metrics.csv), the best trial drawn bold. ``trials``: ddrl/sweep.py TrialRow objects."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     figure = Figure(figsize=(8, 5), dpi=100)

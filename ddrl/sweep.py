@@ -4,7 +4,7 @@
         --max_concurrent 2 --scheduler asha --run_dir runs/sweep-cartpole
     python main.py --restore runs/sweep-cartpole          # continue an interrupted sweep
 
-Each trial is a whole ddrl run (core/app/session.py) in a Tune trial actor, in
+Each trial is a whole ddrl run (ddrl/session.py) in a Tune trial actor, in
 RUN_DIR/trials/<trial id>, with the sweep's fixed flags plus the values Tune sampled from the
 SPEC (options/sweep_spec.py). At every evaluation the trial writes a checkpoint and reports
 ``eval_return`` against ``env_steps`` to Tune: ASHA stops trials that trail at a rung, PBT copies
@@ -75,19 +75,15 @@ def trial_base_argv(argv):
     return out
 
 
-def restore_request(argv):
-    """The saved sweep argv when ``argv`` is ``--restore DIR`` for a sweep directory, else None."""
-    path = None
-    for i, token in enumerate(argv):
-        if token == "--restore" and i + 1 < len(argv):
-            path = argv[i + 1]
-        elif token.startswith("--restore="):
-            path = token.split("=", 1)[1]
-    if path is None or not os.path.isfile(os.path.join(path, SWEEP_FILE)):
-        return None
-    others = [t for t in argv if t.startswith("--") and not t.startswith("--restore")]
+def saved_sweep(path, others=()):
+    """(the argv a sweep in ``path`` was started with, its absolute directory), to go on with
+    it (``ddrl sweep resume DIR``); ``others``: flags given beside it, which cannot change a
+    sweep's (a ConfigError naming them)."""
+    if not os.path.isfile(os.path.join(path, SWEEP_FILE)):
+        raise ConfigError(f"sweep resume {path}: not a sweep directory (no {SWEEP_FILE} in it: "
+                          f"a sweep writes one when it starts).")
     if others:
-        raise ConfigError(f"--restore {path} continues a sweep with the flags it was started "
+        raise ConfigError(f"resuming the sweep in {path} goes on with the flags it was started "
                           f"with; {', '.join(others)} cannot change them. Start a new sweep "
                           f"(another --run_dir) to change them.")
     with open(os.path.join(path, SWEEP_FILE)) as f:
@@ -101,7 +97,7 @@ def run_trial(config, base_argv, sweep_dir, pbt):
     train, report at every evaluation."""
     from ray import tune
 
-    from core.app.session import TrainingSession
+    from ddrl.session import TrainingSession
     from options.options import flag_actions, parse_args
     start_time = time.time()
     trial_id = tune.get_context().get_trial_id()
@@ -142,32 +138,32 @@ class TuneReporter(RunObserver):
     When Tune stops the trial gracefully, report raises SystemExit in this thread: the run
     then stops at this row like an interrupted one."""
 
+    phase = "reporter"  # after the row is in metrics.csv: Tune may end the trial at report
+
     def __init__(self, pbt):
         self.pbt = pbt
 
-    def on_row(self, session, row):
+    def on_row(self, run, row):
         if row.get("eval_return") is None:
             return
-        context, args = session.context, session.args
-        if (context.time_to_target_s is not None or context.env_steps >= args.total_steps
-                or context.stop_requested is not None):
-            return
+        if run.stop_requested is not None or run.env_steps >= run.config["total_steps"]:
+            return  # the run stops at this row: run_trial reports it once it is done
         from ray import tune
-        path = session.save("sweep_report")
+        path = run.save_checkpoint("sweep_report")
         checkpoint = None
         if self.pbt:  # PBT hands checkpoints between trials: this one alone, not the history
-            folder = os.path.join(session.run_dir, "checkpoints", "for_tune")
+            folder = os.path.join(run.run_dir, "checkpoints", "for_tune")
             shutil.rmtree(folder, ignore_errors=True)
             os.makedirs(folder)
             os.link(path, os.path.join(folder, "last.pt"))
             checkpoint = tune.Checkpoint.from_directory(folder)
-        metrics = {"env_steps": int(context.env_steps), METRIC: float(row["eval_return"]),
-                   "best_eval_return": float(context.best_eval_return),
+        metrics = {"env_steps": int(run.env_steps), METRIC: float(row["eval_return"]),
+                   "best_eval_return": float(run.best_eval_return),
                    "wall_time_s": float(row["wall_time_s"])}
         try:
             tune.report(metrics, checkpoint=checkpoint)
         except SystemExit:
-            context.stop_requested = "stopped_by_scheduler"
+            run.stop("stopped_by_scheduler")
 
 
 # -- the driver ---------------------------------------------------------------------------------
@@ -397,7 +393,7 @@ class Sweep:
 
 
 def default_sweep_dir(args):
-    from core.app.session import run_label
+    from ddrl.session import run_label
     from core.plugins import env_label
     from envs import ENV_REGISTRY
     label = run_label(args, env_label(ENV_REGISTRY.get(args.env_name), args))

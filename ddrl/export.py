@@ -4,7 +4,7 @@
     python main.py --export runs/cartpole --format onnx --out policy.onnx   # + policy.onnx.json
     python main.py --export runs/cartpole/checkpoints/best.pt --format pt2
 
-The file computes what ``Policy.act`` computes (core/app/policy.py), deterministically: the
+The file computes what ``Policy.act`` computes (ddrl/policy.py), deterministically: the
 observation normalizer of --normalize_obs (its statistics are constants in the file), the
 model's deterministic action (models/base.py ``export_module``: the model's own networks,
 action masks obeyed), then what the env gets (clipped to a Box's bounds, a Discrete or
@@ -308,7 +308,7 @@ def part_of(policy, name):
 
 
 def export_policy(policy, fmt, out, part=None):
-    """Write ``policy`` (core/app/policy.py) to ``out`` as ``fmt`` ("onnx" or "pt2") and its
+    """Write ``policy`` (ddrl/policy.py) to ``out`` as ``fmt`` ("onnx" or "pt2") and its
     sidecar to ``out``.json; returns the sidecar (a dict). ``part``: one policy of a team
     alone (--export_policy). A model without an export_module, or whose module does not
     trace, is a one-paragraph ConfigError."""
@@ -354,27 +354,3 @@ def default_out(checkpoint, fmt, part=None):
     """The checkpoint's name (and the policy's, for one policy of a team) with the format's
     extension, beside it."""
     return f"{os.path.splitext(checkpoint)[0]}{'' if part is None else '-' + part}.{fmt}"
-
-
-def export_command(args):
-    """``main.py --export PATH [--format onnx|pt2] [--out FILE]``: load, export, say what was
-    written in one line."""
-    from core.app.policy import load
-    if not os.path.exists(args.export):
-        raise ConfigError(f"--export {args.export}: no such file or directory. Give a run "
-                          f"directory (its checkpoints/best.pt is exported) or a checkpoint "
-                          f"file (.pt).")
-    policy = load(args.export)
-    fmt = args.export_format
-    part = args.export_policy
-    out = args.export_out or default_out(policy.path, fmt, part)
-    info = export_policy(policy, fmt, out, part)
-    names = ", ".join(f"{spec['name']} {spec['dtype']}[{','.join(map(str, spec['shape']))}]"
-                      for spec in info["inputs"])
-    notes = "".join(f"; {note}" for note in info["notes"])
-    which = "" if part is None else f"policy {part} of "
-    print(f"ddrl: wrote {out} ({fmt}, {os.path.getsize(out) / 1024:.0f} KiB) and {out}.json: "
-          f"{which}{policy.args.model_name} on {policy.meta.get('gym_id') or policy.args.env_name}, "
-          f"{policy.meta.get('env_steps', '?')} env steps, from {policy.path}; inputs "
-          f"{names}{notes}", flush=True)
-    return out

@@ -31,7 +31,7 @@ def load(path, **flags):
     ``main.py --evaluate PATH --flag value`` (acting flags such as selfplay_ppo's
     ``search_depth=4``; flags that change the network's shape no longer fit its weights).
     Raises ConfigError for a path that holds no readable ddrl checkpoint."""
-    from core.app.api import flags_to_argv
+    from options.keywords import flags_to_argv
     from options.options import flag_actions, parse_args
     path = str(path)
     if not os.path.exists(path):
@@ -41,9 +41,16 @@ def load(path, **flags):
     # the flags the run was trained with, less those given here (switches as the run's
     # parser takes them)
     given = flags_to_argv(flags, flag_actions(["--evaluate", checkpoint])) if flags else []
-    args = parse_args(["--evaluate", checkpoint, *given])
-    checkpoint, payload, meta = load_for_restore(checkpoint, args, "ddrl.load")
-    return Policy(args, payload, meta, checkpoint)
+    return policy_of(parse_args(["--evaluate", checkpoint, *given]), "ddrl.load")
+
+
+def policy_of(args, what="--evaluate"):
+    """The policy of ``args.evaluate`` (a checkpoint or a run directory), built with ``args``:
+    the run's configuration as its checkpoint saved it, with the flags given on top (what
+    ``options.parse_args(["--evaluate", PATH, ...])`` makes). ``what`` names the caller in
+    errors."""
+    checkpoint, payload, meta = load_for_restore(saved_model_path(args.evaluate), args, what)
+    return Policy(args, payload, meta, checkpoint, what)
 
 
 class Policy:
@@ -51,10 +58,10 @@ class Policy:
     ``action_space``, ``recurrent``, ``config`` (the run's flags, a dict), ``meta`` (the
     checkpoint's metadata: env steps, evaluation returns), ``path``."""
 
-    def __init__(self, args, payload, meta, path):
+    def __init__(self, args, payload, meta, path, what="ddrl.load"):
         from core.plugins import load_plugins
         from options.options import run_spec
-        self.args, self.meta, self.path = args, meta, path
+        self.args, self.meta, self.path, self.what = args, meta, path, what
         self.config = dict(meta.get("config") or vars(args))
         self.spec = run_spec(args)
         self.plugins = load_plugins(self.spec)
@@ -62,7 +69,7 @@ class Policy:
         with torch.random.fork_rng(devices=[]):  # initial weights are overwritten: no RNG use
             self.model = self.plugins.model_cls(self.spec.model, self.observation_space,
                                                 self.action_space)
-        check_model_fits(payload["model"], self.model.get_weights(), path, "ddrl.load")
+        check_model_fits(payload["model"], self.model.get_weights(), path, what)
         self.model.set_weights({k: v.numpy() for k, v in payload["model"].items()})
         self.model.eval()
         self.recurrent = bool(getattr(self.model, "recurrent", False))
@@ -87,7 +94,7 @@ class Policy:
             return None
         saved = (payload.get("state") or {}).get("obs_normalizer")
         if saved is None:
-            raise ConfigError(f"ddrl.load {self.path}: the run used --normalize_obs but this "
+            raise ConfigError(f"{self.what} {self.path}: the run used --normalize_obs but this "
                               f"checkpoint holds no normalizer statistics.")
         normalizer = ObsNormalizer(self.observation_space, self.args.obs_clip)
         normalizer.load_state_dict(from_payload(saved))
@@ -172,10 +179,10 @@ class Policy:
 
     def export(self, out, fmt="onnx", policy=None):
         """Write this policy's acting path to ``out`` as ``fmt`` ("onnx" or "pt2"), with its
-        JSON sidecar ``out``.json (core/app/export.py; ``main.py --export``); returns the
+        JSON sidecar ``out``.json (ddrl/export.py; ``main.py --export``); returns the
         sidecar as a dict. ``policy``: one policy of a team of several (--policy_map) alone,
         its agents' rows in and their actions out (``main.py --export_policy``)."""
-        from core.app.export import export_policy
+        from ddrl.export import export_policy
         return export_policy(self, fmt, str(out), policy)
 
     def __repr__(self):

@@ -1,7 +1,7 @@
-"""--evaluate PATH: the returns of a saved model; --record_video DIR: episodes as GIFs.
+"""``ddrl evaluate PATH``: the returns of a saved model; --record_video DIR: episodes as GIFs.
 
-Runs in this process, without Ray: the checkpoint's weights go into the model its run trained
-(the plugins and flags come from the checkpoint's configuration, core/run/checkpoint.py), then
+Runs in this process, without Ray: the policy is loaded as ``ddrl.load`` loads it
+(ddrl/policy.py: the plugins and flags come from the checkpoint's configuration), then
 --eval_episodes deterministic episodes run on fresh envs, as the test worker runs them.
 Videos come from the env's rgb_array rendering (gymnasium's render_mode="rgb_array"), written
 as animated GIFs with Pillow at the env's own frame rate.
@@ -12,47 +12,29 @@ import os
 import numpy as np
 
 from core.atomic import atomic_path
-from core.run.checkpoint import check_model_fits, load_for_restore, saved_model_path
 from core.sampling.envs import to_env_action
 from core import seeding
 from core.sampling.evaluator import Evaluator
 from core.sampling.memory import EnvMemory
-from core.learning.normalizer import ObsNormalizer, normalize
+from core.learning.normalizer import normalize
 from core.plugins import load_plugins, make_env
-from options.options import run_spec
 from core import spaces
 from core.errors import ConfigError
-from core.run.state import from_payload
-
-
-def model_card_command(argv):
-    """``main.py --model_card RUN_DIR``: (re)write the run's card (core/run/model_card.py);
-    returns the exit code."""
-    from core.run.model_card import write_model_card
-    from options.options import Parser
-    parser = Parser(add_help=False)
-    parser.add_argument("--model_card", required=True)
-    args = parser.parse_args(argv)
-    print(f"ddrl: wrote {write_model_card(args.model_card)}", flush=True)
-    return 0
 
 
 def evaluate_saved_model(args):
-    path, payload, meta = load_for_restore(saved_model_path(args.evaluate), args, "--evaluate")
-    spec = run_spec(args)
-    weights = {k: v.numpy() for k, v in payload["model"].items()}
+    """``ddrl evaluate PATH`` (``args``: the run's configuration with the flags given, as
+    ``options.parse_args(["--evaluate", PATH, ...])`` makes it): the policy loaded as
+    ``ddrl.load`` loads it (ddrl/policy.py), then --eval_episodes episodes on the test
+    worker's envs, the mean and spread of their returns printed; --eval_seeds repeats them with
+    other seeds, --record_video films some."""
+    from ddrl.policy import policy_of
+    policy = policy_of(args, "--evaluate")
+    path, meta, spec = policy.path, policy.meta, policy.spec
+    weights = policy.model.get_weights()
+    statistics = policy.obs_statistics
     evaluator = Evaluator(spec, args.eval_episodes)
-    check_model_fits(payload["model"], evaluator.model.get_weights(), path, "--evaluate")
     evaluator.model.set_weights(weights)
-    statistics = None
-    saved = (payload.get("state") or {}).get("obs_normalizer")
-    if args.normalize_obs:
-        if saved is None:
-            raise ConfigError(f"--evaluate {path}: the run used --normalize_obs but this "
-                              f"checkpoint holds no normalizer statistics.")
-        normalizer = ObsNormalizer(evaluator.envs[0].observation_space, args.obs_clip)
-        normalizer.load_state_dict(from_payload(saved))
-        statistics = normalizer.statistics()
     result = evaluator.evaluate(None, meta.get("updates", 0), meta.get("env_steps", 0),
                                 statistics)
     if args.eval_seeds > 1:

@@ -1,8 +1,8 @@
 """Start and stop Ray cluster nodes on this machine's loopback, for ``main.py --address``.
 
-    python -m core.app.cluster start --head --port 6399 --num-cpus 1      # the head
-    python -m core.app.cluster start --address 127.0.0.1:6399 --num-cpus 1  # one more node
-    python -m core.app.cluster stop --address 127.0.0.1:6399               # all of that cluster
+    python -m ddrl.cluster start --head --port 6399 --num-cpus 1      # the head
+    python -m ddrl.cluster start --address 127.0.0.1:6399 --num-cpus 1  # one more node
+    python -m ddrl.cluster stop --address 127.0.0.1:6399               # all of that cluster
 
 ``start`` is Ray's own ``ray start`` (every option of it is accepted) with the node address
 pinned to ``--node-ip-address`` (default 127.0.0.1) and token authentication on: plain ``ray
@@ -14,10 +14,10 @@ every Ray process of this user on the machine, other runs' included.
 import os
 import sys
 
-if __package__ in (None, ""):  # run as a file (python /path/to/core/app/cluster.py), from any cwd:
+if __package__ in (None, ""):  # run as a file (python /path/to/ddrl/cluster.py), from any cwd:
     _HERE = os.path.dirname(os.path.abspath(__file__))  # its neighbours must not shadow modules
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
-    sys.path.insert(0, os.path.dirname(os.path.dirname(_HERE)))  # the repository
+    sys.path.insert(0, os.path.dirname(_HERE))  # the repository
 
 import argparse
 import re
@@ -117,11 +117,12 @@ def stop(address, grace_s=10.0):
     return 0
 
 
-def main(argv=None):
+def main(argv=None, prog="python -m ddrl.cluster"):
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["start"]:
         return start(argv[1:])
-    parser = argparse.ArgumentParser(prog="python -m core.app.cluster", usage=_USAGE)
+    parser = argparse.ArgumentParser(prog=prog, usage=_USAGE.replace("python -m ddrl.cluster",
+                                                                     prog))
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("start", help="ray start, on 127.0.0.1 with token auth (any ray start option)")
     stop_parser = sub.add_parser("stop", help="stop one cluster's processes on this machine")

@@ -24,11 +24,13 @@ from core.plugins import env_label, load_plugins, make_env
 from options.options import run_spec
 from core.distributed.process import setup_process
 from core.errors import ConfigError
-from core.run.context import RUN_ONLY_KEYS, RunContext
+from core.run.context import RUN_ONLY_KEYS, RowRecorder, RunContext
+from core.run.observer import RunView, in_call_order
 from core.run.plots import PlotProcess
 from core.run.state import from_payload
 from core.algos.trainer import LoopPartLost
 from core.algos.trainers import check_agent_kind, trainer_class
+from ddrl.callbacks import StopAtReturn, StopOnPlateau
 
 # While PPO learns in this process, Ray's processes start at this niceness, so that starting them
 # takes the CPUs the learning in the driver leaves (on 2 cores the first round came about 1.4 s
@@ -71,6 +73,15 @@ def check_run_dir(run_dir):
                           f"directory.")
 
 
+def stop_rules(target, args):
+    """The run's own stop rules that are observers (ddrl/callbacks.py): reaching ``target``
+    (--target_return, resolved), --patience."""
+    rules = [] if target is None else [StopAtReturn(target)]
+    if args.patience:
+        rules.append(StopOnPlateau(args.patience))
+    return rules
+
+
 def probe_env(plugins, config):
     """Build one env in the driver to learn its spaces and reward threshold."""
     env = make_env(plugins, config, seed=config.seed)
@@ -81,12 +92,16 @@ def probe_env(plugins, config):
 
 class TrainingSession:
     def __init__(self, args, start_time, observers=(), shutdown_ray=True):
-        """``observers``: RunObservers (core/run/observer.py); ``shutdown_ray``: False when the
-        process ends right after the run (main.py ``leave``): Ray's processes are then killed
-        with it instead of shut down gracefully."""
+        """``observers``: RunObservers (core/run/observer.py: a user's callbacks, a sweep's
+        reporter), called after the run's own stop rules (--target_return, --patience) and, by
+        phase, around its recorders; ``shutdown_ray``: False when the process ends right after
+        the run (main.py ``leave``): Ray's processes are then killed with it instead of shut
+        down gracefully."""
         self.args = args
         self.start_time = start_time
-        self.observers = list(observers)
+        self.given_observers = list(observers)
+        self.observers = []
+        self.view = None
         self.shutdown_ray = shutdown_ray
         self.plotter = None
         self.ray_starter = None
@@ -127,11 +142,14 @@ class TrainingSession:
             self.ray_starter = RayStarter(args, nice=RAY_NICENESS if learns_meanwhile else 0)
             if not learns_meanwhile:
                 self.ray_starter.ready(timeout=None)
-        self.context = RunContext(args, self.run_dir, self.start_time,
-                                  trainer_cls.metric_columns_for(self.plugins.model_cls,
-                                                              self.spaces[0]), target,
+        self.observers = in_call_order(stop_rules(target, args) + self.given_observers)
+        columns = trainer_cls.metric_columns_for(self.plugins.model_cls, self.spaces[0])
+        columns += [c for o in self.observers for c in o.columns if c not in columns]
+        self.context = RunContext(args, self.run_dir, self.start_time, columns, target,
                                   self.plotter,
                                   trainer_cls.line_metrics_for(self.plugins.model_cls))
+        self.observers = in_call_order(self.observers + [RowRecorder(self.context)])
+        self.view = RunView(self.context, vars(args), self.save)
         self.faults = Faults(args)
         self.save_resolved_config()
         self.trainer = trainer_cls(self.spec.loop, self.spec, self.plugins, self.spaces,
@@ -141,6 +159,8 @@ class TrainingSession:
         if args.restore:
             self.restore()
         self.next_checkpoint = 0
+        for observer in self.observers:
+            observer.on_start(self.view)
         if not args.quiet:
             label = self.env_label
             print(f"ddrl: {args.env_name}{'/' + label if label else ''} + {args.model_name} + "
@@ -266,10 +286,9 @@ class TrainingSession:
                 iteration = self.recovering(trainer.iterate)
                 if iteration.evaluation is not None and run.record_eval(iteration.evaluation):
                     self.save_best(iteration.evaluation)
-                run.record(iteration.row, iteration.evaluation)
+                row = run.complete(iteration.row, iteration.evaluation)
+                self.notify(row, iteration.evaluation)
                 self.periodic_checkpoint()
-                for observer in self.observers:   # (a sweep's scheduler may stop the run)
-                    observer.on_row(self, iteration.row)
                 if run.should_stop():
                     break
         except BaseException:
@@ -278,8 +297,26 @@ class TrainingSession:
             raise
         self.recovering(trainer.end)
         last = trainer.last_evaluation()
-        if last is not None and self.context.record_eval(last):
-            self.save_best(last)
+        if last is not None:
+            if self.context.record_eval(last):
+                self.save_best(last)
+            for observer in self.observers:  # (the run stops anyway: no reason is kept)
+                observer.on_evaluation(self.view, last)
+
+    def notify(self, row, evaluation):
+        """Every observer in call order (core/run/observer.py) with this iteration's evaluation
+        and row; columns the callbacks added join metrics.csv before the recorders write it;
+        a stop an observer asks for applies after this row."""
+        given, stop = set(row), None
+        for observer in self.observers:
+            if given is not None and observer.phase != "callback":
+                self.context.logger.add_columns([k for k in row if k not in given])
+                given = None
+            asked = observer.on_evaluation(self.view, evaluation) if evaluation else None
+            asked = observer.on_row(self.view, row) or asked
+            stop = stop or asked
+        if stop:
+            self.view.stop(stop if isinstance(stop, str) else "callback")
 
     def recovering(self, step):
         """``step()``; when a part of the loop that holds state dies (LoopPartLost), the
@@ -368,6 +405,13 @@ class TrainingSession:
                                                              else "")
               + f"; {os.path.join(self.run_dir, 'summary.json')}", flush=True)
         self.write_model_card()
+        for observer in self.observers:  # a tracker may upload the plot and the card
+            try:
+                observer.on_end(self.view, summary)
+            except Exception as exc:  # noqa: BLE001 - the run's results are on disk already
+                print(f"ddrl: {type(observer).__name__}.on_end failed: {type(exc).__name__}: "
+                      f"{str(exc).splitlines()[0][:300] if str(exc) else ''}", file=sys.stderr,
+                      flush=True)
         return summary
 
     def write_model_card(self):

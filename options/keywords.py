@@ -1,0 +1,46 @@
+"""Python keywords as command-line tokens: ``ddrl.train(**flags)`` and ``ddrl.load(path,
+**flags)`` are checked by the very parser ``python main.py`` uses, so that a keyword and a flag
+can never mean two things."""
+import argparse
+
+#: the flags that choose the parser (plugins, presets, a restored run's configuration): read
+#: before the others are converted
+PARSER_KEYS = ("env_name", "model_name", "agent_name", "user_dir", "config", "gym_id", "restore")
+
+
+def flags_to_argv(flags, actions=None):
+    """Command-line tokens for ``flags`` ({name: value}). With ``actions`` ({dest: argparse
+    action}, the run's parser) switches become --name / --no-name as their action takes them;
+    a name with no action is passed as --name VALUE, for the parser to reject as it would on
+    the command line."""
+    argv = []
+    for name, value in flags.items():
+        if value is None:
+            continue
+        action = (actions or {}).get(name)
+        option = f"--{name}"
+        if isinstance(value, bool):
+            if isinstance(action, argparse.BooleanOptionalAction):
+                argv.append(option if value else f"--no-{name}")
+                continue
+            if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
+                if value == isinstance(action, argparse._StoreTrueAction):
+                    argv.append(option)
+                continue
+        if isinstance(value, (list, tuple)):
+            if action is not None and action.nargs in ("+", "*"):
+                argv += [option, *map(str, value)]
+            else:
+                argv += [option, ",".join(map(str, value))]
+            continue
+        argv += [option, str(value)]
+    return argv
+
+
+def argv_for(flags):
+    """The command line ``ddrl.train(**flags)`` stands for (module docstring)."""
+    from options.options import build_parser  # (here: the keywords module stays light)
+    first = flags_to_argv({k: v for k, v in flags.items() if k in PARSER_KEYS})
+    parser, _, _ = build_parser(first)
+    actions = {a.dest: a for a in parser._actions if a.option_strings}
+    return flags_to_argv(flags, actions)
