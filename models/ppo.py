@@ -640,11 +640,14 @@ class PPOModel(BaseModel):
 
         with torch.no_grad():
             # http://joschu.net/blog/kl-approx.html : unbiased, low-variance estimator
-            approx_kl = mean((ratio - 1.0) - log_ratio).item()
-            clip_fraction = mean(((ratio - 1.0).abs() > clip_range).float()).item()
-        stats = {"policy_loss": policy_loss.item(), "value_loss": value_loss.item(),
-                 "entropy": entropy.item(), "approx_kl": approx_kl,
-                 "clip_fraction": clip_fraction, "ratio_mean": mean(ratio).item()}
+            approx_kl = mean((ratio - 1.0) - log_ratio)
+            clip_fraction = mean(((ratio - 1.0).abs() > clip_range).float())
+            # one copy to the host for all six (on a GPU each .item() waits on its own)
+            scalars = torch.stack([policy_loss.detach(), value_loss.detach(),
+                                   entropy.detach(), approx_kl, clip_fraction,
+                                   mean(ratio)]).tolist()
+        stats = dict(zip(("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction",
+                          "ratio_mean"), scalars))
         return self.collect_gradients(), stats
 
     def configure_optimizer(self):
