@@ -60,6 +60,21 @@ def test_ppo_gives_the_gpu_to_the_rollout_workers_and_keeps_the_driver_learner_o
     assert plan.reserved <= num_gpus
 
 
+def test_ppo_with_grad_workers_0_gives_the_gpu_to_the_drivers_learner():
+    """--grad_workers 0: the learner computes every gradient in the driver, so it takes one
+    device and the rollout workers none."""
+    from core.algos.trainers import trainer_class
+    plan = plan_gpus(devices.DRIVER_LEARNER, 2, num_workers=3)
+    assert plan.driver_learner_gpus == 1.0 and plan.rollout_worker_gpus == 0
+    assert plan.parameter_server_gpus == plan.learner_worker_gpus == 0
+    args = parse_args(["--config", "none", "--num_gpus", "1", "--num_workers", "3",
+                       "--grad_workers", "0"])
+    ppo = trainer_class("ppo").gpu_plan(args)
+    assert ppo.driver_learner_gpus == 1.0 and ppo.rollout_worker_gpus == 0
+    args.grad_workers = "auto"
+    assert trainer_class("ppo").gpu_plan(args).rollout_worker_gpus == 0.3333
+
+
 def test_the_loop_declares_who_computes_and_a_plugin_loop_gets_the_rollout_workers_plan():
     from core.algos.trainer import Trainer
     from core.algos.trainers import trainer_class

@@ -66,6 +66,24 @@ def own_data(members):
     return {m: dict(m.handle.obj.agent.data) for m in members}
 
 
+def capture_applied(learner):
+    """Every gradient ``learner`` applies, as numpy by parameter name: the averaged ones given
+    to ``apply`` and the learner's own left in .grad for ``apply_in_place`` (--grad_workers 0)."""
+    applied = []
+    apply, apply_in_place = learner.apply, learner.apply_in_place
+
+    def by_apply(gradients, progress=0.0):
+        applied.append({k: v.copy() for k, v in gradients.items()})
+        return apply(gradients, progress)
+
+    def in_place(progress=0.0):
+        applied.append({k: p.grad.detach().numpy().copy()
+                        for k, p in learner.parameters.items() if p.grad is not None})
+        return apply_in_place(progress)
+    learner.apply, learner.apply_in_place = by_apply, in_place
+    return applied
+
+
 @pytest.mark.parametrize("grad_workers", ["3", "1", "2", "0"])
 @pytest.mark.parametrize("missing", [2, 0])
 @pytest.mark.parametrize("memory", [(), ("--recurrent", "lstm"), ("--recurrent", "gru")],
@@ -83,11 +101,7 @@ def test_a_missing_worker_leaves_the_union_of_the_delivered_data(missing, grad_w
     groups = []
     trainer.pool = lambda delivered: groups.append(pooled(delivered)) or groups[-1]
 
-    applied = []
-    apply = trainer.learner.apply
-    trainer.learner.apply = lambda gradients, progress=0.0: (
-        applied.append({k: v.copy() for k, v in gradients.items()}) or apply(gradients,
-                                                                              progress))
+    applied = capture_applied(trainer.learner)
     reference_model = trainer.model.__class__(trainer.args, trainer.model.observation_space,
                                               trainer.model.action_space)
     reference_model.set_weights(weights)
@@ -207,10 +221,7 @@ def test_sequences_cap_the_minibatches_at_what_each_gradient_worker_holds(grad_w
     weights = trainer.learner.get_weights()
     delivered = trainer.collect_fragments(members, weights)
     assert all(d.agent_stats["sequences"] == 4 for d in delivered.values())
-    applied = []
-    apply = trainer.learner.apply
-    trainer.learner.apply = lambda gradients, progress=0.0: (
-        applied.append(1) or apply(gradients, progress))
+    applied = capture_applied(trainer.learner)
     stats, *_ = trainer.update(delivered, weights, progress=0.0)
     assert len(applied) == steps and len(stats) >= steps
     assert trainer.faults.counts["skipped_updates"] == 0

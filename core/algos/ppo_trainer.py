@@ -22,7 +22,7 @@ import ray
 import torch
 
 from core.algos.agents import OnPolicyAgent
-from core.distributed.devices import device_info
+from core.distributed.devices import DRIVER_LEARNER, device_info, plan_gpus, resolve_device, to_cpu
 from core.faults import all_finite
 from core.learning.learner import Learner, average_gradients
 from core.distributed.placement import Placement, cpus_per_actor
@@ -62,8 +62,13 @@ class LearnerGradients:
     def __repr__(self):
         return "<the learner's gradients>"
 
-    def fetch_grads(self, request):
-        return self.agent.fetch_grads(None, request)
+    def fetch_grads(self, request, in_place=False):
+        """The gradient of this minibatch on the learner's model; ``in_place``: left in the
+        model's .grad (``GradientResult.gradients`` None) for ``Learner.apply_in_place``."""
+        if not in_place:
+            return self.agent.fetch_grads(None, request)
+        with self.agent.model.gradients_in_place():
+            return self.agent.fetch_grads(None, request)
 
 
 @dataclass
@@ -182,6 +187,14 @@ class PPOTrainer(Trainer):
     agent_kind = OnPolicyAgent
 
     @classmethod
+    def gpu_plan(cls, args):
+        """The rollout workers compute the gradients (core/distributed/devices.py), unless
+        --grad_workers 0: then the driver's learner computes them all and takes the GPU."""
+        if getattr(args, "grad_workers", "auto") == 0:
+            return plan_gpus(DRIVER_LEARNER, args.num_gpus, args.num_workers)
+        return super().gpu_plan(args)
+
+    @classmethod
     def metric_columns_for(cls, model_cls, observation_space=None):
         """The loop's columns, then the model's episode columns (models/base.py
         observe_episodes, metric_columns_of)."""
@@ -198,8 +211,12 @@ class PPOTrainer(Trainer):
         self.pending_states = {}           # slot -> saved worker state, applied when it joins
         torch.manual_seed(args.seed)
         self.model = plugins.model_cls(spec.model, *spaces)
-        # The learner stays on the CPU: its optimizer step takes ~0.1 ms; the workers compute
-        # the gradients, on their GPU shares if any (core/distributed/devices.py).
+        # The learner stays on the CPU (its optimizer step takes ~0.1 ms) while the workers
+        # compute the gradients, on their GPU shares if any; with --grad_workers 0 it computes
+        # them all itself, on the GPU when the run has one (core/distributed/devices.py).
+        self.device = resolve_device(spec.gpus.driver_learner_gpus if spec.gpus else 0.0,
+                                     "the learner")
+        self.model.to(self.device)  # before the optimizer: its state lives beside the weights
         self.learner = Learner(self.model)
         self.learner_gradients = None
         if args.grad_workers == 0:
@@ -290,7 +307,9 @@ class PPOTrainer(Trainer):
 
     # -- gradients ---------------------------------------------------------------------------
     def gradients(self, weights, request, members):
-        """{member: GradientResult} of the workers still in this round."""
+        """{member: GradientResult} of the workers still in this round. When the learner's
+        own agent computes alone (--grad_workers 0), its gradient stays in the model's .grad
+        (``gradients`` None): ``update`` applies it in place."""
         if self.graph is not None:
             try:
                 return dict(zip(members, ray.get(self.graph.execute(weights, request),
@@ -305,7 +324,7 @@ class PPOTrainer(Trainer):
                 continue
             calls[self.group.submit(member, "fetch_grads", weights, request)] = member
         if self.learner_gradients in members:
-            own = self.learner_gradients.fetch_grads(request)
+            own = self.learner_gradients.fetch_grads(request, in_place=len(members) == 1)
         results = self.group.gather(calls) if calls else {}
         if own is not None:
             results[self.learner_gradients] = own
@@ -490,12 +509,15 @@ class PPOTrainer(Trainer):
                     continue  # no worker had data for this minibatch: nothing to learn from
                 gradient_lags += [self.learner.version - r.weights_version for r in results]
                 step_stats = [r.stats for r in results]
-                gradients = average_gradients([r.gradients for r in results],
-                                              [r.num_samples for r in results])
                 if not all(all_finite(s, LOSS_KEYS) for s in step_stats):
                     self.faults.update_skipped("a loss is NaN or inf", self.run.env_steps)
                     continue
-                norm = self.learner.apply(gradients, progress)
+                if results[0].gradients is None:  # the learner's own, left in place
+                    norm = self.learner.apply_in_place(progress)
+                else:
+                    norm = self.learner.apply(average_gradients(
+                        [r.gradients for r in results], [r.num_samples for r in results]),
+                        progress)
                 if norm is None:
                     self.faults.update_skipped("the averaged gradient has NaN or inf",
                                                self.run.env_steps)
@@ -598,7 +620,8 @@ class PPOTrainer(Trainer):
         self.learner.load_state(weights, optimizer_state, updates)
 
     def checkpoint_state(self):
-        return self.learner.state()
+        weights, optimizer_state, version = self.learner.state()
+        return weights, to_cpu(optimizer_state), version  # loads where no GPU is
 
     def worker_groups(self):
         return [self.group]
