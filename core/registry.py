@@ -141,11 +141,14 @@ def _generated_add_args(cls, config_cls):
     return add_args
 
 
-def unknown_name_message(kind: str, name: str, known) -> str:
+def unknown_name_message(kind: str, name: str, known, flag: Optional[str] = None) -> str:
+    """One paragraph: ``name`` is no registered ``kind`` (``flag``, default --<kind>_name), the
+    registered ones, the closest as "did you mean"."""
     close = difflib.get_close_matches(str(name), list(known), n=1, cutoff=0.5)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     listed = ", ".join(known) if known else "(none)"
-    return (f"unknown {kind} {name!r} (--{kind}_name). Registered {kind}s: {listed}.{hint} "
+    flag = flag or f"--{kind}_name"
+    return (f"unknown {kind} {name!r} ({flag}). Registered {kind}s: {listed}.{hint} "
             f"A plugin outside the repository is loaded with --user_dir DIR.")
 
 
@@ -179,14 +182,14 @@ def _pickle_by_value(module):
 
 def import_user_dir(user_dir: str):
     """Import plugins from a folder anywhere: its .py files and its envs/, models/, agents/,
-    trainers/ subfolders. Idempotent: a module already imported from the same file is not run again."""
+    trainers/, loggers/ subfolders. Idempotent: a module already imported from the same file is not run again."""
     global _current_source
     path = os.path.abspath(os.path.expanduser(user_dir))
     if not os.path.isdir(path):
         raise ConfigError(f"--user_dir {user_dir!r} is not a folder (resolved to {path}). "
                           f"Give a folder holding plugin .py files or envs/, models/, agents/.")
     files = [os.path.join(path, f) for f in sorted(os.listdir(path))]
-    for sub in ("envs", "models", "agents", "trainers"):
+    for sub in ("envs", "models", "agents", "trainers", "loggers"):
         subdir = os.path.join(path, sub)
         if os.path.isdir(subdir):
             files += [os.path.join(subdir, f) for f in sorted(os.listdir(subdir))]

@@ -31,6 +31,7 @@ from core.run.state import from_payload
 from core.algos.trainer import LoopPartLost
 from core.algos.trainers import check_agent_kind, trainer_class
 from ddrl.callbacks import StopAtReturn, StopOnPlateau
+from loggers import make_loggers
 
 # While PPO learns in this process, Ray's processes start at this niceness, so that starting them
 # takes the CPUs the learning in the driver leaves (on 2 cores the first round came about 1.4 s
@@ -118,6 +119,8 @@ class TrainingSession:
         setup_process(args)
         spec = run_spec(args)  # each component's typed config (core/config.py)
         self.plugins = load_plugins(spec)
+        # the trackers (--logger) before anything starts: a missing package is a ConfigError
+        trackers = make_loggers(args)
         observation_space, action_space, threshold = probe_env(self.plugins, spec.env)
         self.spaces = observation_space, action_space
         self.plugins.model_cls.check_spaces(observation_space, action_space)
@@ -144,11 +147,12 @@ class TrainingSession:
                 self.ray_starter.ready(timeout=None)
         self.observers = in_call_order(stop_rules(target, args) + self.given_observers)
         columns = trainer_cls.metric_columns_for(self.plugins.model_cls, self.spaces[0])
-        columns += [c for o in self.observers for c in o.columns if c not in columns]
+        columns += [c for o in self.observers + trackers for c in o.columns if c not in columns]
         self.context = RunContext(args, self.run_dir, self.start_time, columns, target,
                                   self.plotter,
                                   trainer_cls.line_metrics_for(self.plugins.model_cls))
-        self.observers = in_call_order(self.observers + [RowRecorder(self.context)])
+        # the run's own recorder (the terminal line, the curves), then the trackers
+        self.observers = in_call_order(self.observers + [RowRecorder(self.context)] + trackers)
         self.view = RunView(self.context, vars(args), self.save)
         self.faults = Faults(args)
         self.save_resolved_config()
@@ -305,12 +309,13 @@ class TrainingSession:
 
     def notify(self, row, evaluation):
         """Every observer in call order (core/run/observer.py) with this iteration's evaluation
-        and row; columns the callbacks added join metrics.csv before the recorders write it;
+        and row; columns the callbacks added join the run's (RunView.columns: metrics.csv's
+        header) before the recorders write it;
         a stop an observer asks for applies after this row."""
         given, stop = set(row), None
         for observer in self.observers:
             if given is not None and observer.phase != "callback":
-                self.context.logger.add_columns([k for k in row if k not in given])
+                self.context.add_columns([k for k in row if k not in given])
                 given = None
             asked = observer.on_evaluation(self.view, evaluation) if evaluation else None
             asked = observer.on_row(self.view, row) or asked

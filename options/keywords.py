@@ -5,7 +5,8 @@ import argparse
 
 #: the flags that choose the parser (plugins, presets, a restored run's configuration): read
 #: before the others are converted
-PARSER_KEYS = ("env_name", "model_name", "agent_name", "user_dir", "config", "gym_id", "restore")
+PARSER_KEYS = ("env_name", "model_name", "agent_name", "user_dir", "config", "gym_id", "restore",
+               "logger")
 
 
 def flags_to_argv(flags, actions=None):

@@ -46,6 +46,34 @@ def app_only(action):
     return action
 
 
+def logger_names(text):
+    """--logger: comma-separated names of registered trackers (loggers/), in order, each once;
+    'none' for none. An unknown name lists the registered ones."""
+    import importlib
+    from core.registry import registry_of, unknown_name_message
+    importlib.import_module("loggers")  # publishes the registry (a --user_dir's are in by now)
+    registry = registry_of("logger")
+    names = [n.strip() for n in str(text).split(",") if n.strip()]
+    if [n.lower() for n in names] == ["none"]:
+        return []
+    for name in names:
+        if name not in registry:
+            raise argparse.ArgumentTypeError(unknown_name_message(
+                "logger", name, registry.names(), flag="--logger").rstrip("."))
+    return list(dict.fromkeys(names))
+
+
+def logger_flags(names):
+    """The dests of the flags the trackers ``names`` add (their ``add_args``)."""
+    from core.registry import registry_of
+    parser = argparse.ArgumentParser(add_help=False)
+    for name in names:
+        add_args = getattr(registry_of("logger").get(name), "add_args", None)
+        if add_args is not None:
+            add_args(parser)
+    return {a.dest for a in parser._actions if a.option_strings}
+
+
 def add_common_args(parser):
     group = parser.add_argument_group("plugins")
     group.add_argument("--env_name", default="gym_env",
@@ -260,9 +288,17 @@ def add_common_args(parser):
                                      "(default: %(default)s; metrics.csv gets every one)"))
     group.add_argument("--quiet", action="store_true",
                        help="print only the final summary line")
+    app_only(group.add_argument("--logger", type=logger_names, default="tensorboard,csv",
+                                metavar="NAME[,NAME...]",
+                                help="experiment trackers the metrics rows go to (loggers/): "
+                                     "tensorboard (RUN_DIR/tensorboard), csv (RUN_DIR/metrics.csv), "
+                                     "wandb (offline by default, RUN_DIR/wandb), mlflow (a local "
+                                     "store, runs/mlruns, by default), a --user_dir's own; 'none' "
+                                     "for none. Each brings its flags: `--logger wandb -h` shows "
+                                     "them (default: %(default)s)"))
     app_only(group.add_argument("--tensorboard", action=argparse.BooleanOptionalAction, default=True,
-                                help="write every metrics column to TensorBoard event files in "
-                                     "RUN_DIR/tensorboard (default: on; --no-tensorboard to skip)"))
+                                help="keep --logger's tensorboard: --no-tensorboard drops it "
+                                     "(default: on)"))
     app_only(group.add_argument("--plot_interval", type=positive_float, default=30.0,
                                 help="seconds between redrawings of RUN_DIR/learning_curves.png "
                                      "(also drawn at the end) (default: %(default)s)"))
@@ -470,7 +506,15 @@ def build_parser(argv, command="main"):
     # The training loop the model names may bring flags of its own (SAC: replay, learners).
     from core.algos.trainers import trainer_class
     trainer_class(chosen[1][1].trainer, chosen[1][1]).add_args(parser)
-    _apply_config(parser, config, strict=True)
+    # The chosen trackers' flags (--logger); a configuration's flags of trackers not chosen now
+    # (a run restored with another --logger) are left alone.
+    from core.registry import registry_of
+    for name in known.logger:
+        add_args = getattr(registry_of("logger").get(name), "add_args", None)
+        if add_args is not None:
+            add_args(parser.add_argument_group(f"logger {name!r}"))
+    unchosen = logger_flags([n for n in registry_of("logger").names() if n not in known.logger])
+    _apply_config(parser, {k: v for k, v in config.items() if k not in unchosen}, strict=True)
     preset = None
     if early.config is None:
         parsed = parser.parse_known_args(argv)[0]

@@ -1,8 +1,10 @@
-"""What every training loop shares: the clock, the stop rules, metrics and the summary."""
+"""What every training loop shares: the clock, the stop rules, the terminal lines, the learning
+curves and the summary. Where the metrics rows go besides (metrics.csv, TensorBoard, W&B,
+MLflow) is the trackers' to say: loggers/, observers of phase "recorder"."""
 import os
 import time
 
-from core.run.metrics import MetricsLogger, TensorBoardLogger, write_json
+from core.run.metrics import TerminalLines, write_json
 from core.run.observer import RunObserver
 from core.run.plots import LearningCurves
 
@@ -28,16 +30,14 @@ class RunContext:
         self.stop_requested = None            # set by a signal: "interrupted" or "terminated"
         self.last_row_time = time.time()
         self.last_row_steps = 0
+        self.columns = list(columns)          # the metrics columns; observers may add more
         os.makedirs(run_dir, exist_ok=True)
         metrics_path = os.path.join(run_dir, "metrics.csv")
         self.curves = LearningCurves(run_dir, target_return, args.plot_interval, plotter=plotter,
                                      title=os.path.basename(os.path.normpath(run_dir)))
         self.curves.load_csv(metrics_path)  # a restored run into the same directory continues
-        self.logger = MetricsLogger(metrics_path, columns,
-                                    log_interval=args.log_interval, quiet=args.quiet,
-                                    total_steps=args.total_steps, line_metrics=line_metrics)
-        self.tensorboard = (TensorBoardLogger(os.path.join(run_dir, "tensorboard"), start_time)
-                            if args.tensorboard else None)
+        self.lines = TerminalLines(log_interval=args.log_interval, quiet=args.quiet,
+                                   total_steps=args.total_steps, line_metrics=line_metrics)
 
     def elapsed(self):
         return time.time() - self.start_time
@@ -75,11 +75,14 @@ class RunContext:
             row["eval_success_rate"] = eval_result.get("eval_success_rate")
         return row
 
+    def add_columns(self, names):
+        """Metrics columns an observer added to rows (the trackers see them in RunView.columns)."""
+        self.columns += [n for n in names if n not in self.columns]
+
     def write(self, row):
-        """metrics.csv (and the terminal line), TensorBoard, the learning curves."""
-        self.logger.log(row)
-        if self.tensorboard is not None:
-            self.tensorboard.log(row)
+        """What the run itself does with a row, whichever trackers record it: the terminal
+        line and the learning curves."""
+        self.lines.log(row)
         self.curves.add(row)
         self.curves.maybe_draw()
 
@@ -124,9 +127,7 @@ class RunContext:
         }
 
     def finish(self, **extra):
-        self.logger.close()
-        if self.tensorboard is not None:
-            self.tensorboard.close()
+        self.lines.close()
         self.curves.maybe_draw(force=True)
         self.curves.close()
         summary = self.summary(**extra)
@@ -136,8 +137,8 @@ class RunContext:
 
 class RowRecorder(RunObserver):
     """The run's own recorder (phase "recorder", core/run/observer.py): each row as the
-    callbacks left it, to metrics.csv and the terminal line, TensorBoard and the learning
-    curves (``RunContext.write``)."""
+    callbacks left it, to the terminal line and the learning curves (``RunContext.write``),
+    whatever --logger says; the trackers (loggers/) record it beside."""
     phase = "recorder"
 
     def __init__(self, context):

@@ -58,28 +58,13 @@ def _fmt(value, spec):
     return format(value, spec)
 
 
-class MetricsLogger:
-    """One CSV row per iteration (fixed columns, empty cells where a value is absent). On a
-    terminal, a progress bar (env steps of --total_steps, steps/s, ETA, last train and eval
-    return) with a line kept for every evaluation; otherwise (a file, a pipe, CI) a plain line
-    every ``log_interval`` rows and at every evaluation. Nothing with ``quiet``. A line holds
-    the steps, speed, time and returns, then each of ``line_metrics`` ((column, label, format)
-    triples: the loop's and the model's, Trainer.line_metrics_for) the row has a value for."""
+class CsvMetrics:
+    """metrics.csv: one row per iteration, fixed columns (empty cells where a value is absent).
+    A restored run goes on in its file; columns added later (an observer's, ``add_columns``)
+    widen the header."""
 
-    def __init__(self, path, columns, log_interval=1, quiet=False, printer=print,
-                 total_steps=None, progress_bar=None, line_metrics=()):
+    def __init__(self, path, columns):
         self.columns = list(columns)
-        self.line_metrics = tuple(line_metrics)
-        self.log_interval = log_interval
-        self.quiet = quiet
-        self.printer = printer
-        self.rows = 0
-        if progress_bar is None:
-            progress_bar = sys.stdout.isatty()
-        self.use_bar = bool(progress_bar) and not quiet
-        self.total_steps = total_steps
-        self.bar = None  # made at the first row, after the run's header line is printed
-        self.last_eval = None
         self.path = path
         new = not os.path.exists(path) or os.path.getsize(path) == 0
         wanted, header = self.columns, []
@@ -115,6 +100,34 @@ class MetricsLogger:
     def log(self, row):
         self.writer.writerow({k: ("" if row.get(k) is None else row[k]) for k in self.columns})
         self.file.flush()
+
+    def close(self):
+        self.file.close()
+
+
+class TerminalLines:
+    """What a run prints while it trains. On a terminal, a progress bar (env steps of
+    --total_steps, steps/s, ETA, last train and eval return) with a line kept for every
+    evaluation; otherwise (a file, a pipe, CI) a plain line every ``log_interval`` rows and at
+    every evaluation. Nothing with ``quiet``. A line holds the steps, speed, time and returns,
+    then each of ``line_metrics`` ((column, label, format) triples: the loop's and the model's,
+    Trainer.line_metrics_for) the row has a value for."""
+
+    def __init__(self, log_interval=1, quiet=False, printer=print, total_steps=None,
+                 progress_bar=None, line_metrics=()):
+        self.line_metrics = tuple(line_metrics)
+        self.log_interval = log_interval
+        self.quiet = quiet
+        self.printer = printer
+        self.rows = 0
+        if progress_bar is None:
+            progress_bar = sys.stdout.isatty()
+        self.use_bar = bool(progress_bar) and not quiet
+        self.total_steps = total_steps
+        self.bar = None  # made at the first row, after the run's header line is printed
+        self.last_eval = None
+
+    def log(self, row):
         self.rows += 1
         evaluated = row.get("eval_return") is not None
         if self.use_bar and self.bar is None:
@@ -146,4 +159,32 @@ class MetricsLogger:
     def close(self):
         if self.bar is not None:
             self.bar.close()
-        self.file.close()
+
+
+class MetricsLogger:
+    """metrics.csv and the terminal lines together (CsvMetrics, TerminalLines): what a run
+    wrote through one object before the trackers were plugins (loggers/)."""
+
+    def __init__(self, path, columns, log_interval=1, quiet=False, printer=print,
+                 total_steps=None, progress_bar=None, line_metrics=()):
+        self.csv = CsvMetrics(path, columns)
+        self.terminal = TerminalLines(log_interval, quiet, printer, total_steps, progress_bar,
+                                      line_metrics)
+
+    @property
+    def columns(self):
+        return self.csv.columns
+
+    def add_columns(self, names):
+        self.csv.add_columns(names)
+
+    def log(self, row):
+        self.csv.log(row)
+        self.terminal.log(row)
+
+    def format_line(self, row):
+        return self.terminal.format_line(row)
+
+    def close(self):
+        self.terminal.close()
+        self.csv.close()

@@ -81,6 +81,12 @@ class RunView:
         return self._context.env_steps
 
     @property
+    def columns(self):
+        """The run's metrics columns so far, in order: the loop's, those observers declare,
+        then those they added to rows (what metrics.csv's header holds)."""
+        return tuple(self._context.columns)
+
+    @property
     def wall_time_s(self):
         """Seconds since the process started (a restored run counts its earlier time)."""
         return self._context.elapsed()
