@@ -48,10 +48,13 @@ def _identity(cls) -> tuple:
 
 class Registry:
     def __init__(self, kind: str, base_class: Optional[type] = None,
-                 check: Optional[Callable[[type], None]] = None, home: Optional[str] = None):
+                 check: Optional[Callable[[type], None]] = None, home: Optional[str] = None,
+                 flag: Optional[str] = None):
         """``home``: the package whose classes are this kind's built-ins (listed as such);
-        classes from anywhere else are the --user_dir's."""
+        classes from anywhere else are the --user_dir's. ``flag``: the command-line flag that
+        names one (default --<kind>_name)."""
         self.kind = kind
+        self.flag = flag or f"--{kind}_name"
         self.base_class = base_class
         self.check = check
         self.home = home
@@ -93,7 +96,7 @@ class Registry:
     def get(self, name: str):
         """The registered class (as registered: an env may be a Ray ActorClass)."""
         if name not in self.entries:
-            raise ConfigError(unknown_name_message(self.kind, name, self.names()))
+            raise ConfigError(unknown_name_message(self.kind, name, self.names(), self.flag))
         return self.entries[name].cls
 
     def __contains__(self, name):

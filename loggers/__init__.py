@@ -44,7 +44,7 @@ def _check_logger_class(cls):
 
 
 LOGGER_REGISTRY = publish(Registry("logger", base_class=RunObserver, check=_check_logger_class,
-                                   home=__name__))
+                                   home=__name__, flag="--logger"))
 register_logger = LOGGER_REGISTRY.register
 
 

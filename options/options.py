@@ -391,13 +391,11 @@ def registries(user_dir=None):
     """Every plugin registry (envs, models, agents, loggers), the --user_dir's plugins
     registered too: what ``ddrl list`` and --list show."""
     import importlib
-    import importlib.util
     from core.registry import published
     if user_dir:
         import_user_dir(user_dir)
     for package in PLUGIN_PACKAGES + ("loggers",):
-        if importlib.util.find_spec(package) is not None:
-            importlib.import_module(package)
+        importlib.import_module(package)
     return published()
 
 
@@ -406,7 +404,7 @@ def plugin_listing(registries):
     then the presets in configs/ with their first comment line."""
     lines = []
     for registry in registries:
-        lines.append(f"{registry.kind}s (--{registry.kind}_name):")
+        lines.append(f"{registry.kind}s ({registry.flag}):")
         width = max((len(n) for n in registry.names()), default=0)
         for name in registry.names():
             entry = registry.entries[name]

@@ -1,0 +1,180 @@
+"""The ``ddrl`` command (ddrl/cli.py) as a user runs it: installed by ``make setup``
+(.venv/bin/ddrl), from a directory outside the checkout. ``ddrl train`` is ``python main.py``
+(the same metrics in deterministic mode), ``evaluate``, ``export``, ``card``, ``sweep`` and its
+``resume`` work on a run made there, ``-h`` works at every level, the old command flags of
+main.py print their note and still work, two commands in one line are an error, and a script
+outside the checkout imports ddrl and trains with a callback."""
+import csv
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import ddrl.cli as cli
+
+pytestmark = pytest.mark.e2e
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DDRL = os.path.join(os.path.dirname(sys.executable), "ddrl")
+FLAGS = ["--num_workers", "0", "--seed", "0", "--total_steps", "2048", "--eval_interval",
+         "1024", "--eval_episodes", "2", "--no-tensorboard"]
+
+
+def ddrl(*args, cwd, timeout=300):
+    """The installed command, from ``cwd``, without the checkout on the path (as a user)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run([DDRL, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def main_py(*args, cwd, timeout=300):
+    return subprocess.run([sys.executable, os.path.join(REPO, "main.py"), *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def read_rows(run_dir):
+    with open(os.path.join(run_dir, "metrics.csv")) as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def elsewhere(tmp_path_factory):
+    """A directory outside the checkout with a run ``ddrl train`` made there."""
+    if not os.path.exists(DDRL):
+        pytest.fail(f"{DDRL} is missing: `make setup` installs the ddrl command")
+    where = str(tmp_path_factory.mktemp("elsewhere"))
+    proc = ddrl("train", *FLAGS, "--run_dir", "run", cwd=where)
+    assert proc.returncode == 0, proc.stderr
+    return where
+
+
+def test_ddrl_train_is_main_py(elsewhere):
+    proc = main_py(*FLAGS, "--run_dir", "by_main", cwd=elsewhere)
+    assert proc.returncode == 0, proc.stderr
+    ours, theirs = read_rows(os.path.join(elsewhere, "run")), read_rows(
+        os.path.join(elsewhere, "by_main"))
+    assert len(ours) == len(theirs) > 0
+    timing = {"wall_time_s", "steps_per_s", "sample_time_s", "update_time_s"}
+    for a, b in zip(ours, theirs):  # deterministic mode: the same numbers, the clock aside
+        assert {k: v for k, v in a.items() if k not in timing} == {
+            k: v for k, v in b.items() if k not in timing}
+
+
+def test_evaluate_export_and_card_work_on_a_run_made_elsewhere(elsewhere):
+    proc = ddrl("evaluate", "run", "--eval_episodes", "3", cwd=elsewhere)
+    assert proc.returncode == 0 and "3 deterministic episodes, return" in proc.stdout, proc.stderr
+    proc = ddrl("export", "run", "--out", "policy.onnx", cwd=elsewhere)
+    assert proc.returncode == 0, proc.stderr
+    assert os.path.getsize(os.path.join(elsewhere, "policy.onnx")) > 0
+    assert json.load(open(os.path.join(elsewhere, "policy.onnx.json")))["format"] == "onnx"
+    os.remove(os.path.join(elsewhere, "run", "README.md"))
+    proc = ddrl("card", "run", cwd=elsewhere)
+    assert proc.returncode == 0 and os.path.isfile(os.path.join(elsewhere, "run", "README.md"))
+
+
+def test_evaluate_passes_other_flags_to_the_runs_parser(elsewhere):
+    proc = ddrl("evaluate", "run", "--eval_episodes", "2", "--no-eval_deterministic",
+                cwd=elsewhere)
+    assert proc.returncode == 0 and "2 sampled episodes" in proc.stdout, proc.stderr
+    proc = ddrl("evaluate", "run", "--bogus_flag", "3", cwd=elsewhere)
+    assert proc.returncode == 2 and "--bogus_flag" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_help_at_every_level(elsewhere):
+    top = ddrl("-h", cwd=elsewhere)
+    assert top.returncode == 0
+    for name in cli.COMMANDS:
+        assert f"  {name} " in top.stdout
+    # train builds the chosen plugins' flags, and hides the old command flags
+    train = ddrl("train", "--model_name", "sac", "--gym_id", "Pendulum-v1", "-h", cwd=elsewhere)
+    assert train.returncode == 0 and "--sac_hidden_sizes" in train.stdout
+    assert "usage: ddrl train" in train.stdout
+    assert "--evaluate" not in train.stdout and "--num_samples" not in train.stdout
+    assert "--num_samples" in ddrl("sweep", "spec.yaml", "-h", cwd=elsewhere).stdout
+    for name, needle in (("evaluate", "--eval_episodes"), ("export", "--format"),
+                         ("card", "RUN_DIR"), ("list", "--user_dir"),
+                         ("cluster", "stop")):
+        proc = ddrl(name, "-h", cwd=elsewhere)
+        assert proc.returncode == 0 and needle in proc.stdout, (name, proc.stdout)
+    assert "ddrl sweep resume DIR" in ddrl("sweep", "-h", cwd=elsewhere).stdout
+
+
+def test_list_names_the_plugins_and_presets(elsewhere):
+    proc = ddrl("list", cwd=elsewhere)
+    assert proc.returncode == 0
+    for needle in ("envs (--env_name):", "gym_env", "models (--model_name):", "ppo",
+                   "agents (--agent_name):", "presets (configs/"):
+        assert needle in proc.stdout
+
+
+def test_mistakes_are_one_paragraph(elsewhere):
+    for args, needle in ((["trian"], "Did you mean `ddrl train`?"),
+                         (["--gym_id", "X"], "`ddrl train --gym_id X`"),
+                         (["train", "--evaluate", "run"], "`ddrl evaluate`"),
+                         (["sweep", "resume", "run"], "not a sweep directory"),
+                         (["export", "nowhere"], "no such file or directory")):
+        proc = ddrl(*args, cwd=elsewhere)
+        assert proc.returncode == 2 and needle in proc.stderr, (args, proc.stderr)
+        assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_main_py_old_command_flags_note_the_subcommand_and_still_work(elsewhere):
+    proc = main_py("--evaluate", "run", "--eval_episodes", "2", cwd=elsewhere)
+    assert proc.returncode == 0 and "2 deterministic episodes" in proc.stdout
+    assert proc.stderr.startswith("ddrl: note: `python main.py --evaluate` is `ddrl evaluate` "
+                                  "now")
+    proc = main_py("--model_card", "run", cwd=elsewhere)
+    assert proc.returncode == 0 and "`ddrl card`" in proc.stderr
+    proc = main_py("--evaluate", "run", "--export", "run", cwd=elsewhere)
+    assert proc.returncode == 2
+    assert "--evaluate, --export: two commands in one line" in proc.stderr
+
+
+def test_a_sweep_and_its_resume_from_elsewhere(elsewhere):
+    with open(os.path.join(elsewhere, "spec.yaml"), "w") as f:
+        f.write("lr: {choice: [0.001]}\n")
+    proc = ddrl("sweep", "spec.yaml", *FLAGS, "--total_steps", "512", "--eval_interval", "256",
+                "--num_samples", "1", "--scheduler", "fifo", "--max_concurrent", "1",
+                "--run_dir", "sweep", cwd=elsewhere, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert os.path.isfile(os.path.join(elsewhere, "sweep", "best.yaml"))
+    proc = ddrl("sweep", "resume", "sweep", cwd=elsewhere, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def test_a_script_outside_the_checkout_trains_with_a_callback(elsewhere):
+    script = os.path.join(elsewhere, "my_experiment.py")
+    with open(script, "w") as f:
+        f.write(textwrap.dedent("""
+            import json, sys
+            import ddrl
+
+            class Halfway(ddrl.Callback):
+                def on_row(self, run, row):
+                    row["progress"] = row["env_steps"] / run.config["total_steps"]
+                    if row["progress"] >= 0.5:
+                        return "halfway"
+
+            run = ddrl.train(num_workers=0, seed=0, total_steps=4096, eval_interval=1024,
+                             eval_episodes=2, quiet=True, run_dir="scripted",
+                             callbacks=[Halfway()])
+            print(json.dumps({"stopped": run.summary["stopped_because"],
+                              "module": ddrl.__file__}))
+        """))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, script], cwd=elsewhere, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    said = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert said["stopped"] == "halfway" and said["module"].startswith(REPO)
+    rows = read_rows(os.path.join(elsewhere, "scripted"))
+    assert float(rows[-1]["progress"]) >= 0.5 > float(rows[-2]["progress"])
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    events = EventAccumulator(os.path.join(elsewhere, "scripted", "tensorboard"))
+    events.Reload()
+    assert [e.value for e in events.Scalars("ddrl/progress")] == pytest.approx(
+        [float(r["progress"]) for r in rows])
