@@ -77,10 +77,15 @@ LEARNING_RUNS = {
     "sac_lunar_cpu": ("--model_name sac --gym_id LunarLanderContinuous-v3", False),
 }
 
+#: The runs --dry_run makes: with the GPU flags dropped a "_cpu" twin is its "_gpu" run again,
+#: and the seed line as typed is its --no-elastic_start form with the in-process worker first
+#: (tests/test_e2e.py runs that start); the suite's time is better spent elsewhere.
+DRY_RUNS = ("ppo_seed_line_ray", "dqn_lunar_gpu", "sac_lunar_gpu")
+
 #: What --dry_run changes, besides dropping --gpu/--num_gpus: small budgets on 2 CPUs.
 DRY_LEARNING = {
-    "ppo": "--num_cpus 2 --num_workers 2 --total_steps 1024 --eval_interval 512 "
-           "--eval_episodes 2",
+    "ppo": "--num_cpus 2 --num_workers 2 --total_steps 384 --eval_interval 192 "
+           "--eval_episodes 1 --num_epochs 2",
     "dqn": "--total_steps 600 --learning_starts 200 --eval_interval 300 --eval_episodes 1 "
            "--dqn_hidden_sizes 32,32",
     "sac": "--total_steps 600 --learning_starts 200 --start_steps 200 --eval_interval 300 "
@@ -269,6 +274,8 @@ def learning(check):
     procs = {}
     for name, (flags, on_gpu) in LEARNING_RUNS.items():
         if check.args.runs and name not in check.args.runs:
+            continue
+        if check.args.dry_run and not check.args.runs and name not in DRY_RUNS:
             continue
         run_dir = os.path.join(check.runs, name)
         argv = learning_argv(check, name, flags, run_dir, seconds)

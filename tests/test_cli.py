@@ -84,8 +84,19 @@ def test_evaluate_passes_other_flags_to_the_runs_parser(elsewhere):
     assert "Traceback" not in proc.stderr
 
 
-def test_help_at_every_level(elsewhere):
-    top = ddrl("-h", cwd=elsewhere)
+def in_process(capsys, *args):
+    """``ddrl ARGS`` in this process (the parsing and the exit codes, without the cost of a
+    process each): (exit code, stdout, stderr)."""
+    try:
+        code = cli.dispatch(list(args))
+    except SystemExit as exc:  # -h
+        code = exc.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_help_at_every_level(elsewhere, capsys):
+    top = ddrl("-h", cwd=elsewhere)  # the installed command, once
     assert top.returncode == 0
     for name in cli.COMMANDS:
         assert f"  {name} " in top.stdout
@@ -94,32 +105,33 @@ def test_help_at_every_level(elsewhere):
     assert train.returncode == 0 and "--sac_hidden_sizes" in train.stdout
     assert "usage: ddrl train" in train.stdout
     assert "--evaluate" not in train.stdout and "--num_samples" not in train.stdout
-    assert "--num_samples" in ddrl("sweep", "spec.yaml", "-h", cwd=elsewhere).stdout
+    assert "--num_samples" in in_process(capsys, "sweep", "spec.yaml", "-h")[1]
     for name, needle in (("evaluate", "--eval_episodes"), ("export", "--format"),
                          ("card", "RUN_DIR"), ("list", "--user_dir"),
                          ("cluster", "stop")):
-        proc = ddrl(name, "-h", cwd=elsewhere)
-        assert proc.returncode == 0 and needle in proc.stdout, (name, proc.stdout)
-    assert "ddrl sweep resume DIR" in ddrl("sweep", "-h", cwd=elsewhere).stdout
+        code, out, _ = in_process(capsys, name, "-h")
+        assert code == 0 and needle in out, (name, out)
+    assert "ddrl sweep resume DIR" in in_process(capsys, "sweep", "-h")[1]
 
 
-def test_list_names_the_plugins_and_presets(elsewhere):
-    proc = ddrl("list", cwd=elsewhere)
-    assert proc.returncode == 0
+def test_list_names_the_plugins_and_presets(capsys):
+    code, out, _ = in_process(capsys, "list")
+    assert code == 0
     for needle in ("envs (--env_name):", "gym_env", "models (--model_name):", "ppo",
-                   "agents (--agent_name):", "presets (configs/"):
-        assert needle in proc.stdout
+                   "agents (--agent_name):", "loggers (--logger):", "presets (configs/"):
+        assert needle in out
 
 
-def test_mistakes_are_one_paragraph(elsewhere):
+def test_mistakes_are_one_paragraph(elsewhere, capsys, monkeypatch):
+    monkeypatch.chdir(elsewhere)
     for args, needle in ((["trian"], "Did you mean `ddrl train`?"),
                          (["--gym_id", "X"], "`ddrl train --gym_id X`"),
                          (["train", "--evaluate", "run"], "`ddrl evaluate`"),
                          (["sweep", "resume", "run"], "not a sweep directory"),
                          (["export", "nowhere"], "no such file or directory")):
-        proc = ddrl(*args, cwd=elsewhere)
-        assert proc.returncode == 2 and needle in proc.stderr, (args, proc.stderr)
-        assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
+        code, _, err = in_process(capsys, *args)
+        assert code == 2 and needle in err, (args, err)
+        assert "Traceback" not in err and err.count("\n") == 1
 
 
 def test_main_py_old_command_flags_note_the_subcommand_and_still_work(elsewhere):

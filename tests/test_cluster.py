@@ -22,7 +22,7 @@ from tests.test_faults import (actor_pids, descendants, finish, metrics_rows, pr
 
 pytestmark = pytest.mark.cluster
 
-CLUSTER_PY = os.path.join(REPO, "core", "app", "cluster.py")
+CLUSTER_PY = os.path.join(REPO, "ddrl", "cluster.py")
 
 
 def free_port():
