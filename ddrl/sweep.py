@@ -1,8 +1,9 @@
 """Hyperparameter sweeps on Ray Tune, from main.py's own command line.
 
-    python main.py --gym_id CartPole-v1 --num_workers 0 --tune sweep.yaml --num_samples 8 \\
+    ddrl sweep sweep.yaml --gym_id CartPole-v1 --num_workers 0 --num_samples 8 \\
         --max_concurrent 2 --scheduler asha --run_dir runs/sweep-cartpole
-    python main.py --restore runs/sweep-cartpole          # continue an interrupted sweep
+    ddrl sweep resume runs/sweep-cartpole      # continue an interrupted sweep
+    (python main.py ... --tune sweep.yaml and --restore DIR, the old form, work too)
 
 Each trial is a whole ddrl run (ddrl/session.py) in a Tune trial actor, in
 RUN_DIR/trials/<trial id>, with the sweep's fixed flags plus the values Tune sampled from the
@@ -11,7 +12,7 @@ SPEC (options/sweep_spec.py). At every evaluation the trial writes a checkpoint 
 a better trial's checkpoint and perturbs the SPEC's flags. A trial that Tune restarts (resume,
 PBT) continues from its checkpoint with ddrl's exact resume.
 
-RUN_DIR gets: sweep.json (the command, for --restore), spec.yaml (the SPEC as given), tune/
+RUN_DIR gets: sweep.json (the command, for ``ddrl sweep resume``), spec.yaml (the SPEC as given), tune/
 (Tune's experiment state), trials/ (one ddrl run directory each), sweep.csv (every trial's
 flags and results), best.yaml (the best trial's configuration: ``--config best.yaml``
 re-runs it) and sweep.png (eval return against env steps, every trial).
@@ -202,8 +203,8 @@ class Sweep:
     def start_directory(self, argv, spec_path):
         if os.path.exists(self.sweep_dir) and os.listdir(self.sweep_dir):
             raise ConfigError(f"--run_dir {self.sweep_dir} is not empty. A sweep starts in a "
-                              f"new directory; continue an interrupted one with --restore "
-                              f"{self.sweep_dir}.")
+                              f"new directory; continue an interrupted one with `ddrl sweep "
+                              f"resume {self.sweep_dir}`.")
         os.makedirs(self.sweep_dir, exist_ok=True)
         shutil.copyfile(spec_path, os.path.join(self.sweep_dir, "spec.yaml"))
         from core.run.metrics import write_json
@@ -332,7 +333,7 @@ class Sweep:
         print(self.final_table(rows, best), flush=True)
         if interrupted:
             print(f"ddrl sweep: interrupted; every trial keeps its last checkpoint. Continue "
-                  f"with: python main.py --restore {self.sweep_dir}", file=sys.stderr, flush=True)
+                  f"with: ddrl sweep resume {self.sweep_dir}", file=sys.stderr, flush=True)
             return 130
         return 0
 

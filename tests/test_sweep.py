@@ -209,14 +209,18 @@ def test_asha_stops_the_hopeless_trial_early(asha_sweep):
 
 
 @pytest.mark.e2e
-def test_interrupted_sweep_continues_with_restore(tmp_path):
-    spec = write_spec(tmp_path, "lr: {grid: [0.001, 0.0005]}\n")
+def test_interrupted_sweep_continues_with_resume(tmp_path):
+    """With the installed command, from a directory outside the checkout (relative paths):
+    `ddrl sweep SPEC`, Ctrl-C, `ddrl sweep resume DIR`."""
+    write_spec(tmp_path, "lr: {grid: [0.001, 0.0005]}\n")
     sweep_dir = tmp_path / "sweep"
-    proc = subprocess.Popen([sys.executable, os.path.join(REPO, "main.py"), *TINY,
-                             "--total_steps", "8192", "--tune", spec, "--num_samples", "1",
-                             "--max_concurrent", "1", "--scheduler", "fifo",
-                             "--run_dir", str(sweep_dir)],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    ddrl = os.path.join(os.path.dirname(sys.executable), "ddrl")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.Popen([ddrl, "sweep", "spec.yaml", *TINY, "--total_steps", "8192",
+                             "--num_samples", "1", "--max_concurrent", "1", "--scheduler",
+                             "fifo", "--run_dir", "sweep"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.time() + 180
         first = None
@@ -232,11 +236,12 @@ def test_interrupted_sweep_continues_with_restore(tmp_path):
             proc.kill()
             proc.wait()
     assert proc.returncode == 130, output[-3000:]
-    assert f"--restore {sweep_dir}" in output
+    assert f"ddrl sweep resume {sweep_dir}" in output
     steps_before = json.loads((first / "checkpoints" / "last.pt.json").read_text())["env_steps"]
     assert steps_before < 8192
 
-    out = run_main("--restore", str(sweep_dir))
+    out = subprocess.run([ddrl, "sweep", "resume", "sweep"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     rows = read_csv(sweep_dir / "sweep.csv")
     assert len(rows) == 2 and all(r["stopped_because"] == "total_steps" for r in rows), rows
