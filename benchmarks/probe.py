@@ -34,6 +34,7 @@ PROBES = {
     "invalid-actions": ("invalid_actions", "a masked env's invalid actions in a ddrl run"),
     "structured-cost": ("structured_cost", "CartPole against DictCartPole: the Dict path's cost"),
     "memory-cost": ("memory_cost", "MLP against LSTM and GRU PPO on CartPole without velocities"),
+    "vector-ppo": ("vector_ppo", "PPO env steps/s on a batched CartPole: ddrl, a minimal PPO, SB3"),
     "learning-speed": ("learning_speed", "samples/s of ddrl's learning step (PPO, DQN, SAC) on a device"),
 }
 

@@ -12,6 +12,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
+from core.batched_env import Unbatched, is_batched
+from core.errors import ConfigError
 from core.registry import import_user_dir, registry_of, unwrap_actor_class
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -68,13 +70,44 @@ def make_env(plugins: Plugins, config, seed=None, evaluation=False):
     if evaluation:
         config = (argparse.Namespace(**{**vars(config), "evaluation": True})
                   if isinstance(config, argparse.Namespace) else config.replace(evaluation=True))
+    if batched_by_nature(plugins.env_cls):  # a single env: the class with one env, unbatched
+        return Unbatched(_construct(plugins.env_cls, config, seed, num_envs=1))
     return _construct(plugins.env_cls, config, seed)
 
 
-def _construct(factory, args, seed, signature_of=None):
+def batched_by_nature(env_cls):
+    """Whether the env class is batched whatever its flags: its __init__ takes ``num_envs``
+    (core/batched_env.py)."""
+    return "num_envs" in inspect.signature(unwrap_actor_class(env_cls).__init__).parameters
+
+
+def make_env_batch(plugins: Plugins, config, num_envs, seed=None):
+    """A batched env of ``num_envs`` envs from the env plugin (core/batched_env.py), or None
+    when the plugin steps one env at a time: its static ``make_batch(args, num_envs, seed)``'s
+    answer, else the class built with ``num_envs`` when its __init__ takes it."""
+    env_cls = plugins.env_cls
+    make_batch = getattr(env_cls, "make_batch", None)
+    if make_batch is not None:
+        env = make_batch(config, num_envs=num_envs, seed=seed)
+    elif batched_by_nature(env_cls):
+        env = _construct(env_cls, config, seed, num_envs=num_envs)
+    else:
+        return None
+    if env is not None and not is_batched(env):
+        raise ConfigError(f"the env plugin {env_cls.__qualname__} built {type(env).__name__} "
+                          f"as a batched env, but it lacks gymnasium's VectorEnv API: "
+                          f"num_envs, single_observation_space, single_action_space, and "
+                          f"batched reset/step (core/batched_env.py).")
+    if env is not None and env.num_envs != num_envs:
+        raise ConfigError(f"the env plugin {env_cls.__qualname__} was asked for {num_envs} "
+                          f"envs in one batch and built {env.num_envs}.")
+    return env
+
+
+def _construct(factory, args, seed, signature_of=None, **extra):
     params = inspect.signature((signature_of or factory).__init__).parameters
     takes_seed = "seed" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
-    return factory(args, seed=seed) if takes_seed else factory(args)
+    return factory(args, seed=seed, **extra) if takes_seed else factory(args, **extra)
 
 
 def env_label(env_cls, config):

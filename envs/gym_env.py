@@ -43,6 +43,7 @@ MuJoCo ids (HalfCheetah-v5, Hopper-v5, Walker2d-v5, Ant-v5, ...) run on the inst
 ``mujoco``; their simulator state is plain arrays, so checkpoints hold it (exact resume).
 """
 import argparse
+import functools
 from typing import Tuple
 
 import gymnasium as gym
@@ -52,11 +53,13 @@ import ray
 from core.argtypes import (non_negative_int, positive_int, positive_int_or_none,
                            unit_interval_or_none)
 from core.errors import ConfigError
+from core.registry import unwrap_actor_class
 from core.run.state import (generator_state, plain_attributes, set_attributes,
                         set_generator_state)
 from core.spaces import ACTION_MASK
 from envs import register_env, OBSERVATION
 from envs.robotics_shim import fix_robotics_joint_types
+from envs.gym_vector import VECTORIZE_MODES, GymVectorEnv
 from envs.toys import HideObs
 
 
@@ -92,6 +95,12 @@ class GymEnv:
                                  "top-level key of a Dict observation, else the same key of "
                                  "the info of reset and step; either becomes the observation's "
                                  "action_mask key. 'none': no mask (default: %(default)s)")
+        parser.add_argument("--vectorize", choices=VECTORIZE_MODES, default="none",
+                            help="step a worker's --num_envs_per_worker envs as one batched "
+                                 "env: native (the id's own vector env, e.g. CartPole-v1's "
+                                 "numpy one), sync (gymnasium's SyncVectorEnv over these "
+                                 "single envs) or async (a process per env); none: one by one "
+                                 "(default: %(default)s)")
         atari = parser  # the env's own argument group (argparse deprecates nesting groups)
         atari.add_argument("--atari_preprocessing", action=argparse.BooleanOptionalAction,
                            default=True,
@@ -131,6 +140,15 @@ class GymEnv:
                            help="sticky actions: the chance that the emulator repeats the "
                                 "previous action instead (default: the id's own, 0.25 for "
                                 "v5 ids)")
+
+    @staticmethod
+    def make_batch(args, num_envs, seed=None):
+        """With --vectorize, a worker's envs as one batched env (envs/gym_vector.py)."""
+        if args.vectorize == "none":
+            return None
+        register_ids_of(args.gym_id)
+        return GymVectorEnv(args, num_envs, lambda: unwrap_actor_class(GymEnv)(args),
+                            functools.partial(wrapped_gym_env, args))
 
     def __init__(self, args, seed=None):
         kwargs = {}
@@ -232,6 +250,12 @@ class GymEnv:
 
     def close(self):
         self.env.close()
+
+
+def wrapped_gym_env(args):
+    """The gymnasium env with every gym_env wrapper for ``args`` (--vectorize async: built in
+    AsyncVectorEnv's processes, so a module-level function)."""
+    return unwrap_actor_class(GymEnv)(args).env
 
 
 TOYS_MODULE = "envs.toys"

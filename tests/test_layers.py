@@ -17,7 +17,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAYERS = [
     ("foundation", ("core", "core.errors", "core.types", "core.registry", "core.argtypes", "core.atomic",
                     "core.faults", "core.seeding", "core.process_tree", "core.plugins",
-                    "core.config", "core.spaces", "core.space_codec")),
+                    "core.config", "core.spaces", "core.space_codec", "core.batched_env")),
     ("distribution", ("core.distributed",)),
     ("run records", ("core.run",)),
     ("sampling and learning", ("core.sampling", "core.learning")),

@@ -68,10 +68,11 @@ EPISODE_METRICS_KEY = "episode_metrics"
 
 class StepResult:
     __slots__ = ("observations", "rewards", "terminated", "truncated", "final_observations",
-                 "failed", "errors", "episode_metrics", "step_report")
+                 "failed", "errors", "episode_metrics", "step_report", "skipped")
 
     def __init__(self, observations, rewards, terminated, truncated, final_observations,
-                 failed=None, errors=None, episode_metrics=None, step_report=None):
+                 failed=None, errors=None, episode_metrics=None, step_report=None,
+                 skipped=None):
         self.observations = observations            # [E, ...] after auto-reset (or rebuild)
         self.rewards = rewards                      # [E]
         self.terminated = terminated                # [E] bool
@@ -89,6 +90,15 @@ class StepResult:
         # {name: [E, ...]} from the infos' STEP_REPORT_KEY (zeros for an env whose step
         # raised), or None when the envs report nothing
         self.step_report = step_report
+        # [E] bool or None: env e's step was a batched env's reset after the episode ended
+        # (core/sampling/batched.py, NextStep mode): no transition, cut like a failed step
+        # but no error and no episode
+        self.skipped = skipped
+
+    @property
+    def cut(self):
+        """[E] bool: the steps kept as cuts (Trajectory.valid False): failed or skipped."""
+        return self.failed if self.skipped is None else self.failed | self.skipped
 
 
 def to_env_action(action_space, action):
@@ -338,6 +348,10 @@ class EnvGroup:
             states = [env.get_state() if hasattr(env, "get_state") else None
                       for env in self.envs]
         return None if any(s is None for s in states) else states
+
+    def fits_state(self, states):
+        """Whether ``states`` (get_state's, from a checkpoint) are this group's envs'."""
+        return isinstance(states, list) and len(states) == len(self.seeds)
 
     def set_state(self, states):
         if self.placement == "actor":

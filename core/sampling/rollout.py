@@ -14,7 +14,8 @@ import torch
 from gymnasium import spaces as gym_spaces
 
 from core.distributed.devices import device_info, learning_model, plan_of, resolve_device
-from core.sampling.envs import EnvGroup, check_valid_actions
+from core.sampling.batched import make_env_group
+from core.sampling.envs import check_valid_actions
 from core.sampling.memory import EnvMemory
 from core.learning.normalizer import moments_of, normalize
 from core.distributed.placement import resolve
@@ -36,7 +37,7 @@ class RolloutWorker:
         plugins = load_plugins(spec)
         self.worker_index = worker_index
         torch.manual_seed(seeding.worker_torch(args.seed, worker_index, generation))
-        self.envs = EnvGroup(plugins, spec.env, seeding.worker_envs(args.seed, worker_index,
+        self.envs = make_env_group(plugins, spec.env, seeding.worker_envs(args.seed, worker_index,
                                                                 args.num_envs_per_worker,
                                                                 generation),
                              placement=args.env_placement, worker_index=worker_index)
@@ -276,7 +277,8 @@ class RolloutWorker:
                 report[name][t] = value
             env_errors.extend(dict(worker=self.worker_index, **error, step=t)
                               for error in result.errors)
-            for e in np.flatnonzero(result.failed):
+            cut = result.cut
+            for e in np.flatnonzero(cut):
                 valid[t, e] = False
                 rewards[t, e], terminated[t, e], truncated[t, e] = 0.0, False, True
                 truncated_index.append((t, e))
@@ -294,7 +296,7 @@ class RolloutWorker:
                 # obs_buf[0, e]: it bootstraps from the real state already.
             self.episode_return += result.rewards
             self.episode_length += 1
-            for e in np.flatnonzero(result.failed):  # a cut episode is not a finished one
+            for e in np.flatnonzero(cut):  # a cut episode is not a finished one
                 self.episode_return[e] = 0.0
                 self.episode_length[e] = 0
             finished_metrics.extend(result.episode_metrics.values())
@@ -313,7 +315,7 @@ class RolloutWorker:
                 self.episode_return[e] = 0.0
                 self.episode_length[e] = 0
             self.observations = result.observations
-            memory.episodes_ended(result.terminated | result.truncated | result.failed)
+            memory.episodes_ended(result.terminated | result.truncated | cut)
 
         fragment_memory = None
         if memory.active:
@@ -406,7 +408,7 @@ class RolloutWorker:
         if state.get("acting_rng") is not None and hasattr(self.acting_model, "acting_rng"):
             set_generator_state(self.acting_model.acting_rng, state["acting_rng"])
         self.random_steps_left = int(state["random_steps_left"])
-        if state["envs"] is not None and len(state["envs"]) == len(self.envs):
+        if state["envs"] is not None and self.envs.fits_state(state["envs"]):
             self.envs.set_state(state["envs"])
             self.observations = spaces.tree_map(np.asarray, state["observations"])
             self.episode_return = np.asarray(state["episode_return"], dtype=np.float64).copy()

@@ -1,0 +1,270 @@
+"""PPO training throughput on a batched CartPole, every system on the same fixed settings.
+
+    .venv/bin/python benchmarks/probe.py vector-ppo --out benchmarks/results/vector-ppo.json
+
+The settings (the batched-simulators issue's): gymnasium's native CartPoleVectorEnv, 256 envs x
+32 steps per round, 1 epoch, minibatches of 2,048 (4 per round), a 64x64 tanh actor and critic,
+Adam at lr 1e-3, gamma 0.99, GAE lambda 0.95, clip 0.2, value coefficient 0.5, gradient norm
+0.5, one torch thread, --steps env steps. Each system runs in a process of its own, one after
+another (never side by side: the machine has 2 cores), ``--repeats`` times in turn:
+
+- ``floor``: a minimal single-file PPO written here in CleanRL's shape (this file's
+  ``floor_ppo``: the vector env, a torch policy, GAE, one epoch of minibatches): the practical
+  limit on one core, what ddrl is measured against.
+- ``ddrl-vector``: ``main.py --num_workers 0 --vectorize native`` (the batched env in the
+  learner's process: nothing crosses Ray), the same settings as flags.
+- ``ddrl-per-env``: the same run stepping 256 single CartPole envs one by one
+  (``--vectorize none``): ddrl's per-env path.
+- ``sb3``: Stable-Baselines3's PPO on a DummyVecEnv of 256 CartPoles (SB3 takes its own VecEnv,
+  not gymnasium's vector envs), same settings (when stable-baselines3 is installed:
+  benchmarks/requirements.txt).
+
+Reported per system and repeat: the training throughput (env steps per second between the end of
+the first round and the end of the run: the loop itself, without interpreter start, imports
+and building), the whole process's wall time, and the last training returns (a check that each
+system learns the same task, not a target). Median over repeats, and each system's share of the
+floor's throughput.
+"""
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from probes import REPO, command, git_commit
+
+SYSTEMS = ("floor", "ddrl-vector", "ddrl-per-env", "sb3")
+SETTINGS = dict(num_envs=256, rollout_steps=32, num_epochs=1, minibatch=2048, lr=1e-3,
+                gamma=0.99, gae_lambda=0.95, clip=0.2, vf_coef=0.5, max_grad_norm=0.5)
+
+
+def add_args(p):
+    p.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
+    p.add_argument("--steps", type=int, default=2_000_000, help="env steps per run")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=None, help="results JSON (default: print only)")
+    p.add_argument("--one", choices=SYSTEMS, help=argparse_hidden())
+
+
+def argparse_hidden():
+    import argparse
+    return argparse.SUPPRESS
+
+
+# -- the floor: a minimal single-file PPO ----------------------------------------------------------
+def floor_ppo(steps, seed):
+    """CleanRL's ppo.py shape on the native vector env; (env steps/s after the first round,
+    the last rounds' mean training return)."""
+    import gymnasium as gym
+    import numpy as np
+    import torch
+    from torch import nn
+    s = SETTINGS
+    torch.set_num_threads(1)
+    torch.manual_seed(seed)
+    envs = gym.make_vec("CartPole-v1", num_envs=s["num_envs"],
+                        vectorization_mode="vector_entry_point")
+    n, T = s["num_envs"], s["rollout_steps"]
+
+    def mlp(out):
+        return nn.Sequential(nn.Linear(4, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(),
+                             nn.Linear(64, out))
+    actor, critic = mlp(2), mlp(1)
+    params = list(actor.parameters()) + list(critic.parameters())
+    optimizer = torch.optim.Adam(params, lr=s["lr"], eps=1e-5)
+    obs_buf = torch.zeros((T, n, 4))
+    act_buf = torch.zeros((T, n), dtype=torch.long)
+    logp_buf, rew_buf, done_buf, val_buf = (torch.zeros((T, n)) for _ in range(4))
+    obs, _ = envs.reset(seed=seed)
+    obs = torch.as_tensor(obs)
+    done = torch.zeros(n)
+    returns, ep_return, finished = [], np.zeros(n), []
+    global_step, t_first = 0, None
+    while global_step < steps:
+        for t in range(T):
+            obs_buf[t], done_buf[t] = obs, done
+            with torch.no_grad():
+                logits = actor(obs)
+                dist = torch.distributions.Categorical(logits=logits)
+                action = dist.sample()
+                logp_buf[t], val_buf[t] = dist.log_prob(action), critic(obs).squeeze(-1)
+            act_buf[t] = action
+            next_obs, reward, term, trunc, _ = envs.step(action.numpy())
+            rew_buf[t] = torch.as_tensor(reward, dtype=torch.float32)
+            ended = np.logical_or(term, trunc)
+            ep_return += reward
+            finished.extend(ep_return[ended].tolist())
+            ep_return[ended] = 0.0
+            obs = torch.as_tensor(next_obs)
+            done = torch.as_tensor(ended, dtype=torch.float32)
+        global_step += T * n
+        with torch.no_grad():  # GAE
+            next_value = critic(obs).squeeze(-1)
+            adv = torch.zeros((T, n))
+            last = torch.zeros(n)
+            for t in reversed(range(T)):
+                not_done = 1.0 - (done if t == T - 1 else done_buf[t + 1])
+                nv = next_value if t == T - 1 else val_buf[t + 1]
+                delta = rew_buf[t] + s["gamma"] * nv * not_done - val_buf[t]
+                last = delta + s["gamma"] * s["gae_lambda"] * not_done * last
+                adv[t] = last
+            ret = adv + val_buf
+        b_obs, b_act = obs_buf.reshape(-1, 4), act_buf.reshape(-1)
+        b_logp, b_adv, b_ret = logp_buf.reshape(-1), adv.reshape(-1), ret.reshape(-1)
+        order = torch.randperm(T * n)
+        for _ in range(s["num_epochs"]):
+            for start in range(0, T * n, s["minibatch"]):
+                mb = order[start:start + s["minibatch"]]
+                dist = torch.distributions.Categorical(logits=actor(b_obs[mb]))
+                ratio = (dist.log_prob(b_act[mb]) - b_logp[mb]).exp()
+                a = b_adv[mb]
+                a = (a - a.mean()) / (a.std() + 1e-8)
+                pg = torch.max(-a * ratio,
+                               -a * ratio.clamp(1 - s["clip"], 1 + s["clip"])).mean()
+                v_loss = 0.5 * ((critic(b_obs[mb]).squeeze(-1) - b_ret[mb]) ** 2).mean()
+                loss = pg + s["vf_coef"] * v_loss
+                optimizer.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(params, s["max_grad_norm"])
+                optimizer.step()
+        if t_first is None:
+            t_first, steps_first = time.perf_counter(), global_step
+        returns.append(float(np.mean(finished[-200:])) if finished else None)
+    elapsed = time.perf_counter() - t_first
+    return (global_step - steps_first) / elapsed, returns[-1]
+
+
+# -- ddrl and SB3 -------------------------------------------------------------------------------
+def ddrl_argv(vectorize, steps, seed, run_dir):
+    s = SETTINGS
+    return [sys.executable, os.path.join(REPO, "main.py"), "--num_workers", "0",
+            "--num_envs_per_worker", str(s["num_envs"]), "--vectorize", vectorize,
+            "--rollout_steps", str(s["rollout_steps"]), "--num_epochs", str(s["num_epochs"]),
+            "--batch_size", str(s["minibatch"]), "--lr", str(s["lr"]),
+            "--lr_schedule", "constant", "--clip_schedule", "constant",
+            "--gamma", str(s["gamma"]), "--gae_lambda", str(s["gae_lambda"]),
+            "--clip_range", str(s["clip"]), "--vf_coef", str(s["vf_coef"]),
+            "--max_grad_norm", str(s["max_grad_norm"]), "--total_steps", str(steps),
+            "--eval_interval", str(10 * steps), "--target_return", "none", "--seed", str(seed),
+            "--run_dir", run_dir]
+
+
+def ddrl_throughput(run_dir):
+    """(env steps/s from the end of the first round to the last, the last training return)
+    from the run's metrics.csv."""
+    import csv
+    with open(os.path.join(run_dir, "metrics.csv")) as f:
+        rows = list(csv.DictReader(f))
+    first, last = rows[0], rows[-1]
+    rate = ((int(last["env_steps"]) - int(first["env_steps"]))
+            / (float(last["wall_time_s"]) - float(first["wall_time_s"])))
+    train = [float(r["train_return"]) for r in rows if r["train_return"]]
+    return rate, train[-1] if train else None
+
+
+def sb3_ppo(steps, seed):
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+    s = SETTINGS
+    torch.set_num_threads(1)
+    env = make_vec_env("CartPole-v1", n_envs=s["num_envs"], seed=seed)
+    model = PPO("MlpPolicy", env, n_steps=s["rollout_steps"], batch_size=s["minibatch"],
+                n_epochs=s["num_epochs"], learning_rate=s["lr"], gamma=s["gamma"],
+                gae_lambda=s["gae_lambda"], clip_range=s["clip"], vf_coef=s["vf_coef"],
+                max_grad_norm=s["max_grad_norm"], ent_coef=0.0, seed=seed, device="cpu",
+                policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]),
+                                   activation_fn=torch.nn.Tanh))
+
+    class FirstRound(BaseCallback):
+        def _on_rollout_start(self):
+            if self.model.num_timesteps and not hasattr(self, "t"):
+                self.t, self.n = time.perf_counter(), self.model.num_timesteps
+
+        def _on_step(self):
+            return True
+    callback = FirstRound()
+    model.learn(total_timesteps=steps, callback=callback)
+    rate = (model.num_timesteps - callback.n) / (time.perf_counter() - callback.t)
+    infos = [info["r"] for info in model.ep_info_buffer]
+    return rate, (sum(infos) / len(infos) if infos else None)
+
+
+def one(system, steps, seed):
+    """Runs in the child process: {"steps_per_s", "train_return"} on stdout as JSON."""
+    if system == "floor":
+        rate, ret = floor_ppo(steps, seed)
+    elif system == "sb3":
+        rate, ret = sb3_ppo(steps, seed)
+    print(json.dumps({"steps_per_s": rate, "train_return": ret}))
+
+
+def run_system(system, steps, seed):
+    start = time.perf_counter()
+    if system.startswith("ddrl"):
+        with tempfile.TemporaryDirectory() as tmp:
+            run_dir = os.path.join(tmp, "run")
+            vectorize = "native" if system == "ddrl-vector" else "none"
+            subprocess.run(ddrl_argv(vectorize, steps, seed, run_dir), cwd=REPO, check=True,
+                           stdout=subprocess.DEVNULL)
+            wall = time.perf_counter() - start
+            rate, ret = ddrl_throughput(run_dir)
+    else:
+        out = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "probe.py"),
+                              "vector-ppo", "--one", system, "--steps", str(steps),
+                              "--seed", str(seed)], cwd=REPO, check=True, text=True,
+                             capture_output=True).stdout
+        wall = time.perf_counter() - start
+        found = json.loads(out.strip().splitlines()[-1])
+        rate, ret = found["steps_per_s"], found["train_return"]
+    return {"steps_per_s": rate, "wall_s": wall, "train_return": ret}
+
+
+def run(args, argv):
+    if args.one:
+        return one(args.one, args.steps, args.seed)
+    results = {system: [] for system in args.systems}
+    for repeat in range(args.repeats):
+        for system in args.systems:
+            found = run_system(system, args.steps, args.seed + repeat)
+            results[system].append(found)
+            print(f"{system:13s} repeat {repeat}: {found['steps_per_s']:10,.0f} env steps/s, "
+                  f"whole process {found['wall_s']:6.1f} s, train return "
+                  f"{found['train_return']}", flush=True)
+    summary = {s: {"median_steps_per_s": statistics.median(r["steps_per_s"] for r in rows),
+                   "median_wall_s": statistics.median(r["wall_s"] for r in rows)}
+               for s, rows in results.items()}
+    floor = summary.get("floor", {}).get("median_steps_per_s")
+    for s, row in summary.items():
+        if floor:
+            row["of_floor"] = row["median_steps_per_s"] / floor
+        print(f"{s:13s} median {row['median_steps_per_s']:10,.0f} env steps/s"
+              + (f" = {row['of_floor']:.2f}x the floor" if floor else "")
+              + f", whole process {row['median_wall_s']:.1f} s")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"command": command(argv), "commit": git_commit(), "settings": SETTINGS,
+                       "steps": args.steps, "machine": platform.processor() or platform.machine(),
+                       "cpu": cpu_flags(), "results": results, "summary": summary}, f, indent=1)
+    return 0
+
+
+def cpu_flags():
+    """The CPU's model and the vector extensions that matter for these figures."""
+    model, flags = None, set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and model is None:
+                    model = line.split(":", 1)[1].strip()
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return {"model": model, "flags": sorted(flags & {"avx2", "avx512f", "avx512_bf16",
+                                                      "amx_tile"})}
