@@ -90,14 +90,19 @@ def masked_rows(infos, key):
         for name, column in values.items():
             if name.startswith("_"):
                 continue
-            present = values.get("_" + name, mask)
             column = to_numpy(column)
-            for e in range(len(column)):
-                if present is None or bool(present[e]):
-                    rows.setdefault(e, {})[name] = column[e]
+            for e in present_rows(values.get("_" + name, mask), len(column)):
+                rows.setdefault(e, {})[name] = column[e]
         return rows
     values = to_numpy(values)
-    return {e: values[e] for e in range(len(values)) if mask is None or bool(mask[e])}
+    return {e: values[e] for e in present_rows(mask, len(values))}
+
+
+def present_rows(mask, length):
+    """The row indices a vector info mask marks (all ``length`` rows when there is none)."""
+    if mask is None:
+        return range(length)
+    return np.flatnonzero(np.asarray(to_numpy(mask), dtype=bool)).tolist()
 
 
 class Unbatched:

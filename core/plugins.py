@@ -68,11 +68,16 @@ def make_env(plugins: Plugins, config, seed=None, evaluation=False):
     test worker's and --evaluate's envs), so a wrapper can score whole episodes in the env's
     own reward (envs/gym_env.py: no Atari reward clipping)."""
     if evaluation:
-        config = (argparse.Namespace(**{**vars(config), "evaluation": True})
-                  if isinstance(config, argparse.Namespace) else config.replace(evaluation=True))
+        config = evaluation_config(config)
     if batched_by_nature(plugins.env_cls):  # a single env: the class with one env, unbatched
         return Unbatched(_construct(plugins.env_cls, config, seed, num_envs=1))
     return _construct(plugins.env_cls, config, seed)
+
+
+def evaluation_config(config):
+    """The env ``config`` with ``evaluation`` True (the test worker's and --evaluate's envs)."""
+    return (argparse.Namespace(**{**vars(config), "evaluation": True})
+            if isinstance(config, argparse.Namespace) else config.replace(evaluation=True))
 
 
 def batched_by_nature(env_cls):

@@ -35,7 +35,8 @@ from core.sampling.envs import (check_valid_actions, describe_error, env_failure
                                 to_env_action)
 from core.learning.normalizer import normalize
 from core.sampling.memory import EnvMemory
-from core.plugins import load_plugins, make_env
+from core.plugins import evaluation_config, load_plugins, make_env
+from core.sampling.batched_eval import batched_episodes, normalizer_for
 from core.distributed.process import setup_process
 
 
@@ -52,9 +53,12 @@ class Evaluator:
         self.plugins, self.env_config = plugins, spec.env
         self.max_errors = args.max_env_errors
         self.error_count = 0  # every error survived, for the rebuilt envs' fresh seeds
-        self.envs = [make_env(plugins, spec.env, seeding.evaluation_env(self.seed, k),
-                              evaluation=True)
-                     for k in range(num_episodes)]
+        # A batched env plugin evaluates its episodes as one batch (core/sampling/batched_eval.py)
+        self.batch = batched_episodes(plugins, evaluation_config(spec.env), num_episodes,
+                                      self.seed, self.max_errors)
+        self.envs = ([self.batch] * num_episodes if self.batch is not None else
+                     [make_env(plugins, spec.env, seeding.evaluation_env(self.seed, k),
+                               evaluation=True) for k in range(num_episodes)])
         # Per env, across evaluations: errors since its last successful step (see the module's
         # docstring), and whether it raised last (an episode given up): rebuilt before use.
         self.errors_in_a_row = [0] * num_episodes
@@ -137,6 +141,8 @@ class Evaluator:
         # restored run evaluates as the uninterrupted one.
         seeds = [seeding.evaluation_episode(self.seed, k, env_steps)
                  for k in range(len(self.envs))]
+        if self.batch is not None:
+            return self._evaluate_batch(seeds, weights_version, env_steps, obs_statistics)
         errors_before = self.error_count
         failures = [0] * len(self.envs)  # of the episode now running in env k
         last_errors = [None] * len(self.envs)
@@ -190,8 +196,21 @@ class Evaluator:
                     successes[i] = float(info["is_success"])
             running = still_running
         finished = np.array(sorted(set(range(len(self.envs))) - set(lost)), dtype=np.int64)
-        done_returns, done_lengths = returns[finished], lengths[finished]
-        done_successes = successes[finished]
+        return self._statistics(returns[finished], lengths[finished], successes[finished],
+                                weights_version, env_steps, self.error_count - errors_before,
+                                lost, failures, last_errors)
+
+    def _evaluate_batch(self, seeds, weights_version, env_steps, obs_statistics):
+        """One episode per env of the batch (core/sampling/batched_eval.py)."""
+        errors_before = self.batch.error_count
+        returns, lengths, successes = self.batch.run(
+            self.model, seeds, self.deterministic,
+            normalizer_for(obs_statistics, self.obs_clip) if self.normalize_obs else None)
+        return self._statistics(returns, lengths, successes, weights_version, env_steps,
+                                self.batch.error_count - errors_before, [], None, None)
+
+    def _statistics(self, done_returns, done_lengths, done_successes, weights_version,
+                    env_steps, env_errors, lost, failures, last_errors):
         done_successes = done_successes[~np.isnan(done_successes)]
 
         def statistic(fn, values):
@@ -204,7 +223,7 @@ class Evaluator:
                 "eval_success_rate": statistic(np.mean, done_successes),
                 "returns": done_returns.tolist(),
                 "weights_version": weights_version, "env_steps": env_steps,
-                "env_errors": self.error_count - errors_before,
+                "env_errors": env_errors,
                 "eval_episodes": len(self.envs),
                 "eval_episodes_lost": len(lost),
                 "lost_episodes": [{"env": k, "failures": failures[k], "error": last_errors[k]}
