@@ -535,7 +535,11 @@ class PPOModel(BaseModel):
             if deterministic:
                 actions = out.argmax(-1)
             else:  # Gumbel-max: argmax(logits + Gumbel noise) is a draw from the categorical
-                gumbel = -np.log(self.acting_rng.standard_exponential(out.shape, np.float32))
+                # (an exponential draw of exactly 0 in float32 gives +inf: that action, the
+                # limit of the formula, without a warning)
+                with np.errstate(divide="ignore"):
+                    gumbel = -np.log(self.acting_rng.standard_exponential(out.shape,
+                                                                          np.float32))
                 actions = (log_probs + gumbel).argmax(-1)
             return actions, np.take_along_axis(log_probs, actions[:, None], -1)[:, 0]
         log_std = self.log_std.detach().cpu().numpy()
