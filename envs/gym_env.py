@@ -101,45 +101,7 @@ class GymEnv:
                                  "numpy one), sync (gymnasium's SyncVectorEnv over these "
                                  "single envs) or async (a process per env); none: one by one "
                                  "(default: %(default)s)")
-        atari = parser  # the env's own argument group (argparse deprecates nesting groups)
-        atari.add_argument("--atari_preprocessing", action=argparse.BooleanOptionalAction,
-                           default=True,
-                           help="Atari (ALE/... ids): apply the standard preprocessing "
-                                "that the next flags set (default: %(default)s)")
-        atari.add_argument("--noop_max", type=non_negative_int, default=30,
-                           help="at most this many no-op actions at each reset (0: none) "
-                                "(default: %(default)s)")
-        atari.add_argument("--frame_skip", type=positive_int, default=4,
-                           help="repeat each action this many frames, max-pooling the last "
-                                "two (default: %(default)s)")
-        atari.add_argument("--screen_size", type=positive_int, default=84,
-                           help="resize frames to this many pixels square (default: "
-                                "%(default)s)")
-        atari.add_argument("--grayscale", action=argparse.BooleanOptionalAction, default=True,
-                           help="grayscale frames; --no-grayscale keeps RGB, channels last "
-                                "(default: %(default)s)")
-        atari.add_argument("--frame_stack", type=positive_int, default=4,
-                           help="stack the last this many frames (1: no stacking) (default: "
-                                "%(default)s)")
-        atari.add_argument("--clip_reward", action=argparse.BooleanOptionalAction, default=True,
-                           help="train on the sign of each reward; evaluation always sees "
-                                "the game's score (default: %(default)s)")
-        atari.add_argument("--episodic_life", action=argparse.BooleanOptionalAction,
-                           default=False,
-                           help="end a training episode at each life lost (evaluation plays "
-                                "whole games) (default: %(default)s)")
-        atari.add_argument("--fire_reset", action=argparse.BooleanOptionalAction, default=True,
-                           help="in games with a FIRE action, press it at the start of every "
-                                "episode and after every life lost, so a policy that never "
-                                "fires (early, or deterministic in evaluation) does not stall "
-                                "a game until its frame limit (default: %(default)s)")
-        atari.add_argument("--max_episode_frames", type=positive_int, default=108_000,
-                           help="ALE's limit on one episode, in emulator frames (108,000 = 30 "
-                                "minutes of play) (default: %(default)s)")
-        atari.add_argument("--repeat_action_probability", type=unit_interval_or_none, default=None,
-                           help="sticky actions: the chance that the emulator repeats the "
-                                "previous action instead (default: the id's own, 0.25 for "
-                                "v5 ids)")
+        add_atari_args(parser)
 
     @staticmethod
     def make_batch(args, num_envs, seed=None):
@@ -250,6 +212,50 @@ class GymEnv:
 
     def close(self):
         self.env.close()
+
+
+def add_atari_args(parser):
+    """The Atari preprocessing flags (gym_env's, and envpool_env's, which maps them onto
+    EnvPool's own preprocessing)."""
+    atari = parser  # the env's own argument group (argparse deprecates nesting groups)
+    atari.add_argument("--atari_preprocessing", action=argparse.BooleanOptionalAction,
+                       default=True,
+                       help="Atari (ALE/... ids): apply the standard preprocessing "
+                            "that the next flags set (default: %(default)s)")
+    atari.add_argument("--noop_max", type=non_negative_int, default=30,
+                       help="at most this many no-op actions at each reset (0: none) "
+                            "(default: %(default)s)")
+    atari.add_argument("--frame_skip", type=positive_int, default=4,
+                       help="repeat each action this many frames, max-pooling the last "
+                            "two (default: %(default)s)")
+    atari.add_argument("--screen_size", type=positive_int, default=84,
+                       help="resize frames to this many pixels square (default: "
+                            "%(default)s)")
+    atari.add_argument("--grayscale", action=argparse.BooleanOptionalAction, default=True,
+                       help="grayscale frames; --no-grayscale keeps RGB, channels last "
+                            "(default: %(default)s)")
+    atari.add_argument("--frame_stack", type=positive_int, default=4,
+                       help="stack the last this many frames (1: no stacking) (default: "
+                            "%(default)s)")
+    atari.add_argument("--clip_reward", action=argparse.BooleanOptionalAction, default=True,
+                       help="train on the sign of each reward; evaluation always sees "
+                            "the game's score (default: %(default)s)")
+    atari.add_argument("--episodic_life", action=argparse.BooleanOptionalAction,
+                       default=False,
+                       help="end a training episode at each life lost (evaluation plays "
+                            "whole games) (default: %(default)s)")
+    atari.add_argument("--fire_reset", action=argparse.BooleanOptionalAction, default=True,
+                       help="in games with a FIRE action, press it at the start of every "
+                            "episode and after every life lost, so a policy that never "
+                            "fires (early, or deterministic in evaluation) does not stall "
+                            "a game until its frame limit (default: %(default)s)")
+    atari.add_argument("--max_episode_frames", type=positive_int, default=108_000,
+                       help="ALE's limit on one episode, in emulator frames (108,000 = 30 "
+                            "minutes of play) (default: %(default)s)")
+    atari.add_argument("--repeat_action_probability", type=unit_interval_or_none, default=None,
+                       help="sticky actions: the chance that the emulator repeats the "
+                            "previous action instead (default: the id's own, 0.25 for "
+                            "v5 ids)")
 
 
 def wrapped_gym_env(args):

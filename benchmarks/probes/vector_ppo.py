@@ -18,6 +18,14 @@ another (never side by side: the machine has 2 cores), ``--repeats`` times in tu
 - ``sb3``: Stable-Baselines3's PPO on a DummyVecEnv of 256 CartPoles (SB3 takes its own VecEnv,
   not gymnasium's vector envs), same settings (when stable-baselines3 is installed:
   benchmarks/requirements.txt).
+- ``sample-factory``: Sample Factory 2.1.1's APPO, its CartPole example
+  (``sf_examples.train_gym_env``), in a venv of its own (its gymnasium pin is 0.29;
+  ``--sf_python`` names that venv's python: ``python3.11 -m venv /tmp/sfvenv &&
+  /tmp/sfvenv/bin/pip install torch==2.13.0 sample-factory==2.1.1``): 2 rollout workers x 128
+  envs, rollout 32, batch 2,048, 4 batches per epoch, 1 epoch, no RNN, separate 64x64 tanh actor
+  and critic, no input or return normalization, the same lr, gamma, lambda, clip, value
+  coefficient and gradient norm, on the CPU. Its throughput is read from its log ("Total num
+  frames" with their timestamps, first report to last).
 
 Reported per system and repeat: the training throughput (env steps per second between the end of
 the first round and the end of the run: the loop itself, without interpreter start, imports
@@ -36,13 +44,15 @@ import time
 
 from probes import REPO, command, git_commit
 
-SYSTEMS = ("floor", "ddrl-vector", "ddrl-per-env", "sb3")
+SYSTEMS = ("floor", "ddrl-vector", "ddrl-per-env", "sb3", "sample-factory")
 SETTINGS = dict(num_envs=256, rollout_steps=32, num_epochs=1, minibatch=2048, lr=1e-3,
                 gamma=0.99, gae_lambda=0.95, clip=0.2, vf_coef=0.5, max_grad_norm=0.5)
 
 
 def add_args(p):
-    p.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
+    p.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS[:4]))
+    p.add_argument("--sf_python", default=None,
+                   help="the python of a venv with sample-factory==2.1.1 (system sample-factory)")
     p.add_argument("--steps", type=int, default=2_000_000, help="env steps per run")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
@@ -195,6 +205,43 @@ def sb3_ppo(steps, seed):
     return rate, (sum(infos) / len(infos) if infos else None)
 
 
+def sf_argv(sf_python, steps, seed, train_dir):
+    s = SETTINGS
+    return [sf_python, "-m", "sf_examples.train_gym_env", "--env", "CartPole-v1",
+            "--experiment", "vector-ppo", "--train_dir", train_dir, "--num_workers", "2",
+            "--num_envs_per_worker", str(s["num_envs"] // 2), "--rollout",
+            str(s["rollout_steps"]), "--batch_size", str(s["minibatch"]),
+            "--num_batches_per_epoch", str(s["num_envs"] * s["rollout_steps"] // s["minibatch"]),
+            "--num_epochs", str(s["num_epochs"]), "--use_rnn", "False",
+            "--encoder_mlp_layers", "64", "64", "--nonlinearity", "tanh",
+            "--actor_critic_share_weights", "False", "--learning_rate", str(s["lr"]),
+            "--gamma", str(s["gamma"]), "--gae_lambda", str(s["gae_lambda"]),
+            "--ppo_clip_ratio", str(s["clip"]), "--value_loss_coeff", str(s["vf_coef"]),
+            "--max_grad_norm", str(s["max_grad_norm"]), "--exploration_loss_coeff", "0",
+            "--normalize_input", "False", "--normalize_returns", "False",
+            "--train_for_env_steps", str(steps), "--device", "cpu", "--seed", str(seed)]
+
+
+def sf_throughput(log):
+    """(env steps/s from its first frame count report to its last, the last average episode
+    reward) from Sample Factory's log."""
+    import datetime
+    import re
+    points, reward = [], None
+    for line in log.splitlines():
+        stamp = re.search(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+)\]", line)
+        frames = re.search(r"Total num frames: (\d+)", line)
+        if stamp and frames:
+            when = datetime.datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S,%f")
+            points.append((when.timestamp(), int(frames.group(1))))
+        found = re.search(r"Avg episode reward: \[\(0, '([-\d.]+)'\)\]", line)
+        if found:
+            reward = float(found.group(1))
+    points = [p for p in points if p[1] > 0]
+    (t0, n0), (t1, n1) = points[0], points[-1]
+    return (n1 - n0) / (t1 - t0), reward
+
+
 def one(system, steps, seed):
     """Runs in the child process: {"steps_per_s", "train_return"} on stdout as JSON."""
     if system == "floor":
@@ -204,9 +251,15 @@ def one(system, steps, seed):
     print(json.dumps({"steps_per_s": rate, "train_return": ret}))
 
 
-def run_system(system, steps, seed):
+def run_system(system, steps, seed, sf_python=None):
     start = time.perf_counter()
-    if system.startswith("ddrl"):
+    if system == "sample-factory":
+        with tempfile.TemporaryDirectory() as tmp:
+            done = subprocess.run(sf_argv(sf_python, steps, seed, tmp), cwd=tmp, text=True,
+                                  capture_output=True, timeout=1800)
+            wall = time.perf_counter() - start
+            rate, ret = sf_throughput(done.stdout + done.stderr)
+    elif system.startswith("ddrl"):
         with tempfile.TemporaryDirectory() as tmp:
             run_dir = os.path.join(tmp, "run")
             vectorize = "native" if system == "ddrl-vector" else "none"
@@ -228,10 +281,13 @@ def run_system(system, steps, seed):
 def run(args, argv):
     if args.one:
         return one(args.one, args.steps, args.seed)
+    if "sample-factory" in args.systems and not args.sf_python:
+        raise SystemExit("vector-ppo: the system sample-factory needs --sf_python (the "
+                         "python of a venv with sample-factory==2.1.1; see -h)")
     results = {system: [] for system in args.systems}
     for repeat in range(args.repeats):
         for system in args.systems:
-            found = run_system(system, args.steps, args.seed + repeat)
+            found = run_system(system, args.steps, args.seed + repeat, args.sf_python)
             results[system].append(found)
             print(f"{system:13s} repeat {repeat}: {found['steps_per_s']:10,.0f} env steps/s, "
                   f"whole process {found['wall_s']:6.1f} s, train return "
