@@ -368,3 +368,31 @@ def test_a_raising_batch_reruns_the_evaluation_and_a_broken_one_stops_it(monkeyp
     monkeypatch.setattr(BatchCounter, "raise_at", tuple(range(1, 100)))
     with pytest.raises(EnvFailure, match="test worker's batched env of 4 envs raised 5 times"):
         ev.evaluate(None)
+
+
+# -- a user's batched simulator, end to end -----------------------------------------------------
+@pytest.mark.e2e
+def test_the_point_mass_example_trains_evaluates_and_loads(tmp_path):
+    """examples/batched_sim/point_mass.py (torch tensors, SameStep): two rounds of 1,024 envs,
+    an evaluation on a batch, and the saved policy playing the single-env view."""
+    import os
+    import ddrl
+    from tests.test_e2e import REPO, read_run, run_main
+    run_dir = str(tmp_path / "run")
+    proc = run_main("--user_dir", os.path.join(REPO, "examples", "batched_sim"), "--env_name",
+                    "point_mass", "--config", "none", "--num_workers", "0",
+                    "--num_envs_per_worker", "1024", "--rollout_steps", "16", "--batch_size",
+                    "4096", "--num_epochs", "1", "--total_steps", "30000", "--eval_interval",
+                    "16000", "--eval_episodes", "4", "--run_dir", run_dir, "--quiet",
+                    "--no-tensorboard")
+    assert proc.returncode == 0, proc.stderr
+    summary, rows = read_run(run_dir)
+    assert summary["env_steps"] == 32768 and summary["target_return"] == -12.0
+    assert summary["last_eval_return"] is not None and summary["env_errors"] == 0
+    policy = ddrl.load(run_dir)
+    env = policy.make_env(seed=3)
+    assert isinstance(env, Unbatched)
+    returns = policy.play(2, seed=3)
+    # 50 steps of -|g - p|: below 0; above -50 x 17 (a mass moves at most 0.2 a step on
+    # each axis, from within [-1, 1]^2, so it is never 17 from its goal)
+    assert len(returns) == 2 and all(-850 < r < 0 for r in returns)

@@ -37,6 +37,7 @@ if BENCH not in sys.path:
 import compare  # noqa: E402  (benchmarks/ on the path first)
 import probe  # noqa: E402
 import scaling  # noqa: E402
+from probes import vector_ppo  # noqa: E402
 from probes import (atari_throughput, ppo_vs_sb3_update, profile_sac,  # noqa: E402
                     replay_throughput, sampling_report, soak, soak_report, sweep_time)
 
@@ -166,6 +167,9 @@ def test_the_main_py_command_lines_the_tools_build_still_parse(monkeypatch, tmp_
     parser = probe.build_parser()
     profile_args = parser.parse_args(["profile-sac"])
     assert main_py_flags(profile_sac.main_command(profile_args, str(tmp_path))).model_name == "sac"
+    for vectorize in ("native", "none"):
+        args = main_py_flags(vector_ppo.ddrl_argv(vectorize, 4096, 0, str(tmp_path)))
+        assert args.vectorize == vectorize and args.num_envs_per_worker == 256
     soak_args = parser.parse_args(["soak"])
     assert main_py_flags(soak.main_argv(soak_args, "127.0.0.1:6379", str(tmp_path))).num_workers == 8
     base = sweep_time.base_flags(50_000)
@@ -319,6 +323,19 @@ def test_raw_gym(tmp_path, capsys):
     assert set(result["policy_steps_per_s"]) == {"1", "3"}
     assert min(result["policy_steps_per_s"].values()) > 0
     assert json.loads(capsys.readouterr().out) == result
+
+
+def test_vector_ppo_floor_and_sample_factorys_log():
+    """The floor PPO trains (two rounds of 256 x 32 steps) and reports a rate; Sample Factory's
+    log lines give the rate between its first and last frame counts."""
+    rate, _ = vector_ppo.floor_ppo(2 * 256 * 32, seed=0)
+    assert rate > 0
+    log = "\n".join([
+        "[2026-11-26 23:13:00,000][1] Fps is (10 sec: nan). Total num frames: 0. Throughput: 0",
+        "[2026-11-26 23:13:10,000][1] Fps is (10 sec: 1). Total num frames: 100000. Samples",
+        "[2026-11-26 23:13:10,001][1] Avg episode reward: [(0, '57.5')]",
+        "[2026-11-26 23:13:20,000][1] Fps is (10 sec: 1). Total num frames: 350000. Samples"])
+    assert vector_ppo.sf_throughput(log) == (25_000.0, 57.5)
 
 
 def test_sampling_local(tmp_path, capsys):
