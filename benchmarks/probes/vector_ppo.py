@@ -27,6 +27,10 @@ another (never side by side: the machine has 2 cores), ``--repeats`` times in tu
   coefficient and gradient norm, on the CPU. Its throughput is read from its log ("Total num
   frames" with their timestamps, first report to last).
 
+With ``--env_only``: the simulator alone instead, gymnasium's CartPoleVectorEnv stepped with
+random actions (one ``action_space.sample()`` per step) at 64, 256, 512 and 4,096 envs, and
+SyncVectorEnv over 8 CartPole-v1 envs, 3 s each: the limit training is a fraction of.
+
 Reported per system and repeat: the training throughput (env steps per second between the end of
 the first round and the end of the run: the loop itself, without interpreter start, imports
 and building), the whole process's wall time, and the last training returns (a check that each
@@ -57,6 +61,8 @@ def add_args(p):
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="results JSON (default: print only)")
+    p.add_argument("--env_only", action="store_true",
+                   help="measure the simulator alone (random actions) instead")
     p.add_argument("--one", choices=SYSTEMS, help=argparse_hidden())
 
 
@@ -278,7 +284,35 @@ def run_system(system, steps, seed, sf_python=None):
     return {"steps_per_s": rate, "wall_s": wall, "train_return": ret}
 
 
+def env_only(seconds=3.0):
+    """{case: env steps/s} of the simulator alone, random actions."""
+    import gymnasium as gym
+    cases = {f"CartPoleVectorEnv x {n}": dict(num_envs=n, vectorization_mode="vector_entry_point")
+             for n in (64, 256, 512, 4096)}
+    cases["SyncVectorEnv(CartPole-v1) x 8"] = dict(num_envs=8, vectorization_mode="sync")
+    rates = {}
+    for name, kwargs in cases.items():
+        env = gym.make_vec("CartPole-v1", **kwargs)
+        env.reset(seed=0)
+        env.action_space.seed(0)
+        steps, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            for _ in range(50):
+                env.step(env.action_space.sample())
+            steps += 50 * kwargs["num_envs"]
+        rates[name] = steps / (time.perf_counter() - start)
+        print(f"{name:32s} {rates[name]:12,.0f} env steps/s", flush=True)
+    return rates
+
+
 def run(args, argv):
+    if args.env_only:
+        rates = env_only()
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump({"command": command(argv), "commit": git_commit(), "cpu": cpu_flags(),
+                           "env_only": rates}, f, indent=1)
+        return 0
     if args.one:
         return one(args.one, args.steps, args.seed)
     if "sample-factory" in args.systems and not args.sf_python:
