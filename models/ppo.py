@@ -40,14 +40,14 @@ from models.distributions import action_head
 from models.encoders import Flatten, MultiInputEncoder, add_encoder_args, make_encoder
 from models.exporting import ObservationInputs, refuse_changed_acting
 from models.numpy_mlp import NumpyMLP, log_softmax
+from models.recurrent import (RECURRENT_KINDS, NumpyCore, RecurrentCore, prefixed,
+                              unprefixed)
 
 #: numpy acts faster than torch on small batches (cold caches, fewer layers of code) and
 #: slower on large ones (measured with a 64x64 actor, one thread: 44 against 123 us at 8 rows,
 #: 373 against 351 at 1,024, 2.0 against 1.5 ms at 4,096): a batched env's thousands of rows
 #: act through torch.
 NUMPY_ACTING_MAX_ROWS = 1024
-from models.recurrent import (RECURRENT_KINDS, NumpyCore, RecurrentCore, prefixed,
-                              unprefixed)
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
 HEAD_SPACES = (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)

@@ -51,7 +51,7 @@ class BatchedEpisodes:
         while True:
             try:
                 return self._episodes(model, seeds, deterministic, normalizer)
-            except Exception as exc:  # noqa: BLE001 - the whole batch failed
+            except Exception as exc:  # the whole batch failed
                 if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                     raise
                 self.error_count += 1
@@ -63,7 +63,7 @@ class BatchedEpisodes:
                     try:
                         self._rebuild()
                         break
-                    except Exception as build_exc:  # noqa: BLE001
+                    except Exception as build_exc:
                         self.error_count += 1
                         self.errors_in_a_row += 1
                         if self.errors_in_a_row >= self.max_errors:
@@ -84,8 +84,8 @@ class BatchedEpisodes:
             live = np.flatnonzero(~done)
             if self.layout.has_mask:
                 check_valid_actions(spaces.take(obs, live), self.action_space,
-                                    lambda row: f"the test worker's env {live[row]}, at step "
-                                                f"{lengths[live[row]]} of its episode,")
+                                    lambda row, live=live: f"the test worker's env "
+                                    f"{live[row]}, at step {lengths[live[row]]} of its episode,")
             seen = normalizer(obs) if normalizer is not None else obs
             actions, _ = memory.act(model, seen, deterministic=deterministic)
             obs, rewards, terminated, truncated, infos = env.step(
