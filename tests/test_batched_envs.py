@@ -396,3 +396,18 @@ def test_the_point_mass_example_trains_evaluates_and_loads(tmp_path):
     # 50 steps of -|g - p|: below 0; above -50 x 17 (a mass moves at most 0.2 a step on
     # each axis, from within [-1, 1]^2, so it is never 17 from its goal)
     assert len(returns) == 2 and all(-850 < r < 0 for r in returns)
+
+
+def test_actions_for_single_envs_are_converted_in_one_operation():
+    """EnvGroup converts a batch of actions at once: the same as row by row (Box clipped to its
+    bounds, flat rows shaped as the space, a Discrete's start added)."""
+    from core.sampling.envs import to_env_action, to_env_actions
+    box = spaces.Box(-1.0, 1.0, (2,), np.float32)
+    actions = np.array([[2.0, -3.0], [0.5, 0.25]], np.float32)
+    np.testing.assert_array_equal(to_env_actions(box, actions),
+                                  [to_env_action(box, a) for a in actions])
+    shaped = spaces.Box(-1.0, 1.0, (2, 1), np.float32)
+    np.testing.assert_array_equal(to_env_actions(shaped, actions), [[[1.0], [-1.0]],
+                                                                    [[0.5], [0.25]]])
+    discrete = spaces.Discrete(3, start=-1)
+    np.testing.assert_array_equal(to_env_actions(discrete, np.array([0, 2])), [-1, 1])

@@ -115,6 +115,18 @@ def to_env_action(action_space, action):
     return action
 
 
+def to_env_actions(action_space, actions):
+    """to_env_action for a batch (a row per env) in one array operation, not one per env (flat
+    Box rows take the space's shape; rows of another size go row by row, as the env gets
+    them)."""
+    actions = np.asarray(actions)
+    if isinstance(action_space, gym_spaces.Box) and actions.shape[1:] != action_space.shape:
+        if actions[0].size != int(np.prod(action_space.shape)):
+            return [to_env_action(action_space, a) for a in actions]
+        actions = actions.reshape(len(actions), *action_space.shape)  # flat rows: shaped
+    return to_env_action(action_space, actions)
+
+
 class EnvGroup:
     def __init__(self, plugins, args, seeds, placement="worker", worker_index=None):
         self.placement = placement
@@ -286,16 +298,20 @@ class EnvGroup:
         return errors
 
     def step(self, actions) -> StepResult:
-        env_actions = [to_env_action(self.action_space, a) for a in actions]
+        env_actions = to_env_actions(self.action_space, actions)
         num_envs = len(self.seeds)
         if self.placement == "actor":  # one call per host; it resets the envs that ended
             outcomes = self._host_calls(range(num_envs), lambda h, envs: self.hosts[h].step.remote(
                 [(self.where[e][1], env_actions[e]) for e in envs]))
             outcomes = [outcomes[e] if len(outcomes[e]) == 3 else (*outcomes[e], None)
                         for e in range(num_envs)]
-        else:
-            outcomes = [(*o, None) for o in self._each(range(num_envs), "step",
-                                                         [(a,) for a in env_actions])]
+        else:  # the hot path of cheap envs: one plain loop, each env's fault its own
+            outcomes = []
+            for env, action in zip(self.envs, env_actions):
+                try:
+                    outcomes.append((env.step(action), None, None))
+                except Exception as exc:  # noqa: BLE001 - an env fault, recorded below
+                    outcomes.append((None, exc, None))
         observations = [None] * num_envs
         rewards = np.zeros(num_envs, dtype=np.float32)
         terminated = np.zeros(num_envs, dtype=bool)
@@ -304,24 +320,27 @@ class EnvGroup:
         errors = []
         episode_metrics = {}
         report = {}
+        encode = self.encode
         for e, (result, exc, _) in enumerate(outcomes):
             if exc is not None:
                 failed[e] = truncated[e] = True
                 self._record(e, "step", exc, errors)
                 continue
             self.errors_in_a_row[e] = 0
-            observations[e] = self.encode(result[0])
+            observations[e] = encode(result[0])
             rewards[e], terminated[e], truncated[e] = result[1], result[2], result[3]
-            if (terminated[e] or truncated[e]) and len(result) > 4 and result[4] \
-                    and EPISODE_METRICS_KEY in result[4]:
-                episode_metrics[e] = dict(result[4][EPISODE_METRICS_KEY])
-            if len(result) > 4 and result[4] and STEP_REPORT_KEY in result[4]:
-                for name, value in result[4][STEP_REPORT_KEY].items():
+            info = result[4] if len(result) > 4 else None
+            if not info:
+                continue
+            if EPISODE_METRICS_KEY in info and (terminated[e] or truncated[e]):
+                episode_metrics[e] = dict(info[EPISODE_METRICS_KEY])
+            if STEP_REPORT_KEY in info:
+                for name, value in info[STEP_REPORT_KEY].items():
                     value = np.asarray(value, dtype=np.float32)
                     if name not in report:
                         report[name] = np.zeros((num_envs, *value.shape), np.float32)
                     report[name][e] = value
-        ended = [e for e in range(num_envs) if not failed[e] and (terminated[e] or truncated[e])]
+        ended = np.flatnonzero((terminated | truncated) & ~failed).tolist()
         final = {e: observations[e] for e in ended}
         if self.placement != "actor" and ended:
             for e, obs in zip(ended, self._reset(ended, None, errors)):
