@@ -38,8 +38,6 @@ def make_env_group(plugins, args, seeds, placement="worker", worker_index=None):
 
 
 class BatchedEnvGroup:
-    placement = "worker"
-
     def __init__(self, plugins, args, seeds, env, worker_index=None):
         """``env``: the batched env of ``len(seeds)`` envs, built with ``seeds[0]``."""
         if args.env_placement != "worker":

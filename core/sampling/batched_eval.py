@@ -51,25 +51,22 @@ class BatchedEpisodes:
         while True:
             try:
                 return self._episodes(model, seeds, deterministic, normalizer)
-            except Exception as exc:  # the whole batch failed
-                if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-                    raise
-                self.error_count += 1
-                self.errors_in_a_row += 1
-                if self.errors_in_a_row >= self.max_errors:
-                    raise env_failure(f"the test worker's batched env of {self.num_envs} envs",
-                                      self.errors_in_a_row, describe_error(exc)) from exc
-                while True:  # a rebuild that raises counts too
-                    try:
-                        self._rebuild()
-                        break
-                    except Exception as build_exc:
-                        self.error_count += 1
-                        self.errors_in_a_row += 1
-                        if self.errors_in_a_row >= self.max_errors:
-                            raise env_failure(
-                                f"the test worker's batched env of {self.num_envs} envs",
-                                self.errors_in_a_row, describe_error(build_exc)) from build_exc
+            except Exception as exc:  # noqa: BLE001 - the whole batch failed: counted
+                self._failed(exc)
+            while True:  # a rebuild that raises counts too
+                try:
+                    self._rebuild()
+                    break
+                except Exception as exc:  # noqa: BLE001 - counted like a step's error
+                    self._failed(exc)
+
+    def _failed(self, exc):
+        """Count an error; EnvFailure at --max_env_errors in a row."""
+        self.error_count += 1
+        self.errors_in_a_row += 1
+        if self.errors_in_a_row >= self.max_errors:
+            raise env_failure(f"the test worker's batched env of {self.num_envs} envs",
+                              self.errors_in_a_row, describe_error(exc)) from exc
 
     def _episodes(self, model, seeds, deterministic, normalizer):
         n, env = self.num_envs, self.env
