@@ -61,17 +61,22 @@ def load_plugins(spec) -> Plugins:
                    registry_of("agent").get(spec.agent_name))
 
 
-def make_env(plugins: Plugins, config, seed=None, evaluation=False):
+def make_env(plugins: Plugins, config, seed=None, evaluation=False, worker_index=None):
     """Build one env in this process from its ``config`` (the spec's ``env``). ``seed`` goes to
     __init__ when it takes one; the first reset is always seeded as well
     (core.sampling.envs.EnvGroup). ``evaluation``: the env sees ``config.evaluation`` True (the
     test worker's and --evaluate's envs), so a wrapper can score whole episodes in the env's
-    own reward (envs/gym_env.py: no Atari reward clipping)."""
+    own reward (envs/gym_env.py: no Atari reward clipping). ``worker_index``: the rollout
+    worker slot the env steps in, given to an __init__ that takes ``worker_index`` (as RLlib's
+    EnvContext.worker_index: e.g. benchmarks/plugins/slow_env.py's slower workers); None for the test
+    worker's and --evaluate's envs and for envs in env actors (--env_placement actor)."""
     if evaluation:
         config = evaluation_config(config)
     if batched_by_nature(plugins.env_cls):  # a single env: the class with one env, unbatched
         return Unbatched(_construct(plugins.env_cls, config, seed, num_envs=1))
-    return _construct(plugins.env_cls, config, seed)
+    params = inspect.signature(plugins.env_cls.__init__).parameters
+    extra = {"worker_index": worker_index} if "worker_index" in params else {}
+    return _construct(plugins.env_cls, config, seed, **extra)
 
 
 def evaluation_config(config):

@@ -149,7 +149,8 @@ class EnvGroup:
             self.host_dead = [False] * len(self.hosts)
             self.observation_space, self.action_space = ray.get(self.hosts[0].spaces.remote())
         else:
-            self.envs = [make_env(plugins, args, s) for s in self.seeds]
+            self.envs = [make_env(plugins, args, s, worker_index=worker_index)
+                         for s in self.seeds]
             self.observation_space = self.envs[0].observation_space
             self.action_space = self.envs[0].action_space
         # Observations leave the group as core/spaces.py carries them (an array for a Box
@@ -264,7 +265,8 @@ class EnvGroup:
                     getattr(self.envs[e], "close", lambda: None)()
                 except Exception:  # noqa: BLE001
                     pass
-                self.envs[e] = self._bind(make_env(self.plugins, self.args, seed))
+                self.envs[e] = self._bind(make_env(self.plugins, self.args, seed,
+                                                           worker_index=self.worker_index))
                 return self.encode(self.envs[e].reset(seed=seed)[0])
             except Exception as exc:  # noqa: BLE001 - counts as another error of env e
                 self._record(e, "reset", exc, errors)

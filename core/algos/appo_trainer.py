@@ -1,0 +1,382 @@
+"""Asynchronous on-policy learning (IMPALA / APPO): rollout workers never wait for the learner.
+
+Every Ray rollout worker always has ``--fragments_in_flight`` collect calls queued (default 2):
+when one returns its fragment, the next is submitted at once with the newest weights, so the
+worker goes straight on to the queued one while the learner works. The learner (this process)
+takes the fragments in the order they arrive, learns as soon as those waiting hold
+``--batch_size`` samples (``--num_epochs`` passes of ``--num_minibatches`` V-trace steps over
+whole env columns, models/appo.py), and hands out its new weights by reference: no worker
+waits for that either. A slow or uneven env then costs only its own worker's throughput, where a
+synchronous round (core/algos/ppo_trainer.py) waits for its slowest member.
+
+Off-policy data are corrected by V-trace (core/learning/vtrace.py) and bounded: a fragment
+whose policy lag (the learner's updates since the weights that acted it) exceeds
+``--max_policy_lag`` when it would be learned is dropped and counted (``dropped_fragments``).
+Backpressure: when ``--learner_queue`` fragments wait already, a worker that delivers gets no
+new call until the learner has taken some, so the queue and the lag stay bounded when the
+learner is the slow part.
+
+A worker that dies mid-fragment loses that fragment whole (a fragment reaches the learner in one
+return value or not at all); core/sampling/worker_group.py replaces it and the replacement gets
+its calls when it is up. With ``--num_workers 0`` the worker runs in this process, one fragment
+at a time with the newest weights: the deterministic mode (exactly resumable).
+"""
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import ray
+import torch
+
+from core import seeding
+from core.algos.agents import OnPolicyAgent
+from core.algos.ppo_trainer import METRIC_COLUMNS as PPO_COLUMNS
+from core.algos.ppo_trainer import LearnerGradients, shared_rate
+from core.algos.trainer import Trainer
+from core.algos.trainers import register_trainer
+from core.argtypes import non_negative_int, positive_int
+from core.distributed.devices import DRIVER_LEARNER, plan_gpus, resolve_device, to_cpu
+from core.distributed.placement import LocalRef, Placement, cpus_per_actor
+from core.errors import ConfigError
+from core.faults import all_finite
+from core.learning.learner import Learner
+from core.sampling.rollout import make_rollout_worker
+from core.sampling.worker_group import MISSING, WorkerGroup
+from core.types import GradientRequest
+
+METRIC_COLUMNS = [c for c in PPO_COLUMNS if c not in ("sample_ahead",)] + [
+    "fragments", "dropped_fragments", "queued_fragments", "learner_wait_s"]
+LOSS_KEYS = ("policy_loss", "value_loss", "entropy")
+
+
+def add_args(parser):
+    group = parser.add_argument_group("the asynchronous loop (APPO / IMPALA)")
+    group.add_argument("--rollout_steps", type=positive_int, default=32,
+                       help="steps per env in each fragment a worker sends the learner "
+                            "(default: %(default)s)")
+    group.add_argument("--num_epochs", type=positive_int, default=1,
+                       help="passes over each learner batch (default: %(default)s)")
+    group.add_argument("--num_minibatches", type=positive_int, default=1,
+                       help="optimizer steps per pass, each on a share of the batch's env "
+                            "columns (default: %(default)s)")
+    group.add_argument("--fragments_in_flight", type=positive_int, default=2,
+                       help="collect calls queued on each Ray rollout worker: with 2 or "
+                            "more a worker starts its next fragment the moment it returns "
+                            "one, never waiting for the learner (default: %(default)s)")
+    group.add_argument("--max_policy_lag", type=non_negative_int, default=100,
+                       help="drop (and count) a fragment acted by weights more than this many "
+                            "updates older than the learner's when it would be learned "
+                            "(default: %(default)s)")
+    group.add_argument("--learner_queue", type=positive_int, default=None,
+                       help="fragments that may wait for the learner before workers that "
+                            "deliver get no new call (default: 2 x --num_workers x "
+                            "--fragments_in_flight)")
+
+
+@dataclass
+class Arrived:
+    """A fragment that reached the learner: its rollout stats (``data``: the agent's arrays)
+    and when it arrived."""
+    stats: object
+    at: float = field(default_factory=time.perf_counter)
+
+
+@dataclass
+class Taken:
+    """What one iteration took from the queue, and how long the learner waited for it."""
+    fragments: list
+    dropped: int
+    wait: float
+    started: float
+    progress: float
+
+
+@register_trainer("appo")
+class APPOTrainer(Trainer):
+    """IMPALA / APPO: asynchronous rollout workers, one V-trace learner (the module
+    docstring)."""
+    metric_columns = METRIC_COLUMNS
+    line_metrics = (("policy_loss", "pi", ".3f"), ("value_loss", "vf", ".3f"),
+                    ("entropy", "ent", ".3f"), ("dropped_fragments", "dropped", "d"))
+    add_args = staticmethod(add_args)
+    agent_kind = OnPolicyAgent
+
+    @classmethod
+    def gpu_plan(cls, args):
+        """The learner in this process computes every gradient: a GPU goes to it."""
+        return plan_gpus(DRIVER_LEARNER, args.num_gpus, args.num_workers)
+
+    @classmethod
+    def metric_columns_for(cls, model_cls, observation_space=None):
+        return list(cls.metric_columns) + [c for c in model_cls.metric_columns_of(observation_space)
+                                           if c not in cls.metric_columns]
+
+    @classmethod
+    def check_plugins(cls, plugins, spec):
+        agent_cls = plugins.agent_cls
+        if agent_cls.adopt_data is OnPolicyAgent.adopt_data:
+            raise ConfigError(
+                f"the asynchronous loop (--model_name {spec.run.model_name}) learns in this "
+                f"process on the fragments workers send, so its agent must take other agents' "
+                f"data: {agent_cls.__name__} does not define adopt_data. Use vtrace_agent.")
+
+    def __init__(self, args, spec, plugins, spaces, run, faults, ray_starter=None):
+        super().__init__(args, spec, plugins, spaces, run, faults, ray_starter)
+        self.num_remote = args.num_workers
+        self.placement = Placement(local=self.num_remote == 0)
+        torch.manual_seed(args.seed)
+        self.model = plugins.model_cls(spec.model, *spaces)
+        self.device = resolve_device(spec.gpus.driver_learner_gpus if spec.gpus else 0.0,
+                                     "the learner")
+        self.model.to(self.device)
+        self.learner = Learner(self.model)
+        self.agent = LearnerGradients(plugins.agent_cls(spec.agent, self.model,
+                                                        seed=seeding.learner_agent(args.seed)))
+        self.group = WorkerGroup("rollout worker", self.make_worker, faults,
+                                 lambda: run.env_steps, timeout=args.worker_timeout)
+        self.in_flight = {}        # ref -> member
+        self.queue = []            # Arrived fragments, oldest first
+        self.parked = []           # members that delivered while the queue was full
+        self.pending_states = {}   # slot -> saved worker state, applied when it joins
+        self.weights_ref, self.weights_version = None, None
+        self.queue_limit = args.learner_queue or 2 * max(1, self.num_remote) * (
+            args.fragments_in_flight)
+        if self.num_remote == 0:
+            self.group.add(0, local=True)
+        else:
+            self.ray_starter.ready(timeout=None)
+            for slot in range(self.num_remote):
+                self.group.add(slot)
+        self.evaluations.prepare()
+
+    def remote_evaluation(self):
+        return self.num_remote > 0
+
+    def make_worker(self, slot, generation, local, node=None):
+        return make_rollout_worker(self.spec, slot, generation, local,
+                                   cpus_per_actor(self.num_remote), node)
+
+    # -- the fragments' way in ----------------------------------------------------------------
+    def current_weights(self):
+        """The learner's weights as workers take them: put in Ray's object store once per
+        update (every call of that update shares the reference)."""
+        if self.weights_version != self.learner.version:
+            self.weights_ref = self.placement.share(self.learner.weights_for_workers())
+            self.weights_version = self.learner.version
+        return self.weights_ref
+
+    def submit(self, member):
+        progress = min(1.0, self.run.env_steps / self.args.total_steps)
+        ref = self.group.submit(member, "collect", self.current_weights(), self.learner.version,
+                                self.args.rollout_steps, self.obs_statistics(), False, True,
+                                progress)
+        self.in_flight[ref] = member
+
+    def start_members(self):
+        """Give every member that is up and idle its calls (newly started ones, replacements,
+        parked ones once the queue has room), applying a saved state first after a restore."""
+        for member in self.group.poll(timeout=0):
+            state = self.pending_states.pop(member.slot, None)
+            if state is not None and member.generation == 0:
+                ray.get(member.handle.set_state.remote(state, None))
+        busy = {}
+        for member in self.in_flight.values():
+            busy[member] = busy.get(member, 0) + 1
+        if len(self.queue) < self.queue_limit:
+            self.parked = []
+        wanted = 1 if self.num_remote == 0 else self.args.fragments_in_flight
+        for member in self.group.ready_members():
+            if member in self.parked:
+                continue
+            for _ in range(wanted - busy.get(member, 0)):
+                self.submit(member)
+
+    def receive(self, timeout):
+        """The fragments that are done (waiting up to ``timeout`` s for the first)."""
+        self.start_members()
+        for ref in self.group.hung():
+            self.in_flight.pop(ref, None)
+        local = [ref for ref in self.in_flight if isinstance(ref, LocalRef)]
+        remote = [ref for ref in self.in_flight if not isinstance(ref, LocalRef)]
+        done = list(local)
+        if remote:
+            ready, _ = ray.wait(remote, num_returns=1, timeout=0 if local else timeout)
+            if ready:  # and whatever else is done by now
+                ready, _ = ray.wait(remote, num_returns=len(remote), timeout=0)
+            done += ready
+        for ref in done:
+            member = self.in_flight.pop(ref, None)
+            if member is None:  # the other call of a worker that died: dropped with it
+                continue
+            stats = self.group.take(ref, member)
+            if stats is MISSING:  # the worker died: its fragment is lost whole
+                for other in [r for r, m in self.in_flight.items() if m is member]:
+                    self.in_flight.pop(other)
+                continue
+            self.run.env_steps += stats.env_steps
+            self.faults.env_errors(stats.env_errors, self.run.env_steps)
+            self.merge_obs_moments([stats])
+            self.queue.append(Arrived(stats))
+            if len(self.queue) >= self.queue_limit and not member.local:
+                self.parked.append(member)
+        if self.num_remote:  # at once: the next call carries the newest weights
+            self.start_members()
+
+    # -- the loop's steps (core/algos/trainer.py: iterate) ------------------------------------
+    def collect(self):
+        """Fragments enough for one update (``--batch_size`` samples), oldest first; those too
+        stale are dropped."""
+        started = time.perf_counter()
+        while (self.queued_samples() < self.args.batch_size
+               and self.run.stop_requested is None):
+            self.receive(timeout=1.0)
+        wait = time.perf_counter() - started
+        taken, dropped, samples = [], 0, 0
+        while self.queue and samples < self.args.batch_size:
+            fragment = self.queue.pop(0).stats
+            if self.learner.version - fragment.weights_version > self.args.max_policy_lag:
+                dropped += 1
+                continue
+            taken.append(fragment)
+            samples += fragment.agent_stats.get("sample_rows", fragment.env_steps)
+        if self.num_remote:
+            self.start_members()  # parked workers go on once the queue has room
+        return Taken(taken, dropped, wait, started,
+                     min(1.0, self.run.env_steps / self.args.total_steps))
+
+    def queued_samples(self):
+        return sum(a.stats.agent_stats.get("sample_rows", a.stats.env_steps) for a in self.queue)
+
+    def learn(self, collected):
+        stats, grad_norms = [], []
+        if not collected.fragments:
+            return stats, grad_norms, []
+        version = self.learner.version
+        policy_lags = [version - f.weights_version for f in collected.fragments]
+        agent = self.agent.agent
+        agent.adopt_data([f.data for f in collected.fragments])
+        for fragment in collected.fragments:
+            fragment.data = None
+        num_minibatches = min(self.args.num_minibatches,
+                              agent.data["rewards"].shape[1])
+        for epoch in range(self.args.num_epochs):
+            for minibatch in range(num_minibatches):
+                request = GradientRequest(epoch, minibatch, num_minibatches, 0.0, 1.0,
+                                          collected.progress, self.learner.version)
+                result = self.agent.fetch_grads(request, in_place=True)
+                if not result.num_samples:
+                    continue
+                if not all_finite(result.stats, LOSS_KEYS):
+                    self.faults.update_skipped("a loss is NaN or inf", self.run.env_steps)
+                    continue
+                norm = self.learner.apply_in_place(collected.progress)
+                if norm is None:
+                    self.faults.update_skipped("the gradient has NaN or inf",
+                                               self.run.env_steps)
+                    continue
+                self.faults.update_applied()
+                grad_norms.append(norm)
+                stats.append(result.stats)
+                if self.num_remote:  # the next calls carry the new weights
+                    self.receive(timeout=0)
+        episodes = [m for f in collected.fragments for m in f.episode_metrics]
+        self.episode_columns = self.model.observe_episodes(episodes) or {}
+        return stats, grad_norms, policy_lags
+
+    def metrics_row(self, collected, learned):
+        stats, grad_norms, policy_lags = learned
+        fragments = collected.fragments
+        returns = [x for f in fragments for x in f.episode_returns]
+        lengths = [x for f in fragments for x in f.episode_lengths]
+        weights = [max(1, f.env_steps) for f in fragments]
+        row = {
+            "iteration": self.iteration, "updates": self.learner.version,
+            "train_return": float(np.mean(returns)) if returns else None,
+            "train_length": float(np.mean(lengths)) if lengths else None,
+            "episodes": len(returns),
+            "grad_norm": float(np.mean(grad_norms)) if grad_norms else None,
+            "learning_rate": shared_rate(self.model.learning_rate(collected.progress)),
+            "gradient_lag": 0.0 if grad_norms else None,
+            "sample_time_s": float(np.mean([f.sample_time_s for f in fragments]))
+            if fragments else None,
+            "update_time_s": time.perf_counter() - collected.started - collected.wait,
+            "learner_wait_s": collected.wait,
+            "workers": len(self.group.ready_members()),
+            "policy_lag": (float(np.average(policy_lags, weights=weights)) if policy_lags
+                           else None),
+            "fragments": len(fragments), "dropped_fragments": collected.dropped,
+            "queued_fragments": len(self.queue),
+            **self.faults.counts,
+        }
+        for key in stats[0] if stats else ():
+            row[key] = float(np.mean([s[key] for s in stats]))
+        row.update(getattr(self, "episode_columns", {}))
+        return row
+
+    def weights_and_version(self):
+        return self.current_weights(), self.learner.version
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def drain(self):
+        """The fragments in flight, waited for and queued (their steps are counted, and they
+        are learned after a restore as they would have been)."""
+        while self.in_flight:
+            self.receive_all()
+
+    def receive_all(self):
+        refs = dict(self.in_flight)
+        self.in_flight = {}
+        for stats in self.group.gather(refs).values():
+            self.run.env_steps += stats.env_steps
+            self.faults.env_errors(stats.env_errors, self.run.env_steps)
+            self.merge_obs_moments([stats])
+            self.queue.append(Arrived(stats))
+
+    def end(self):
+        self.drain()
+
+    def get_state(self):
+        """The workers' states, the learner agent's and the fragments waiting to be learned
+        (so a resumed run learns them, as the run it continues would have)."""
+        self.drain()
+        queue = [{"data": a.stats.data, "env_steps": a.stats.env_steps,
+                  "weights_version": a.stats.weights_version,
+                  "agent_stats": a.stats.agent_stats,
+                  "episode_returns": list(a.stats.episode_returns),
+                  "episode_lengths": list(a.stats.episode_lengths)} for a in self.queue]
+        return {**self.worker_states(self.group, self.group.ready_members()),
+                "learner_agent": self.agent.agent.get_state(), "queue": queue,
+                **self.evaluation_state()}
+
+    def set_state(self, state, fresh_episode_seed):
+        from core.types import RolloutStats
+        self.load_evaluation_state(state)
+        if state.get("learner_agent") is not None:
+            self.agent.agent.set_state(state["learner_agent"])
+        self.queue = [Arrived(RolloutStats(
+            env_steps=int(q["env_steps"]), episode_returns=list(q["episode_returns"]),
+            episode_lengths=list(q["episode_lengths"]),
+            weights_version=int(q["weights_version"]), agent_stats=dict(q["agent_stats"]),
+            data=q["data"])) for q in state.get("queue") or []]
+        by_slot = self.saved_worker_states(state)
+        exact = bool(by_slot)
+        for member in self.group.ready_members():
+            if member.slot in by_slot:
+                seed = seeding.resumed_worker(fresh_episode_seed, member.slot)
+                exact &= bool(self.group.take(self.group.submit(
+                    member, "set_state", by_slot.pop(member.slot), seed)))
+            else:
+                exact = False
+        if self.num_remote:
+            self.pending_states = by_slot
+        return exact and not self.pending_states
+
+    def restore(self, weights, optimizer_state, updates):
+        self.learner.load_state(weights, optimizer_state, updates)
+
+    def checkpoint_state(self):
+        weights, optimizer_state, version = self.learner.state()
+        return weights, to_cpu(optimizer_state), version
+
+    def worker_groups(self):
+        return [self.group]

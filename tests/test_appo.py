@@ -1,0 +1,183 @@
+"""The asynchronous loop (core/algos/appo_trainer.py, models/appo.py, agents/vtrace_agent.py).
+
+Contract: fragments a worker sampled reach the learner whole, and the learner's replay of them
+with the weights that acted gives back the acting log-probabilities (importance ratio exactly 1,
+V-trace then on-policy), for an MLP, an LSTM (states replayed from each column's first), an
+action mask and a Dict observation; columns of several fragments keep their own truncations.
+End to end: the deterministic mode resumes exactly; Ray workers with a lag bound of 0 drop
+fragments and count them; a run learns CartPole."""
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from core.sampling.rollout import RolloutWorker
+from options.options import parse_args, run_spec
+
+
+def make_worker(*flags, num_envs=4, index=0):
+    args = parse_args(["--config", "none", "--model_name", "appo", "--num_workers", "0",
+                       "--num_envs_per_worker", str(num_envs), "--seed", "0", *flags])
+    return RolloutWorker(run_spec(args), worker_index=index)
+
+
+def fragment(worker, steps):
+    stats = worker.collect(None, None, steps, export=True)
+    return stats, worker.agent.export_data()
+
+
+CASES = {
+    "mlp": ("--gym_id", "CartPole-v1", "--max_episode_steps", "7"),
+    "lstm": ("--gym_id", "CartPole-v1", "--max_episode_steps", "7", "--recurrent", "lstm"),
+    "mask": ("--gym_id", "ddrl/MaskedChoice-v0"),
+    "mask-gru": ("--gym_id", "ddrl/MaskedChoice-v0", "--recurrent", "gru"),
+    "dict": ("--gym_id", "ddrl/DictCartPole-v0"),
+}
+
+
+@pytest.mark.contract
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_learner_replays_the_acting_policy_exactly(case):
+    """Two workers' fragments, adopted side by side by the learner's agent: with the weights
+    that acted, every step's ratio is 1 (approx_kl 0) and the values the learner computes
+    are the acting ones, so the first update is on-policy V-trace."""
+    flags = ("--env_name", "gym_env", *CASES[case])
+    workers = [make_worker(*flags, index=i) for i in range(2)]
+    weights = workers[0].model.get_weights()
+    workers[1].model.set_weights(weights)
+    parts = [fragment(w, 12)[1] for w in workers]
+    learner = make_worker(*flags, index=2)
+    learner.model.set_weights(weights)
+    agent = learner.agent
+    samples = agent.adopt_data(parts)
+    assert samples == sum(int(p["valid"].sum()) for p in parts)
+    assert agent.data["rewards"].shape == (12, 8)
+    if case in ("mlp", "lstm"):  # 7-step episodes: truncations inside, re-based per part
+        assert len(agent.data["truncated_index"]) > len(parts[0]["truncated_index"]) > 0
+        assert agent.data["truncated_index"][:, 1].max() >= 4
+    batch = agent.batch(np.arange(8))
+    model = learner.model
+    captured = {}
+    original = model.policy_terms
+
+    def spy(features, actions, mask=None):
+        log_prob, entropy = original(features, actions, mask)
+        captured["log_prob"] = log_prob.detach()
+        return log_prob, entropy
+
+    model.policy_terms = spy
+    _, stats = model.step(batch)
+    assert stats["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+    assert stats["approx_kl"] == pytest.approx(0.0, abs=1e-6)
+    np.testing.assert_allclose(captured["log_prob"].numpy(),
+                               batch.behaviour_log_probs.numpy(), atol=1e-5)
+
+
+@pytest.mark.contract
+def test_minibatches_are_whole_columns_with_their_own_truncations():
+    flags = ("--env_name", "gym_env", "--gym_id", "CartPole-v1", "--max_episode_steps", "5")
+    worker = make_worker(*flags)
+    _, part = fragment(worker, 11)
+    agent = make_worker(*flags, index=1).agent
+    agent.adopt_data([part, part])
+    index = agent.data["truncated_index"]
+    batch = agent.batch(np.array([5, 6]))  # columns 1 and 2 of the second copy
+    kept = index[(index[:, 1] == 5) | (index[:, 1] == 6)]
+    got = batch.truncated_index.numpy()
+    assert len(got) == len(kept) > 0
+    assert sorted(map(tuple, got)) == sorted((t, e - 5) for t, e in kept)
+    np.testing.assert_array_equal(batch.rewards.numpy(), part["rewards"][:, 1:3])
+    steps = 11
+    assert batch.observations.shape[0] == (steps + 1) * 2  # and the bootstrap rows
+    np.testing.assert_array_equal(batch.observations[-2:].numpy(),
+                                  part["last_observations"][1:3])
+
+
+@pytest.mark.e2e
+def test_pause_then_restore_ends_at_the_weights_of_the_straight_run(tmp_path):
+    """--num_workers 0: N steps, stop, --restore to 2N == 2N straight, bit for bit (the queue
+    of fragments not learned yet travels in the checkpoint)."""
+    from core.run.checkpoint import load_checkpoint
+    from tests.test_e2e import run_main, run_mains
+    common = ("--model_name", "appo", "--num_workers", "0", "--seed", "3",
+              "--total_steps", "3000", "--batch_size", "384", "--eval_interval", "1024",
+              "--eval_episodes", "2", "--target_return", "none",
+              "--checkpoint_interval", "1000", "--quiet")
+    straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
+    whole, paused = run_mains([*common, "--run_dir", straight],
+                              [*common, "--run_dir", resumed, "--pause_at_steps", "1500"])
+    assert whole.returncode == 0, whole.stderr
+    assert paused.returncode == 0, paused.stderr
+    proc = run_main("--restore", resumed, "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    a, _ = load_checkpoint(os.path.join(straight, "checkpoints", "last.pt"))
+    b, meta = load_checkpoint(os.path.join(resumed, "checkpoints", "last.pt"))
+    assert meta["env_steps"] >= 3000
+    for name in a["model"]:
+        assert torch.equal(a["model"][name], b["model"][name]), name
+
+
+@pytest.mark.chaos
+def test_a_sigkilled_worker_loses_its_fragments_whole_and_lag_stays_bounded(tmp_path):
+    """2 Ray workers, 2 fragments queued on each, --max_policy_lag 0: the fragment queued
+    behind one that was learned is stale by then, so it is dropped and counted, and every
+    fragment learned was acted by the learner's current weights (policy_lag 0 in every row).
+    One worker is SIGKILLed after the first row: what it was sampling never reaches the
+    learner (a fragment arrives in one return value or not at all), its replacement joins and
+    delivers, and a SIGTERM ends the run with a checkpoint holding both workers' states."""
+    from tests.test_e2e import read_run
+    from tests.test_faults import kill_when, metrics_rows, start_main, stop, wait_until
+    run_dir = str(tmp_path / "run")
+    proc = start_main("--model_name", "appo", "--num_workers", "2", "--num_envs_per_worker",
+                      "4", "--batch_size", "256", "--max_policy_lag", "0", "--seed", "1",
+                      "--run_dir", run_dir, "--quiet", "--no-tensorboard", "--total_steps",
+                      "100000000", "--target_return", "none")
+
+    def replaced_and_delivering():
+        rows = metrics_rows(run_dir)
+        restarted = [i for i, r in enumerate(rows) if r.get("worker_restarts") == "1"]
+        return bool(restarted) and any(r.get("workers") == "2" and r.get("fragments") not in
+                                       ("", "0") for r in rows[restarted[0] + 3:])
+    try:
+        victim = kill_when(proc, "RolloutWorker", lambda: len(metrics_rows(run_dir)) >= 1)
+        back = victim is not None and wait_until(proc, replaced_and_delivering)
+    finally:
+        code, out, err = stop(proc)
+    assert victim is not None, "no rollout worker to kill: " + err[-2000:]
+    assert back, "the replacement never delivered: " + err[-3000:]
+    assert code == 143, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    summary, rows = read_run(run_dir)
+    assert summary["worker_restarts"] == 1, summary
+    learned = [r for r in rows if r["fragments"] not in ("", "0")]
+    assert learned and all(float(r["policy_lag"]) == 0.0 for r in learned)
+    assert sum(int(r["dropped_fragments"]) for r in rows) > 0
+    from core.run.checkpoint import load_checkpoint
+    payload, meta = load_checkpoint(os.path.join(run_dir, "checkpoints", "last.pt"))
+    assert meta["env_steps"] == summary["env_steps"]
+    assert list(payload["state"]["worker_slots"]) == [0, 1]
+
+
+@pytest.mark.unit
+def test_the_slow_env_draws_uneven_steps_and_slows_the_named_workers():
+    """benchmarks/plugins/slow_env.py: lognormal step times of the given mean (heavy-tailed),
+    --slow_factor times longer in the envs of --slow_workers (ddrl hands an env that takes it
+    its ``worker_index``); the plain env by default."""
+    from core.plugins import load_plugins, make_env
+    args = parse_args(["--config", "none", "--user_dir", os.path.join("benchmarks", "plugins"),
+                       "--env_name", "slow_env", "--step_ms", "5", "--step_sigma", "1",
+                       "--slow_workers", "1", "--slow_factor", "4"])
+    plugins = load_plugins(run_spec(args))
+    spec = run_spec(args)
+    fast = make_env(plugins, spec.env, seed=1, worker_index=0)
+    slow = make_env(plugins, spec.env, seed=1, worker_index=1)
+    draws = np.array([fast.step_time() for _ in range(20000)])
+    assert draws.mean() == pytest.approx(0.005, rel=0.05)
+    assert np.quantile(draws, 0.99) > 4 * 0.005          # the heavy tail
+    slow_draws = np.array([slow.step_time() for _ in range(20000)])
+    assert slow_draws.mean() == pytest.approx(0.020, rel=0.05)
+    plain = parse_args(["--config", "none", "--user_dir", os.path.join("benchmarks", "plugins"),
+                        "--env_name", "slow_env"])
+    env = make_env(load_plugins(run_spec(plain)), run_spec(plain).env, seed=1, worker_index=0)
+    assert {env.step_time() for _ in range(10)} == {0.005}
