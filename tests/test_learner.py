@@ -1,6 +1,9 @@
 """average_gradients, and the property the distributed design rests on: the sample-weighted
 average of workers' gradients equals one worker's gradient on the union of their data."""
 import copy
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -205,3 +208,44 @@ def test_minibatch_scope_normalizes_each_minibatch_with_its_own_moments():
     for minibatch, advantages in enumerate(handed):
         part = raw[torch.as_tensor(np.array_split(order, 2)[minibatch])]
         assert torch.allclose(advantages, (part - part.mean()) / (part.std() + 1e-8))
+
+
+@pytest.mark.unit
+def test_optimizer_step_is_torchs_step():
+    """core/learning/learner.py optimizer_step: the same Adam update as optimizer.step(), bit
+    for bit."""
+    from core.learning.learner import optimizer_step
+    torch.manual_seed(0)
+    nets = [torch.nn.Linear(4, 3) for _ in range(2)]
+    nets[1].load_state_dict(nets[0].state_dict())
+    optimizers = [torch.optim.Adam(n.parameters(), lr=1e-2, fused=True) for n in nets]
+    for _ in range(3):
+        x = torch.randn(5, 4)
+        for net, optimizer in zip(nets, optimizers):
+            optimizer.zero_grad()
+            net(x).pow(2).sum().backward()
+        optimizers[0].step()
+        optimizer_step(optimizers[1])
+    for a, b in zip(nets[0].parameters(), nets[1].parameters()):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.contract
+def test_a_learner_never_imports_dynamo():
+    """A process that trains (PPO's Learner: construct, apply, state) never imports
+    torch._dynamo (1.6 s of CPU at start-up; core/learning/learner.py says why)."""
+    script = ("import sys; from options.options import parse_args; import torch\n"
+              "from models.ppo import PPOModel; from core.learning.learner import Learner\n"
+              "import gymnasium as gym\n"
+              "args = parse_args(['--config', 'none'])\n"
+              "env = gym.make('CartPole-v1')\n"
+              "from options.options import run_spec\n"
+              "model = PPOModel(run_spec(args).model, env.observation_space, env.action_space)\n"
+              "learner = Learner(model)\n"
+              "for p in model.parameters(): p.grad = torch.ones_like(p)\n"
+              "learner.apply_in_place(); learner.state()\n"
+              "print('torch._dynamo' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(
+                             __file__)))).stdout
+    assert out.strip().splitlines()[-1] == "False"

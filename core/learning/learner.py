@@ -1,4 +1,5 @@
 """The learner: holds the optimizer state, applies averaged gradients, versions the weights."""
+import sys
 from typing import Dict, Optional, Sequence
 
 import numpy as np
@@ -27,6 +28,48 @@ def average_gradients(gradients: Sequence[Dict[str, np.ndarray]],
             for k in gradients[0]}
 
 
+# torch._dynamo's import costs 1.6 s of CPU here, a third of a small run's whole process, and a
+# process that compiles nothing needs none of it. Yet an optimizer imports it at its first call
+# of add_param_group, zero_grad, state_dict or load_state_dict (each wrapped in
+# torch._disable_dynamo, which imports it to mark them as not to be traced) and at every step
+# (torch.optim's _use_grad imports it to call graph_break, a no-op outside a compiled region).
+# Both are skipped below while torch._dynamo is not imported; once something in the process
+# compiles (and so imports it), torch's own paths run. The updates are the same: the same step
+# function, under no_grad, as _use_grad runs it.
+
+
+def skip_dynamo_import():
+    """Mark the optimizer methods wrapped in torch._disable_dynamo as already resolved to the
+    plain method (each wrapper caches the function to call in its ``__dynamo_disable``
+    attribute), unless torch._dynamo is imported already."""
+    if "torch._dynamo" in sys.modules:
+        return
+    for attribute in vars(torch.optim.Optimizer).values():
+        code = getattr(attribute, "__code__", None)
+        plain = getattr(attribute, "__wrapped__", None)
+        if (code is not None and plain is not None and code.co_name == "inner"
+                and code.co_filename.endswith("_compile.py")
+                and getattr(plain, "__dynamo_disable", None) is None):
+            setattr(plain, "__dynamo_disable", plain)
+
+
+def optimizer_step(optimizer):
+    """``optimizer.step()``; while torch._dynamo is not imported and the optimizer has no step
+    hooks, its class's own step function under no_grad (what torch's wrappers call after
+    their profiling label, hooks and the import)."""
+    from torch.optim import optimizer as torch_optimizer
+    if ("torch._dynamo" in sys.modules or optimizer.defaults.get("differentiable")
+            or optimizer._optimizer_step_pre_hooks or optimizer._optimizer_step_post_hooks
+            or torch_optimizer._global_optimizer_pre_hooks
+            or torch_optimizer._global_optimizer_post_hooks):
+        return optimizer.step()
+    step = type(optimizer).step
+    while hasattr(step, "__wrapped__"):
+        step = step.__wrapped__
+    with torch.no_grad():
+        return step(optimizer)
+
+
 def gradients_finite(gradients: Dict[str, np.ndarray]) -> bool:
     return all(np.isfinite(np.asarray(g)).all() for g in gradients.values())
 
@@ -34,6 +77,7 @@ def gradients_finite(gradients: Dict[str, np.ndarray]) -> bool:
 class Learner:
     def __init__(self, model):
         self.model = model
+        skip_dynamo_import()
         self.optimizer = model.configure_optimizer()
         self.version = 0
         self.parameters = dict(model.named_parameters())
@@ -96,7 +140,7 @@ class Learner:
             norm = torch.nn.utils.clip_grad_norm_(stepped, max_norm)
         elif norm is None:
             norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in stepped]))
-        self.optimizer.step()
+        optimizer_step(self.optimizer)
         after_update = getattr(self.model, "after_update", None)
         if after_update is not None:  # e.g. SAC's polyak-averaged target critics
             after_update()
