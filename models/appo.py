@@ -19,7 +19,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from core.argtypes import positive_float
+from core.argtypes import positive_float, unit_interval
 from core.errors import ConfigError
 from core.learning.vtrace import vtrace
 from core.spaces import is_tree
@@ -90,6 +90,9 @@ class APPOModel(PPOModel):
         parser.add_argument("--vtrace_c_bar", type=positive_float, default=1.0,
                             help="V-trace's c-bar: the truncation of the trace coefficients, "
                                  "how far a TD error flows back (default: %(default)s)")
+        parser.add_argument("--vtrace_lambda", type=unit_interval, default=1.0,
+                            help="lambda of the traces (IMPALA's remark 2, as GAE's lambda): "
+                                 "c_t = lambda * min(c-bar, rho_t) (default: %(default)s)")
 
     def __init__(self, args, observation_space, action_space):
         super().__init__(args, observation_space, action_space)
@@ -125,7 +128,8 @@ class APPOModel(PPOModel):
             log_rhos = (log_prob.detach() - batch.behaviour_log_probs).reshape(length, count)
             targets, advantages = vtrace(
                 log_rhos, batch.rewards, values.detach(), next_values, batch.terminated,
-                batch.ended, batch.gamma, self.args.vtrace_rho_bar, self.args.vtrace_c_bar)
+                batch.ended, batch.gamma, self.args.vtrace_rho_bar, self.args.vtrace_c_bar,
+                lam=self.args.vtrace_lambda)
         weights = batch.weights.reshape(steps)
         total = weights.sum().clamp(min=1.0)
 

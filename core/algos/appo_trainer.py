@@ -21,6 +21,7 @@ return value or not at all); core/sampling/worker_group.py replaces it and the r
 its calls when it is up. With ``--num_workers 0`` the worker runs in this process, one fragment
 at a time with the newest weights: the deterministic mode (exactly resumable).
 """
+import argparse
 import time
 from dataclasses import dataclass, field
 
@@ -67,6 +68,10 @@ def add_args(parser):
                        help="drop (and count) a fragment acted by weights more than this many "
                             "updates older than the learner's when it would be learned "
                             "(default: %(default)s)")
+    group.add_argument("--elastic_start", action=argparse.BooleanOptionalAction, default=True,
+                       help="with Ray workers, learn at once from a worker in this process "
+                            "while Ray and the workers start; it steps out when all are up "
+                            "(default: on)")
     group.add_argument("--learner_queue", type=positive_int, default=None,
                        help="fragments that may wait for the learner before workers that "
                             "deliver get no new call (default: 2 x --num_workers x "
@@ -100,6 +105,8 @@ class APPOTrainer(Trainer):
                     ("entropy", "ent", ".3f"), ("dropped_fragments", "dropped", "d"))
     add_args = staticmethod(add_args)
     agent_kind = OnPolicyAgent
+    #: learning starts with an in-process worker while Ray starts (--elastic_start)
+    starts_without_ray = True
 
     @classmethod
     def gpu_plan(cls, args):
@@ -123,7 +130,9 @@ class APPOTrainer(Trainer):
     def __init__(self, args, spec, plugins, spaces, run, faults, ray_starter=None):
         super().__init__(args, spec, plugins, spaces, run, faults, ray_starter)
         self.num_remote = args.num_workers
-        self.placement = Placement(local=self.num_remote == 0)
+        # weights travel by reference once Ray workers exist; in-process as they are
+        self.placement = Placement(local=True)
+        self.remote_spawned = False
         torch.manual_seed(args.seed)
         self.model = plugins.model_cls(spec.model, *spaces)
         self.device = resolve_device(spec.gpus.driver_learner_gpus if spec.gpus else 0.0,
@@ -143,14 +152,29 @@ class APPOTrainer(Trainer):
             args.fragments_in_flight)
         if self.num_remote == 0:
             self.group.add(0, local=True)
+        elif args.elastic_start and args.env_placement == "worker":
+            # learn from a stand-in in this process until the Ray workers are up (a slot of
+            # its own: seeds distinct from every remote worker's)
+            self.group.add(self.num_remote, local=True)
         else:
             self.ray_starter.ready(timeout=None)
-            for slot in range(self.num_remote):
-                self.group.add(slot)
+        self.spawn_remote()
         self.evaluations.prepare()
 
     def remote_evaluation(self):
-        return self.num_remote > 0
+        return self.remote_spawned
+
+    def spawn_remote(self):
+        """Once Ray is up, start the remote workers (they get calls when their envs are
+        built)."""
+        if self.remote_spawned or not self.num_remote or not self.ray_starter.ready():
+            return
+        self.remote_spawned = True
+        self.placement = Placement(local=False)
+        self.weights_version = None  # shared for Ray from now on
+        for slot in range(self.num_remote):
+            self.group.add(slot)
+        self.evaluations.prepare()
 
     def make_worker(self, slot, generation, local, node=None):
         return make_rollout_worker(self.spec, slot, generation, local,
@@ -172,28 +196,42 @@ class APPOTrainer(Trainer):
                                 progress)
         self.in_flight[ref] = member
 
-    def start_members(self):
+    def start_members(self, local=True):
         """Give every member that is up and idle its calls (newly started ones, replacements,
-        parked ones once the queue has room), applying a saved state first after a restore."""
-        for member in self.group.poll(timeout=0):
-            state = self.pending_states.pop(member.slot, None)
-            if state is not None and member.generation == 0:
-                ray.get(member.handle.set_state.remote(state, None))
+        parked ones once the queue has room), applying a saved state first after a restore;
+        ``local``: the in-process worker too (its call samples right away, in this process).
+        The in-process stand-in steps out once every remote worker is up."""
+        self.spawn_remote()
+        if self.remote_spawned:
+            for member in self.group.poll(timeout=0):
+                state = self.pending_states.pop(member.slot, None)
+                if state is not None and member.generation == 0:
+                    ray.get(member.handle.set_state.remote(state, None))
+            stand_ins = [m for m in self.group.members if m.local]
+            if stand_ins and all(m.ready for m in self.group.remote_members()):
+                retired = [m for m in stand_ins if m not in self.in_flight.values()]
+                for member in retired:
+                    self.group.retire(member)
+                if retired and not self.args.quiet:
+                    print(f"ddrl: {self.num_remote} Ray workers up at env step "
+                          f"{self.run.env_steps:,} ({self.run.elapsed():.1f} s); the "
+                          f"in-process worker steps out", flush=True)
         busy = {}
         for member in self.in_flight.values():
             busy[member] = busy.get(member, 0) + 1
         if len(self.queue) < self.queue_limit:
             self.parked = []
-        wanted = 1 if self.num_remote == 0 else self.args.fragments_in_flight
         for member in self.group.ready_members():
-            if member in self.parked:
+            if member in self.parked or (member.local and not local):
                 continue
+            wanted = 1 if member.local else self.args.fragments_in_flight
             for _ in range(wanted - busy.get(member, 0)):
                 self.submit(member)
 
-    def receive(self, timeout):
-        """The fragments that are done (waiting up to ``timeout`` s for the first)."""
-        self.start_members()
+    def receive(self, timeout, local=True):
+        """The fragments that are done (waiting up to ``timeout`` s for the first);
+        ``local``: let the in-process worker sample one first."""
+        self.start_members(local)
         for ref in self.group.hung():
             self.in_flight.pop(ref, None)
         local = [ref for ref in self.in_flight if isinstance(ref, LocalRef)]
@@ -219,8 +257,9 @@ class APPOTrainer(Trainer):
             self.queue.append(Arrived(stats))
             if len(self.queue) >= self.queue_limit and not member.local:
                 self.parked.append(member)
-        if self.num_remote:  # at once: the next call carries the newest weights
-            self.start_members()
+        # at once: the next call carries the newest weights (remote workers only; the
+        # in-process one samples at the next receive, after the learner's update)
+        self.start_members(local=False)
 
     # -- the loop's steps (core/algos/trainer.py: iterate) ------------------------------------
     def collect(self):
@@ -239,8 +278,7 @@ class APPOTrainer(Trainer):
                 continue
             taken.append(fragment)
             samples += fragment.agent_stats.get("sample_rows", fragment.env_steps)
-        if self.num_remote:
-            self.start_members()  # parked workers go on once the queue has room
+        self.start_members(local=False)  # parked workers go on once the queue has room
         return Taken(taken, dropped, wait, started,
                      min(1.0, self.run.env_steps / self.args.total_steps))
 
@@ -277,8 +315,8 @@ class APPOTrainer(Trainer):
                 self.faults.update_applied()
                 grad_norms.append(norm)
                 stats.append(result.stats)
-                if self.num_remote:  # the next calls carry the new weights
-                    self.receive(timeout=0)
+                if self.remote_spawned:  # the next calls carry the new weights
+                    self.receive(timeout=0, local=False)
         episodes = [m for f in collected.fragments for m in f.episode_metrics]
         self.episode_columns = self.model.observe_episodes(episodes) or {}
         return stats, grad_norms, policy_lags
