@@ -106,6 +106,10 @@ FETCH_SAC = ("--gym_id FetchReach-v4 --config none --num_workers 0 --num_envs_pe
              " --utd_ratio 1.0 --weight_sync_interval 32 --sac_hidden_sizes 64,64 --sac_gamma 0.95"
              " --tau 0.005 --actor_lr 0.001 --critic_lr 0.001 --alpha_lr 0.001 --eval_interval 2000"
              " --log_steps 1000 --total_steps {max_steps}")
+SLOW_CARTPOLE = (" --step_ms 5 --step_sigma 1 --slow_reset_ms 100 --slow_reset_prob 0.1 --slow_workers 0"
+                 " --slow_factor 4 --num_workers 8 --num_envs_per_worker 4 --rollout_steps 32 --batch_size 256"
+                 " --num_epochs 10 --gamma 0.98 --lr 0.001 --lr_schedule linear --clip_range 0.2"
+                 " --clip_schedule linear --eval_interval 4000 --eval_episodes 5 --total_steps {max_steps}")
 SUITES = {
     "cartpole": dict(
         target=475, max_steps=None, peer="sb3",
@@ -353,6 +357,22 @@ SUITES = {
     # RL-Zoo's 8,000); sb3-ddrl: SB3 given ddrl-0workers' flags (--hyperparams ddrl: bursts of
     # 32 updates after each 64-step fragment as ddrl's, where RL-Zoo has 128 after 256).
     # Evaluations every 2,000 env steps on all.
+    # The asynchronous loop (issue 48) against the synchronous one on a slow, uneven simulator:
+    # CartPole behind benchmarks/plugins/slow_env.py (5 ms lognormal steps, sigma 1; 1 reset in
+    # 10 waits 100 ms more; rollout worker 0 is 4x slower), 8 workers x 4 envs. Both on their
+    # CartPole presets' settings (8 envs x 32 steps per 256-sample batch, 10 epochs, gamma
+    # 0.98, lr 1e-3 and clip 0.2 decaying linearly); PPO samples ahead. 5 evaluation episodes
+    # every 4,000 env steps (the test worker's envs are slow too).
+    "cartpole-slow": dict(
+        target=475, max_steps=400_000, peer="ppo-sync", timeout=900,
+        systems={
+            "ppo-sync": "{python} main.py --user_dir benchmarks/plugins --env_name slow_env --gym_id CartPole-v1"
+                        " --model_name ppo" + SLOW_CARTPOLE + " --sample_ahead on --gae_lambda 0.8"
+                        " --seed {seed} --run_dir {run_dir} --target_return {target}",
+            "appo": "{python} main.py --user_dir benchmarks/plugins --env_name slow_env --gym_id CartPole-v1"
+                    " --model_name appo" + SLOW_CARTPOLE + " --seed {seed} --run_dir {run_dir}"
+                    " --target_return {target}",
+        }),
     "cartpole-dqn": dict(
         target=475, max_steps=100_000, peer="sb3-zoo", timeout=1200,
         systems={

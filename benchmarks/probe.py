@@ -36,6 +36,7 @@ PROBES = {
     "memory-cost": ("memory_cost", "MLP against LSTM and GRU PPO on CartPole without velocities"),
     "vector-ppo": ("vector_ppo", "PPO env steps/s on a batched CartPole: ddrl, a minimal PPO, SB3"),
     "async-vs-sync": ("async_sync", "APPO's env steps/s against sync PPO's on a slow, uneven env"),
+    "appo-vs-sf": ("appo_vs_sf", "ddrl's APPO against Sample Factory's on CartPole, same settings"),
     "learning-speed": ("learning_speed", "samples/s of ddrl's learning step (PPO, DQN, SAC) on a device"),
 }
 

@@ -38,6 +38,7 @@ import compare  # noqa: E402  (benchmarks/ on the path first)
 import probe  # noqa: E402
 import scaling  # noqa: E402
 from probes import vector_ppo  # noqa: E402
+from probes import appo_vs_sf, async_sync  # noqa: E402
 from probes import (atari_throughput, ppo_vs_sb3_update, profile_sac,  # noqa: E402
                     replay_throughput, sampling_report, soak, soak_report, sweep_time)
 
@@ -170,6 +171,10 @@ def test_the_main_py_command_lines_the_tools_build_still_parse(monkeypatch, tmp_
     for vectorize in ("native", "none"):
         args = main_py_flags(vector_ppo.ddrl_argv(vectorize, 4096, 0, str(tmp_path)))
         assert args.vectorize == vectorize and args.num_envs_per_worker == 256
+    for system in async_sync.SYSTEMS:
+        args = main_py_flags(async_sync.argv(system, 8, 5.0, 1000, 0, str(tmp_path)))
+        assert args.num_workers == 8 and args.slow_workers == (0,)
+    assert main_py_flags(appo_vs_sf.ddrl_argv(1000, 0, str(tmp_path))).model_name == "appo"
     soak_args = parser.parse_args(["soak"])
     assert main_py_flags(soak.main_argv(soak_args, "127.0.0.1:6379", str(tmp_path))).num_workers == 8
     base = sweep_time.base_flags(50_000)
@@ -336,6 +341,28 @@ def test_vector_ppo_floor_and_sample_factorys_log():
         "[2026-11-26 23:13:10,001][1] Avg episode reward: [(0, '57.5')]",
         "[2026-11-26 23:13:20,000][1] Fps is (10 sec: 1). Total num frames: 350000. Samples"])
     assert vector_ppo.sf_throughput(log) == (25_000.0, 57.5)
+
+
+@pytest.mark.unit
+def test_appo_vs_sample_factory_reads_both_systems_returns(tmp_path):
+    """Time to a 100-episode training mean of 475 and the rate from Sample Factory's log lines
+    and from ddrl's metrics.csv rows (episodes and their mean return per row)."""
+    log = "\n".join([
+        "[2026-11-27 03:00:00,000][1] Fps is (10 sec: nan). Total num frames: 0. Throughput: 0",
+        "[2026-11-27 03:00:05,000][1] Fps is (10 sec: 1). Total num frames: 10000. Samples",
+        "[2026-11-27 03:00:05,001][1] Avg episode reward: [(0, '300.5')]",
+        "[2026-11-27 03:00:10,000][1] Fps is (10 sec: 1). Total num frames: 60000. Samples",
+        "[2026-11-27 03:00:10,001][1] Avg episode reward: [(0, '480.0')]"])
+    import datetime
+    started = datetime.datetime(2026, 11, 27, 2, 59, 58).timestamp()
+    assert appo_vs_sf.sf_report(log, started) == pytest.approx((10_000.0, 12.001, 480.0))
+    with open(tmp_path / "metrics.csv", "w") as f:
+        f.write("env_steps,wall_time_s,episodes,train_return\n")
+        f.write("200,1.0,60,100\n400,2.0,60,500\n600,3.0,,\n800,4.0,50,500\n1000,5.0,0,\n")
+    rate, reached, last = appo_vs_sf.ddrl_report(str(tmp_path), 1000)
+    # from the row at 20% of the steps (200) to the last; the 100 newest episodes: 60 at 100
+    # and 60 at 500 -> 300 (below); then 60 at 500 and 50 at 500 -> 500 at 4.0 s
+    assert rate == 200.0 and reached == 4.0 and last == 500.0
 
 
 def test_sampling_local(tmp_path, capsys):

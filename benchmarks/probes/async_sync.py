@@ -9,12 +9,12 @@ The env (benchmarks/plugins/slow_env.py): CartPole-v1 whose steps wait a lognorm
 rollout worker 0 is 4x slower than the others; 4 envs per worker, fragments of 32 steps.
 
 - ``ppo-sync``: ddrl's PPO loop at its best settings for this: --sample_ahead on (each worker
-  samples its next fragment while the learner works), elastic start, 4 minibatches x 4
-  epochs per round (its default 10 epochs only add learner time here).
-- ``appo``: ddrl's asynchronous loop (--model_name appo), 2 fragments queued per worker, one
-  update per --batch_size samples (the same 128 x workers as one PPO round holds / 4).
+  samples its next fragment while the learner works), elastic start.
+- ``appo``: ddrl's asynchronous loop (--model_name appo), 2 fragments queued per worker.
 
-Both get the same network (64x64 tanh actor and critic), lr, gamma and --total_steps; each run
+Both learn on batches of a quarter of what all workers' fragments hold (PPO: 4 minibatches per
+round; APPO: an update per that many samples), 4 epochs each, the same network (64x64 tanh
+actor and critic), lr, gamma and --total_steps; each run
 is a process of its own, one after another, alternating per repeat. Reported: env steps/s
 from the row where 20 % of the steps were done to the last (the loop at speed: no interpreter
 start, Ray start or warm-up), the whole process's wall time, and the ratio appo / ppo-sync.
@@ -58,7 +58,8 @@ def argv(system, workers, step_ms, steps, seed, run_dir):
     if system == "ppo-sync":
         return common + ["--sample_ahead", "on", "--num_epochs", "4",
                          "--batch_size", str(round_samples // 4)]
-    return common + ["--model_name", "appo", "--batch_size", str(round_samples // 4)]
+    return common + ["--model_name", "appo", "--num_epochs", "4",
+                     "--batch_size", str(round_samples // 4)]
 
 
 def throughput(run_dir, steps):
