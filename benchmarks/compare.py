@@ -118,6 +118,9 @@ SUITES = {
             "ddrl-2workers": DDRL + " --gym_id CartPole-v1 --num_workers 2",
             "ddrl-2workers-wait": DDRL + " --gym_id CartPole-v1 --num_workers 2 --no-elastic_start",
             "ddrl-0workers": DDRL + " --gym_id CartPole-v1 --num_workers 0",
+            # the asynchronous loop on its CartPole preset (configs/appo-CartPole-v1.yaml): a
+            # cheap, even env, where waiting for the slowest worker costs little
+            "ddrl-appo-2workers": ddrl("appo", "vtrace_agent") + " --gym_id CartPole-v1 --num_workers 2",
             "sb3": "{python} benchmarks/sb3_ppo.py --env CartPole-v1 --target_return {target} --seed {seed} --out_dir {run_dir}",
         }),
     # ddrl's own acceptance bar on Pendulum PPO is -400; the comparison uses -200 (--target to change).

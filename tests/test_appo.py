@@ -199,3 +199,27 @@ def test_appo_learns_cartpole_in_one_process():
         summary, rows = read_run(run_dir)
     assert summary["best_eval_return"] >= 400, summary
     assert summary["stopped_because"] == "target_return", summary
+
+
+@pytest.mark.e2e
+def test_an_lstm_policy_with_an_action_mask_runs_through_ray_workers(tmp_path):
+    """The asynchronous loop end to end with memory and a mask: 2 Ray workers, an LSTM
+    policy on the masked toy env; fragments carry their columns' first states, the learner
+    replays them, the test worker evaluates, and a checkpoint holds each worker's state."""
+    from core.run.checkpoint import load_checkpoint
+    from tests.test_e2e import read_run, run_main
+    run_dir = str(tmp_path / "run")
+    proc = run_main("--model_name", "appo", "--gym_id", "ddrl/MaskedChoice-v0", "--recurrent",
+                    "lstm", "--num_workers", "2", "--total_steps", "3000", "--batch_size",
+                    "256", "--eval_interval", "1000", "--eval_episodes", "2",
+                    "--target_return", "none", "--seed", "0", "--run_dir", run_dir, "--quiet")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary, rows = read_run(run_dir)
+    assert summary["env_steps"] >= 3000 and summary["last_eval_return"] is not None
+    assert int(rows[-1]["updates"]) > 0
+    assert all(float(r["ratio_mean"]) == pytest.approx(1.0, abs=0.5) for r in rows
+               if r.get("ratio_mean"))
+    payload, _ = load_checkpoint(os.path.join(run_dir, "checkpoints", "last.pt"))
+    saved = payload["state"]["workers"]
+    assert saved and all(set(w["memory"]["state"]) == {"pi/h", "pi/c", "vf/h", "vf/c"}
+                         for w in saved)

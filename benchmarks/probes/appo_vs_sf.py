@@ -12,8 +12,14 @@ entropy bonus, separate 64x64 tanh actor and critic, advantages normalized, no i
 normalization, on the CPU. Sample Factory runs in a venv of its own (its gymnasium pin is
 0.29; ``python3.11 -m venv /tmp/sfvenv && /tmp/sfvenv/bin/pip install torch==2.13.0
 sample-factory==2.1.1``) with those values as its flags (its value clipping, which ddrl's APPO
-does not do, set out of reach), async_rl on, 1 policy worker; ``--sf_example`` adds a run with
-its own CartPole example's flags (sf_examples/train_gym_env.py's docstring) for reference.
+does not do, set out of reach), async_rl on, 1 policy worker. One difference is forced: Sample
+Factory 2.1.1's V-trace path stops its learner at the first summary it records
+(``AttributeError: 'AttrDict' object has no attribute 'advantages'``, learner.py
+_record_summaries, with --with_vtrace True and --recurrence equal to the rollout, which its
+V-trace requires), and its own CartPole example turns V-trace off; so it runs with
+``--with_vtrace False`` and GAE lambda 1 (what V-trace with lambda 1 gives on data without
+lag), PPO's clipped ratio against the acting policy bounding the lag. ``--sf_example`` adds a
+run with its own CartPole example's flags (sf_examples/train_gym_env.py's docstring).
 
 Neither system evaluates here: both are measured on their training episodes, the mean return
 of the last 100 (Sample Factory's ``Avg episode reward``, reported every few seconds; ddrl's
@@ -78,7 +84,8 @@ def sf_argv(sf_python, steps, seed, train_dir, example=False):
                    "--num_envs_per_worker", str(s["envs"]), "--rollout", str(s["rollout"]),
                    "--batch_size", str(s["batch"]), "--num_batches_per_epoch", "1",
                    "--num_epochs", str(s["epochs"]), "--use_rnn", "False", "--recurrence", "1",
-                   "--with_vtrace", "True", "--vtrace_rho", "1", "--vtrace_c", "1",
+                   # its V-trace path fails (the module docstring): GAE(1) on lagged data
+                   "--with_vtrace", "False", "--gae_lambda", "1.0",
                    "--encoder_mlp_layers", "64", "64", "--nonlinearity", "tanh",
                    "--actor_critic_share_weights", "False", "--learning_rate", str(s["lr"]),
                    "--lr_schedule", "constant", "--gamma", str(s["gamma"]),
@@ -146,7 +153,10 @@ def run(args, argv):
                 else:
                     done = subprocess.run(sf_argv(args.sf_python, args.steps, seed, tmp,
                                                   example=system.endswith("example")),
-                                          cwd=tmp, text=True, capture_output=True, timeout=3600)
+                                          cwd=tmp, text=True, capture_output=True, timeout=1200)
+                    if done.returncode != 0 or "Traceback" in done.stdout + done.stderr:
+                        raise SystemExit("appo-vs-sf: Sample Factory failed:\n"
+                                         + (done.stdout + done.stderr)[-3000:])
                     wall = time.time() - started
                     rate, reached, last = sf_report(done.stdout + done.stderr, started)
             row = {"system": system, "seed": seed, "steps_per_s": rate, "wall_s": wall,
