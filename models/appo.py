@@ -24,7 +24,7 @@ from core.errors import ConfigError
 from core.learning.vtrace import vtrace
 from core.spaces import is_tree
 from models import register_model
-from models.ppo import PPOModel, action_mask_of, schedule
+from models.ppo import PPOModel, action_mask_of, schedule, step_statistics
 
 
 class VTraceBatch(NamedTuple):
@@ -153,12 +153,6 @@ class APPOModel(PPOModel):
         loss = policy_loss + self.args.vf_coef * value_loss - self.args.ent_coef * entropy
         self.zero_grad(set_to_none=True)
         loss.backward()
-        with torch.no_grad():
-            approx_kl = mean((ratio - 1.0) - log_ratio)
-            clip_fraction = mean(((ratio - 1.0).abs() > clip_range).float())
-            scalars = torch.stack([policy_loss.detach(), value_loss.detach(), entropy.detach(),
-                                   approx_kl, clip_fraction, mean(ratio)]).tolist()
-        stats = dict(zip(("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction",
-                          "ratio_mean"), scalars))
-        return self.collect_gradients(), stats
+        return self.collect_gradients(), step_statistics(
+            mean, ratio, log_ratio, clip_range, policy_loss, value_loss, entropy)
 

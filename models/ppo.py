@@ -124,6 +124,20 @@ def sde_sample_freq(text):
     return value
 
 
+@torch.no_grad()
+def step_statistics(mean, ratio, log_ratio, clip_range, policy_loss, value_loss, entropy):
+    """What a PPO-style step reports (metrics.csv's columns): its three losses, the approximate
+    KL (http://joschu.net/blog/kl-approx.html: unbiased, low variance), the share of clipped
+    ratios and their mean; ``mean`` averages over the samples that count."""
+    approx_kl = mean((ratio - 1.0) - log_ratio)
+    clip_fraction = mean(((ratio - 1.0).abs() > clip_range).float())
+    # one copy to the host for all six (on a GPU each .item() waits on its own)
+    scalars = torch.stack([policy_loss.detach(), value_loss.detach(), entropy.detach(),
+                           approx_kl, clip_fraction, mean(ratio)]).tolist()
+    return dict(zip(("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction",
+                     "ratio_mean"), scalars))
+
+
 def schedule(start, kind, progress):
     return start * (1.0 - progress) if kind == "linear" else start
 
@@ -650,17 +664,8 @@ class PPOModel(BaseModel):
         self.zero_grad(set_to_none=True)
         loss.backward()
 
-        with torch.no_grad():
-            # http://joschu.net/blog/kl-approx.html : unbiased, low-variance estimator
-            approx_kl = mean((ratio - 1.0) - log_ratio)
-            clip_fraction = mean(((ratio - 1.0).abs() > clip_range).float())
-            # one copy to the host for all six (on a GPU each .item() waits on its own)
-            scalars = torch.stack([policy_loss.detach(), value_loss.detach(),
-                                   entropy.detach(), approx_kl, clip_fraction,
-                                   mean(ratio)]).tolist()
-        stats = dict(zip(("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction",
-                          "ratio_mean"), scalars))
-        return self.collect_gradients(), stats
+        return self.collect_gradients(), step_statistics(
+            mean, ratio, log_ratio, clip_range, policy_loss, value_loss, entropy)
 
     def configure_optimizer(self):
         # The fused Adam kernel is the same update; on the CPU it takes 0.14 ms per step against

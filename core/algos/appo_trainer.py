@@ -32,7 +32,7 @@ import torch
 from core import seeding
 from core.algos.agents import OnPolicyAgent
 from core.algos.ppo_trainer import METRIC_COLUMNS as PPO_COLUMNS
-from core.algos.ppo_trainer import LearnerGradients, shared_rate
+from core.algos.ppo_trainer import LearnerGradients, PPOTrainer, shared_rate
 from core.algos.trainer import Trainer
 from core.algos.trainers import register_trainer
 from core.argtypes import non_negative_int, positive_int
@@ -113,10 +113,8 @@ class APPOTrainer(Trainer):
         """The learner in this process computes every gradient: a GPU goes to it."""
         return plan_gpus(DRIVER_LEARNER, args.num_gpus, args.num_workers)
 
-    @classmethod
-    def metric_columns_for(cls, model_cls, observation_space=None):
-        return list(cls.metric_columns) + [c for c in model_cls.metric_columns_of(observation_space)
-                                           if c not in cls.metric_columns]
+    #: the loop's columns, then the model's episode columns (PPO's, on this loop's columns)
+    metric_columns_for = classmethod(PPOTrainer.metric_columns_for.__func__)
 
     @classmethod
     def check_plugins(cls, plugins, spec):
@@ -396,15 +394,7 @@ class APPOTrainer(Trainer):
             episode_lengths=list(q["episode_lengths"]),
             weights_version=int(q["weights_version"]), agent_stats=dict(q["agent_stats"]),
             data=q["data"])) for q in state.get("queue") or []]
-        by_slot = self.saved_worker_states(state)
-        exact = bool(by_slot)
-        for member in self.group.ready_members():
-            if member.slot in by_slot:
-                seed = seeding.resumed_worker(fresh_episode_seed, member.slot)
-                exact &= bool(self.group.take(self.group.submit(
-                    member, "set_state", by_slot.pop(member.slot), seed)))
-            else:
-                exact = False
+        exact, by_slot = self.restore_worker_states(self.group, state, fresh_episode_seed)
         if self.num_remote:
             self.pending_states = by_slot
         return exact and not self.pending_states

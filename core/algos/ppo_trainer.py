@@ -602,15 +602,7 @@ class PPOTrainer(Trainer):
         self.load_evaluation_state(state)
         if self.learner_gradients is not None and state.get("learner_agent") is not None:
             self.learner_gradients.agent.set_state(state["learner_agent"])
-        by_slot = self.saved_worker_states(state)
-        exact = bool(by_slot)
-        for member in self.group.ready_members():
-            if member.slot in by_slot:
-                seed = seeding.resumed_worker(fresh_episode_seed, member.slot)
-                exact &= bool(self.group.take(self.group.submit(
-                    member, "set_state", by_slot.pop(member.slot), seed)))
-            else:
-                exact = False
+        exact, by_slot = self.restore_worker_states(self.group, state, fresh_episode_seed)
         if self.num_remote:
             self.pending_states = by_slot  # applied when the remote workers join
         return exact and not self.pending_states

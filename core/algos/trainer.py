@@ -240,6 +240,23 @@ class Trainer:
         kept = sorted((m for m in members if m in states), key=lambda m: m.slot)
         return {"workers": [states[m] for m in kept], "worker_slots": [m.slot for m in kept]}
 
+    def restore_worker_states(self, group, state, fresh_episode_seed):
+        """Hand each ready member of ``group`` its saved state from ``state`` (``worker_states``'
+        dict); returns (whether every ready member continues exactly, {slot: state} of the
+        slots not up yet, to apply when they join). A member without a saved state starts
+        fresh episodes."""
+        from core import seeding
+        by_slot = self.saved_worker_states(state)
+        exact = bool(by_slot)
+        for member in group.ready_members():
+            if member.slot in by_slot:
+                seed = seeding.resumed_worker(fresh_episode_seed, member.slot)
+                exact &= bool(group.take(group.submit(member, "set_state",
+                                                      by_slot.pop(member.slot), seed)))
+            else:
+                exact = False
+        return exact, by_slot
+
     @staticmethod
     def saved_worker_states(state):
         """{slot: worker state} from a checkpoint's ``worker_states`` entry."""
