@@ -73,7 +73,7 @@ class SlowEnv:
         self.env = gym.make(args.gym_id)
         scale = args.slow_factor if worker_index in args.slow_workers else 1.0
         self.step_s = float(args.step_ms) / 1000.0 * scale
-        self.reset_s = float(getattr(args, "reset_ms", 0.0)) / 1000.0 * scale
+        self.reset_s = float(args.reset_ms) / 1000.0 * scale
         self.sigma = float(args.step_sigma)
         self.slow_reset_s = float(args.slow_reset_ms) / 1000.0 * scale
         self.slow_reset_prob = float(args.slow_reset_prob)
