@@ -75,7 +75,7 @@ def add_args(parser):
     group.add_argument("--learner_queue", type=positive_int, default=None,
                        help="fragments that may wait for the learner before workers that "
                             "deliver get no new call (default: 2 x --num_workers x "
-                            "--fragments_in_flight)")
+                            "--fragments_in_flight; never fewer than two batches hold)")
 
 
 @dataclass
@@ -146,8 +146,12 @@ class APPOTrainer(Trainer):
         self.parked = []           # members that delivered while the queue was full
         self.pending_states = {}   # slot -> saved worker state, applied when it joins
         self.weights_ref, self.weights_version = None, None
-        self.queue_limit = args.learner_queue or 2 * max(1, self.num_remote) * (
-            args.fragments_in_flight)
+        # (never below two batches' worth: workers parked with too little queued for a batch
+        # would wait on a learner that waits on them)
+        fragment_samples = args.num_envs_per_worker * args.rollout_steps
+        self.queue_limit = max(
+            args.learner_queue or 2 * max(1, self.num_remote) * args.fragments_in_flight,
+            -(-2 * args.batch_size // fragment_samples))
         if self.num_remote == 0:
             self.group.add(0, local=True)
         elif args.elastic_start and args.env_placement == "worker":
@@ -232,11 +236,17 @@ class APPOTrainer(Trainer):
         self.start_members(local)
         for ref in self.group.hung():
             self.in_flight.pop(ref, None)
-        local = [ref for ref in self.in_flight if isinstance(ref, LocalRef)]
+        if not self.in_flight:  # every worker still starting: wait for one, do not spin
+            starting = [m.ready_ref for m in self.group.members
+                        if not m.ready and m.ready_ref is not None]
+            if starting:
+                ray.wait(starting, num_returns=1, timeout=timeout)
+            return
+        local_refs = [ref for ref in self.in_flight if isinstance(ref, LocalRef)]
         remote = [ref for ref in self.in_flight if not isinstance(ref, LocalRef)]
-        done = list(local)
+        done = list(local_refs)
         if remote:
-            ready, _ = ray.wait(remote, num_returns=1, timeout=0 if local else timeout)
+            ready, _ = ray.wait(remote, num_returns=1, timeout=0 if local_refs else timeout)
             if ready:  # and whatever else is done by now
                 ready, _ = ray.wait(remote, num_returns=len(remote), timeout=0)
             done += ready
