@@ -259,10 +259,7 @@ class APPOTrainer(Trainer):
                 for other in [r for r, m in self.in_flight.items() if m is member]:
                     self.in_flight.pop(other)
                 continue
-            self.run.env_steps += stats.env_steps
-            self.faults.env_errors(stats.env_errors, self.run.env_steps)
-            self.merge_obs_moments([stats])
-            self.queue.append(Arrived(stats))
+            self.arrived(stats)
             if len(self.queue) >= self.queue_limit and not member.local:
                 self.parked.append(member)
         # at once: the next call carries the newest weights (remote workers only; the
@@ -373,13 +370,15 @@ class APPOTrainer(Trainer):
         refs = dict(self.in_flight)
         self.in_flight = {}
         for stats in self.group.gather(refs).values():
-            self.run.env_steps += stats.env_steps
-            self.faults.env_errors(stats.env_errors, self.run.env_steps)
-            self.merge_obs_moments([stats])
-            self.queue.append(Arrived(stats))
+            self.arrived(stats)
 
-    def end(self):
-        self.drain()
+    def arrived(self, stats):
+        """A fragment reached the learner: its steps, env errors and observation moments are
+        counted, and it waits in the queue."""
+        self.run.env_steps += stats.env_steps
+        self.faults.env_errors(stats.env_errors, self.run.env_steps)
+        self.merge_obs_moments([stats])
+        self.queue.append(Arrived(stats))
 
     def get_state(self):
         """The workers' states, the learner agent's and the fragments waiting to be learned
