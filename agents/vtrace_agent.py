@@ -121,6 +121,32 @@ class VTraceAgent(OnPolicyAgent):
         self.order = None
         return int(union["valid"].sum())
 
+    def split_data(self, parts, count):
+        """The union of ``parts`` as ``count`` (or fewer: one column each at least) shares of
+        whole env columns, in export_data's form: what --num_learners learner workers adopt."""
+        self.adopt_data(parts)
+        union, self.data = self.data, None
+        width = union["rewards"].shape[1]
+        return [self.columns_of(union, cols)
+                for cols in np.array_split(np.arange(width), min(count, width))]
+
+    @staticmethod
+    def columns_of(data, cols):
+        """Columns ``cols`` (consecutive, ascending) of a fragment's or a union's arrays."""
+        share = {}
+        for key, value in data.items():
+            if key in TRUNCATED:
+                continue
+            share[key] = spaces.tree_map(
+                (lambda a: a[cols]) if key in PER_COLUMN else (lambda a: a[:, cols]), value)
+        index = data["truncated_index"]
+        kept = np.flatnonzero((index[:, 1] >= cols[0]) & (index[:, 1] <= cols[-1]))
+        share["truncated_index"] = index[kept] - np.array([0, cols[0]])
+        for key in ("truncated_observations", "truncated_values"):
+            if key in data:
+                share[key] = spaces.tree_map(lambda a: a[kept], data[key])
+        return share
+
     def absorb_data(self, others):
         return self.adopt_data([self.data, *others])
 

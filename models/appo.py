@@ -13,13 +13,21 @@ The policy and the networks are PPO's (models/ppo.py: every action space, masks,
   -A_t * log pi(a_t|x_t) (the ratio only inside A_t, truncated at --vtrace_rho_bar);
 - the value loss (v_t - V(x_t))^2 and the entropy bonus, as PPO's.
 
+``--target_update_interval K`` (0: off) adds RLlib's APPO target network (IMPACT, Luo et al.
+2020, arXiv:1912.00167): pi_target, a copy of the weights refreshed every K learner updates
+(``--target_tau``: polyak averaging; 1, a plain copy). V-trace's ratios are then
+pi_target / mu, and the surrogate clips min(2, mu / pi_target) * pi / mu, which is
+pi / pi_target with the importance weight of the data capped at 2 (RLlib's form): the policy
+is held near a target that moves in steps, not near each fragment's own acting policy, whose
+lag differs from worker to worker.
+
 The loop is core/algos/appo_trainer.py: rollout workers never wait for the learner.
 """
 from typing import NamedTuple, Optional
 
 import torch
 
-from core.argtypes import positive_float, unit_interval
+from core.argtypes import non_negative_int, positive_float, unit_interval
 from core.errors import ConfigError
 from core.learning.vtrace import vtrace
 from core.spaces import is_tree
@@ -93,6 +101,15 @@ class APPOModel(PPOModel):
         parser.add_argument("--vtrace_lambda", type=unit_interval, default=1.0,
                             help="lambda of the traces (IMPALA's remark 2, as GAE's lambda): "
                                  "c_t = lambda * min(c-bar, rho_t) (default: %(default)s)")
+        parser.add_argument("--target_update_interval", type=non_negative_int, default=0,
+                            help="learner updates between refreshes of a target network "
+                                 "(RLlib's APPO): the V-trace ratios and the clipped ratio "
+                                 "are taken against it instead of the acting policy; 0: no "
+                                 "target network (default: %(default)s)")
+        parser.add_argument("--target_tau", type=unit_interval, default=1.0,
+                            help="how far each refresh moves the target network toward the "
+                                 "weights: target = tau * weights + (1 - tau) * target "
+                                 "(default: %(default)s, a copy)")
 
     def __init__(self, args, observation_space, action_space):
         super().__init__(args, observation_space, action_space)
@@ -100,6 +117,33 @@ class APPOModel(PPOModel):
             raise ConfigError("--value_norm with --model_name appo: V-trace's targets are "
                               "computed on the learner from the current critic, which has no "
                               "normalized form here yet. Drop --value_norm.")
+        # The target network: a copy of the parameters as buffers of a submodule
+        # (in get_weights and checkpoints, never in the optimizer); its log-probabilities are
+        # the model's own computation with those tensors (torch.func.functional_call).
+        self.target_update_interval = args.target_update_interval
+        self.target = None
+        if self.target_update_interval:
+            self.target = TargetParameters(self)
+
+    def after_update(self):
+        """Refresh the target network every --target_update_interval updates (called by the
+        learner after each optimizer step, before its version counts the step)."""
+        if self.target is not None and (self.weights_version + 1) % self.target_update_interval == 0:
+            self.target.refresh(self, self.args.target_tau)
+
+    def forward(self, batch: VTraceBatch):
+        """log pi(a_t|x_t) of the batch's T * N actions (with the recurrent states replayed):
+        what the target network is called for, with its tensors in place of the weights."""
+        length, count = batch.rewards.shape
+        steps = length * count
+        features = self.features(batch.observations)
+        actor_input = features
+        if self.recurrent:
+            actor_input, _ = self.memory_unroll(features, batch.states, batch.episode_starts,
+                                               (length + 1, count))
+        log_prob, _ = self.policy_terms(actor_input[:steps], batch.actions,
+                                        action_mask_of(rows(batch.observations, 0, steps)))
+        return log_prob
 
     def step(self, batch: VTraceBatch, progress: float = 0.0):
         length, count = batch.rewards.shape
@@ -125,7 +169,10 @@ class APPOModel(PPOModel):
                 t, n = batch.truncated_index.T
                 next_values[t, n] = (batch.truncated_values if batch.truncated_values is not None
                                      else all_values[steps + count:].detach()).to(values.dtype)
-            log_rhos = (log_prob.detach() - batch.behaviour_log_probs).reshape(length, count)
+            # V-trace's pi: the current policy, or the target network
+            reference = (log_prob.detach() if self.target is None
+                         else torch.func.functional_call(self, self.target.tensors(), (batch,)))
+            log_rhos = (reference - batch.behaviour_log_probs).reshape(length, count)
             targets, advantages = vtrace(
                 log_rhos, batch.rewards, values.detach(), next_values, batch.terminated,
                 batch.ended, batch.gamma, self.args.vtrace_rho_bar, self.args.vtrace_c_bar,
@@ -142,6 +189,10 @@ class APPOModel(PPOModel):
             advantages = centred / (mean(centred ** 2).sqrt() + 1e-8)
         log_ratio = log_prob - batch.behaviour_log_probs
         ratio = log_ratio.exp()
+        if self.target is not None:  # min(2, mu / pi_target) * pi / mu (RLlib's APPO)
+            weight = (batch.behaviour_log_probs - reference).exp().clamp(max=2.0)
+            ratio = weight * ratio
+            log_ratio = log_prob - reference
         clip_range = schedule(self.args.clip_range, self.args.clip_schedule, progress)
         if self.args.policy_loss == "impala":
             policy_loss = -mean(advantages * log_prob)
@@ -156,3 +207,24 @@ class APPOModel(PPOModel):
         return self.collect_gradients(), step_statistics(
             mean, ratio, log_ratio, clip_range, policy_loss, value_loss, entropy)
 
+
+
+class TargetParameters(torch.nn.Module):
+    """A model's parameters copied as buffers (numbered: a buffer's name may not hold '.'),
+    in the model's state_dict through this submodule: a target network that runs as the
+    model itself (``tensors()``, by the parameters' names, for torch.func.functional_call)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.names = [name for name, _ in model.named_parameters()]
+        for i, (_, param) in enumerate(model.named_parameters()):
+            self.register_buffer(f"p{i}", param.detach().clone())
+
+    def tensors(self):
+        return {name: getattr(self, f"p{i}") for i, name in enumerate(self.names)}
+
+    @torch.no_grad()
+    def refresh(self, model, tau):
+        """target <- tau * weights + (1 - tau) * target."""
+        targets = [getattr(self, f"p{i}") for i in range(len(self.names))]
+        torch._foreach_lerp_(targets, [p.detach() for p in model.parameters()], tau)

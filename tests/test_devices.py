@@ -281,7 +281,8 @@ from core.sampling.eval_runner import EvalRunner
 from core.distributed.placement import Placement
 from core.plugins import load_plugins, make_env
 from core.sampling.rollout import make_rollout_worker
-from core.algos.replay_trainer import spawn_buffer, spawn_learner, spawn_server
+from core.algos.replay_trainer import spawn_buffer, spawn_server
+from core.learning.parameter_server import spawn_learner
 from core.algos.trainers import trainer_class
 from options.options import parse_args, run_spec
 import dataclasses

@@ -16,6 +16,15 @@ Backpressure: when ``--learner_queue`` fragments wait already, a worker that del
 new call until the learner has taken some, so the queue and the lag stay bounded when the
 learner is the slow part.
 
+Several learners (``--num_learners N``, learner workers as the off-policy loop's): each batch's
+env columns are dealt to them in near-equal shares of whole columns, and every minibatch step
+is one call to each (the weights out, the gradient of its columns back); the learner averages the
+gradients by sample count and steps. Each normalizes the advantages of its own columns (as
+RLlib's data-parallel learners do), so with advantage normalization the step is not exactly one
+learner's on the union; without it, it is. With Ray workers they start with them: until then
+the learner computes alone. A learner that dies mid-batch leaves it: the others finish the
+batch on their columns, and its replacement takes part from the next batch on.
+
 A worker that dies mid-fragment loses that fragment whole (a fragment reaches the learner in one
 return value or not at all); core/sampling/worker_group.py replaces it and the replacement gets
 its calls when it is up. With ``--num_workers 0`` the worker runs in this process, one fragment
@@ -36,17 +45,19 @@ from core.algos.ppo_trainer import LearnerGradients, PPOTrainer, shared_rate
 from core.algos.trainer import Trainer
 from core.algos.trainers import register_trainer
 from core.argtypes import non_negative_int, positive_int
-from core.distributed.devices import DRIVER_LEARNER, plan_gpus, resolve_device, to_cpu
+from core.distributed.devices import (DRIVER_LEARNER, LEARNERS, plan_gpus, resolve_device,
+                                      to_cpu)
 from core.distributed.placement import LocalRef, Placement, cpus_per_actor
 from core.errors import ConfigError
 from core.faults import all_finite
-from core.learning.learner import Learner
+from core.learning.learner import Learner, average_gradients
+from core.learning.parameter_server import spawn_learner
 from core.sampling.rollout import make_rollout_worker
 from core.sampling.worker_group import MISSING, WorkerGroup
 from core.types import GradientRequest
 
 METRIC_COLUMNS = [c for c in PPO_COLUMNS if c not in ("sample_ahead",)] + [
-    "fragments", "dropped_fragments", "queued_fragments", "learner_wait_s"]
+    "fragments", "dropped_fragments", "queued_fragments", "learner_wait_s", "learners"]
 LOSS_KEYS = ("policy_loss", "value_loss", "entropy")
 
 
@@ -71,7 +82,14 @@ def add_args(parser):
     group.add_argument("--elastic_start", action=argparse.BooleanOptionalAction, default=True,
                        help="with Ray workers, learn at once from a worker in this process "
                             "while Ray and the workers start; it steps out when all are up "
-                            "(default: on)")
+                            "(--no-elastic_start: learn from the Ray workers only, and with "
+                            "--num_learners, once the learner workers are up) (default: on)")
+    group.add_argument("--num_learners", type=positive_int, default=1,
+                       help="learner workers sharing each batch, data-parallel: each holds "
+                            "whole fragments (env columns) of it and computes the gradient of "
+                            "its columns of every minibatch; the learner applies their "
+                            "average weighted by samples. 1: the learner computes alone "
+                            "(default: %(default)s)")
     group.add_argument("--learner_queue", type=positive_int, default=None,
                        help="fragments that may wait for the learner before workers that "
                             "deliver get no new call (default: 2 x --num_workers x "
@@ -110,7 +128,10 @@ class APPOTrainer(Trainer):
 
     @classmethod
     def gpu_plan(cls, args):
-        """The learner in this process computes every gradient: a GPU goes to it."""
+        """One learner: it computes every gradient in this process, and a GPU goes to it.
+        Several: the learner workers compute them, on their shares of the GPUs."""
+        if args.num_learners > 1:
+            return plan_gpus(LEARNERS, args.num_gpus, args.num_workers, args.num_learners)
         return plan_gpus(DRIVER_LEARNER, args.num_gpus, args.num_workers)
 
     #: the loop's columns, then the model's episode columns (PPO's, on this loop's columns)
@@ -124,6 +145,12 @@ class APPOTrainer(Trainer):
                 f"the asynchronous loop (--model_name {spec.run.model_name}) learns in this "
                 f"process on the fragments workers send, so its agent must take other agents' "
                 f"data: {agent_cls.__name__} does not define adopt_data. Use vtrace_agent.")
+        if spec.loop.num_learners > 1 and not callable(getattr(agent_cls, "split_data", None)):
+            raise ConfigError(
+                f"--num_learners {spec.loop.num_learners}: the learner workers each take a "
+                f"share of a batch's env columns, which the agent cuts (split_data), and "
+                f"{agent_cls.__name__} does not define split_data. Use --num_learners 1 or "
+                f"vtrace_agent.")
 
     def __init__(self, args, spec, plugins, spaces, run, faults, ray_starter=None):
         super().__init__(args, spec, plugins, spaces, run, faults, ray_starter)
@@ -141,6 +168,9 @@ class APPOTrainer(Trainer):
                                                         seed=seeding.learner_agent(args.seed)))
         self.group = WorkerGroup("rollout worker", self.make_worker, faults,
                                  lambda: run.env_steps, timeout=args.worker_timeout)
+        self.learners = WorkerGroup("learner worker", self.make_learner, faults,
+                                    lambda: run.env_steps, timeout=args.worker_timeout)
+        self.pending_learner_states = {}  # slot -> saved learner worker state
         self.in_flight = {}        # ref -> member
         self.queue = []            # Arrived fragments, oldest first
         self.parked = []           # members that delivered while the queue was full
@@ -154,6 +184,8 @@ class APPOTrainer(Trainer):
             -(-2 * args.batch_size // fragment_samples))
         if self.num_remote == 0:
             self.group.add(0, local=True)
+            for slot in range(args.num_learners if args.num_learners > 1 else 0):
+                self.learners.add(slot, local=True)
         elif args.elastic_start and args.env_placement == "worker":
             # learn from a stand-in in this process until the Ray workers are up (a slot of
             # its own: seeds distinct from every remote worker's)
@@ -176,7 +208,12 @@ class APPOTrainer(Trainer):
         self.weights_version = None  # shared for Ray from now on
         for slot in range(self.num_remote):
             self.group.add(slot)
+        for slot in range(self.args.num_learners if self.args.num_learners > 1 else 0):
+            self.learners.add(slot)
         self.evaluations.prepare()
+
+    def make_learner(self, slot, generation, local, node=None):  # near the driver, always
+        return spawn_learner(Placement(local=local), self.spec, self.spaces, slot)
 
     def make_worker(self, slot, generation, local, node=None):
         return make_rollout_worker(self.spec, slot, generation, local,
@@ -209,6 +246,10 @@ class APPOTrainer(Trainer):
                 state = self.pending_states.pop(member.slot, None)
                 if state is not None and member.generation == 0:
                     ray.get(member.handle.set_state.remote(state, None))
+            for member in self.learners.poll(timeout=0):
+                state = self.pending_learner_states.pop(member.slot, None)
+                if state is not None and member.generation == 0:
+                    ray.get(member.handle.set_state.remote(state))
             stand_ins = [m for m in self.group.members if m.local]
             if stand_ins and all(m.ready for m in self.group.remote_members()):
                 retired = [m for m in stand_ins if m not in self.in_flight.values()]
@@ -291,43 +332,94 @@ class APPOTrainer(Trainer):
         return sum(a.stats.agent_stats.get("sample_rows", a.stats.env_steps) for a in self.queue)
 
     def learn(self, collected):
+        """``--num_epochs`` x ``--num_minibatches`` steps on the batch (``minibatch_step``),
+        the minibatches whole env columns."""
         stats, grad_norms = [], []
         if not collected.fragments:
-            return stats, grad_norms, []
+            return stats, grad_norms, [], 0
         version = self.learner.version
         policy_lags = [version - f.weights_version for f in collected.fragments]
-        agent = self.agent.agent
-        agent.adopt_data([f.data for f in collected.fragments])
+        sharers = self.deal(collected.fragments)
+        learners = 1 if sharers is None else len(sharers)
         for fragment in collected.fragments:
             fragment.data = None
         num_minibatches = min(self.args.num_minibatches,
-                              agent.data["rewards"].shape[1])
+                              sum(f.agent_stats.get("sequences", 1) for f in collected.fragments))
         for epoch in range(self.args.num_epochs):
             for minibatch in range(num_minibatches):
                 request = GradientRequest(epoch, minibatch, num_minibatches, 0.0, 1.0,
                                           collected.progress, self.learner.version)
-                result = self.agent.fetch_grads(request, in_place=True)
-                if not result.num_samples:
+                result = self.minibatch_step(request, sharers, collected.progress)
+                if result is None:
                     continue
-                if not all_finite(result.stats, LOSS_KEYS):
-                    self.faults.update_skipped("a loss is NaN or inf", self.run.env_steps)
-                    continue
-                norm = self.learner.apply_in_place(collected.progress)
-                if norm is None:
-                    self.faults.update_skipped("the gradient has NaN or inf",
-                                               self.run.env_steps)
-                    continue
+                norm, step_stats = result
                 self.faults.update_applied()
                 grad_norms.append(norm)
-                stats.append(result.stats)
+                stats.append(step_stats)
                 if self.remote_spawned:  # the next calls carry the new weights
                     self.receive(timeout=0, local=False)
         episodes = [m for f in collected.fragments for m in f.episode_metrics]
         self.episode_columns = self.model.observe_episodes(episodes) or {}
-        return stats, grad_norms, policy_lags
+        return stats, grad_norms, policy_lags, learners
+
+    def deal(self, fragments):
+        """The learner workers that hold the batch, each a share of its env columns (the
+        agent's ``split_data``; one ``adopt_data`` call each), or None when the learner
+        computes alone (--num_learners 1, Ray not up yet, or one died taking its share)."""
+        parts = [f.data for f in fragments]
+        if self.remote_spawned and not self.args.elastic_start:  # the Ray side whole first
+            while (len(self.learners.ready_members()) < self.args.num_learners > 1
+                   and self.run.stop_requested is None):
+                self.learners.poll(timeout=1.0)
+        learners = self.learners.ready_members() if self.args.num_learners > 1 else []
+        if learners:
+            shares = self.agent.agent.split_data(parts, len(learners))
+            adopted = self.learners.gather({self.learners.submit(m, "adopt_data", [share]): m
+                                            for m, share in zip(learners, shares)})
+            if len(adopted) == len(shares):
+                return list(adopted)
+        self.agent.agent.adopt_data(parts)
+        return None
+
+    def minibatch_step(self, request, sharers, progress):
+        """One optimizer step: the gradient of this minibatch computed here (in place), or by
+        the learner workers ``sharers`` on their columns and averaged by samples; (gradient
+        norm, loss stats), or None when the step is skipped (no samples, NaN or inf, or every
+        learner worker of the batch gone)."""
+        alone = sharers is None
+        if alone:
+            result = self.agent.fetch_grads(request, in_place=True)
+            if not result.num_samples:
+                return None
+            results = [result]
+        else:
+            weights = self.learner_placement().share(self.learner.weights_for_workers())
+            answered = self.learners.gather({self.learners.submit(m, "fetch_grads", weights,
+                                                                  request): m for m in sharers})
+            sharers[:] = [m for m in sharers if m in answered]  # one that died leaves the batch
+            results = [r for r in answered.values() if r.num_samples]
+            if not results:
+                return None
+        counts = [r.num_samples for r in results]
+        step_stats = {key: float(np.average([r.stats[key] for r in results], weights=counts))
+                      for key in results[0].stats}
+        if not all_finite(step_stats, LOSS_KEYS):
+            self.faults.update_skipped("a loss is NaN or inf", self.run.env_steps)
+            return None
+        norm = (self.learner.apply_in_place(progress) if alone else
+                self.learner.apply(average_gradients([r.gradients for r in results], counts),
+                                   progress))
+        if norm is None:
+            self.faults.update_skipped("the gradient has NaN or inf", self.run.env_steps)
+            return None
+        return norm, step_stats
+
+    def learner_placement(self):
+        """Where the learner workers are: in this process with --num_workers 0."""
+        return Placement(local=self.num_remote == 0)
 
     def metrics_row(self, collected, learned):
-        stats, grad_norms, policy_lags = learned
+        stats, grad_norms, policy_lags, learners = learned
         fragments = collected.fragments
         returns = [x for f in fragments for x in f.episode_returns]
         lengths = [x for f in fragments for x in f.episode_lengths]
@@ -349,6 +441,7 @@ class APPOTrainer(Trainer):
                            else None),
             "fragments": len(fragments), "dropped_fragments": collected.dropped,
             "queued_fragments": len(self.queue),
+            "learners": learners or None,
             **self.faults.counts,
         }
         for key in stats[0] if stats else ():
@@ -389,8 +482,11 @@ class APPOTrainer(Trainer):
                   "agent_stats": a.stats.agent_stats,
                   "episode_returns": list(a.stats.episode_returns),
                   "episode_lengths": list(a.stats.episode_lengths)} for a in self.queue]
+        learners = self.worker_states(self.learners, self.learners.ready_members())
         return {**self.worker_states(self.group, self.group.ready_members()),
                 "learner_agent": self.agent.agent.get_state(), "queue": queue,
+                "learner_workers": learners["workers"],
+                "learner_worker_slots": learners["worker_slots"],
                 **self.evaluation_state()}
 
     def set_state(self, state, fresh_episode_seed):
@@ -404,8 +500,15 @@ class APPOTrainer(Trainer):
             weights_version=int(q["weights_version"]), agent_stats=dict(q["agent_stats"]),
             data=q["data"])) for q in state.get("queue") or []]
         exact, by_slot = self.restore_worker_states(self.group, state, fresh_episode_seed)
+        learner_states = dict(zip(state.get("learner_worker_slots") or [],
+                                  state.get("learner_workers") or []))
+        for member in self.learners.ready_members():
+            saved = learner_states.pop(member.slot, None)
+            if saved is not None:
+                self.learners.take(self.learners.submit(member, "set_state", saved))
         if self.num_remote:
             self.pending_states = by_slot
+            self.pending_learner_states = learner_states
         return exact and not self.pending_states
 
     def restore(self, weights, optimizer_state, updates):
@@ -416,4 +519,4 @@ class APPOTrainer(Trainer):
         return weights, to_cpu(optimizer_state), version
 
     def worker_groups(self):
-        return [self.group]
+        return [self.group, self.learners]

@@ -25,7 +25,8 @@ from core.algos.agents import OffPolicyAgent
 from core.learning.allreduce import rendezvous_file
 from core.distributed.devices import LEARNERS, plan_gpus, plan_of, resolve_precision
 from core.faults import death_inside, short_error
-from core.learning.parameter_server import LearnerWorker, ParameterServer, learner_threads
+from core.learning.parameter_server import (ParameterServer, learner_threads,
+                                           spawn_learner)
 from core.distributed.placement import Placement, cpus_per_actor
 from core.plugins import env_label
 from core.errors import ConfigError
@@ -166,12 +167,6 @@ def spawn_server(placement, spec, spaces):
     core/distributed/devices.py)."""
     return placement.spawn(ParameterServer, spec, *spaces, num_cpus=0,
                            num_gpus=plan_of(spec).parameter_server_gpus)
-
-
-def spawn_learner(placement, spec, spaces, slot):
-    """A learner worker, with its share of the GPUs when there are several (core/distributed/devices.py)."""
-    return placement.spawn(LearnerWorker, spec, *spaces, slot, num_cpus=0,
-                           num_gpus=plan_of(spec).learner_worker_gpus)
 
 
 def split_batch(batch_size, parts):

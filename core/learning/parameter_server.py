@@ -29,7 +29,7 @@ def learner_threads(args):
     """--learner_threads; 'auto' gives a process alone on the machine (--num_workers 0) two
     threads, as measured faster on 2 cores (BENCHMARKS.md, "Cost of one SAC update"); with
     Ray workers the other cores are theirs: --torch_threads. More than 2 is not measured."""
-    wanted = args.learner_threads
+    wanted = getattr(args, "learner_threads", "auto")  # (the asynchronous loop has no flag)
     if wanted == "auto":
         alone = args.num_workers == 0 and (os.cpu_count() or 1) >= 2
         return 2 if alone else args.torch_threads
@@ -68,6 +68,22 @@ class ParameterServer:
     def get_weights(self):
         """The weights for rollout, learner and test workers, carrying their version."""
         return self.learner.weights_for_workers()
+
+    def adopt_data(self, parts):
+        """Hold these fragments (rollout workers' exported data) as this learner's share of
+        the batch; returns its valid samples."""
+        return self.agent.adopt_data(parts)
+
+    def fetch_grads(self, weights, request):
+        """One minibatch's gradients on the share held, with these weights."""
+        return self.agent.fetch_grads(weights, request)
+
+    def get_state(self):
+        """The agent's state (its minibatch RNG): a resumed run draws the same minibatches."""
+        return self.agent.get_state()
+
+    def set_state(self, state):
+        self.agent.set_state(state)
 
     def device_info(self):
         """Where the updates run, and what --sac_precision auto measured there, if it did."""
@@ -151,7 +167,9 @@ class ParameterServer:
 
 
 class LearnerWorker:
-    """Computes gradients on replay batches for the parameter server."""
+    """Computes gradients for a learner that averages several: on replay batches for the
+    parameter server (``compute``), or on its share of an on-policy batch (``adopt_data``,
+    then ``fetch_grads`` per minibatch: the asynchronous loop's --num_learners)."""
 
     def __init__(self, spec, observation_space, action_space, learner_index=0):
         setup_process(spec.loop, learner_threads(spec.loop))
@@ -170,6 +188,22 @@ class LearnerWorker:
         _send_priorities(result, batch, buffer)
         return result
 
+    def adopt_data(self, parts):
+        """Hold these fragments (rollout workers' exported data) as this learner's share of
+        the batch; returns its valid samples."""
+        return self.agent.adopt_data(parts)
+
+    def fetch_grads(self, weights, request):
+        """One minibatch's gradients on the share held, with these weights."""
+        return self.agent.fetch_grads(weights, request)
+
+    def get_state(self):
+        """The agent's state (its minibatch RNG): a resumed run draws the same minibatches."""
+        return self.agent.get_state()
+
+    def set_state(self, state):
+        self.agent.set_state(state)
+
     def device_info(self):
         """Where the updates run, and what --sac_precision auto measured there, if it did."""
         timings = getattr(self.model, "precision_timings", None)
@@ -184,3 +218,10 @@ def _send_priorities(result, batch, buffer):
         # Fire and forget: the buffer ignores updates for slots rewritten since sampling.
         buffer.update_priorities.remote(batch.indices, batch.generations, td_errors)
 
+
+
+def spawn_learner(placement, spec, spaces, slot):
+    """A learner worker, with its share of the GPUs when there are several
+    (core/distributed/devices.py)."""
+    return placement.spawn(LearnerWorker, spec, *spaces, slot, num_cpus=0,
+                           num_gpus=plan_of(spec).learner_worker_gpus)
