@@ -137,11 +137,12 @@ def actor_nodes(port, class_name="RolloutWorker"):
             if ppid in nodes and process_title(pid).startswith(f"ray::{class_name}")}
 
 
-def test_a_sweep_runs_its_trials_on_the_cluster(cluster, tmp_path):
+@pytest.mark.parametrize("loop", [(), ("--model_name", "appo")], ids=["ppo", "appo"])
+def test_a_sweep_runs_its_trials_on_the_cluster(cluster, tmp_path, loop):
     """main.py --tune --address: two trials (FIFO, tiny budgets), each with a Ray rollout worker
     placed inside the trial's reservation, on the loopback cluster; sweep.csv and best.yaml.
-    10 of 10 under a busy loop (tests/tools/flakes.py --runs 10 -m cluster, commit 016bb2e),
-    18-22 s."""
+    The synchronous PPO loop, and the asynchronous one (APPO). PPO: 10 of 10
+    under a busy loop (tests/tools/flakes.py --runs 10 -m cluster, commit 016bb2e), 18-22 s."""
     address, port, home = cluster
     spec = tmp_path / "spec.yaml"
     spec.write_text("lr: {grid: [0.001, 0.002]}\n")
@@ -151,7 +152,7 @@ def test_a_sweep_runs_its_trials_on_the_cluster(cluster, tmp_path):
          "CartPole-v1", "--num_workers", "1", "--no-elastic_start", "--total_steps", "2048",
          "--eval_interval", "1024", "--eval_episodes", "2", "--target_return", "none",
          "--no-tensorboard", "--tune", str(spec), "--num_samples", "1", "--scheduler", "fifo",
-         "--run_dir", str(sweep_dir)],
+         "--run_dir", str(sweep_dir), *loop],
         cwd=REPO, capture_output=True, text=True, timeout=300, env=driver_env(home))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     with open(sweep_dir / "sweep.csv") as f:
