@@ -85,6 +85,9 @@ CASES = {
                             **PPO_SMALL),  # Policy.act's numpy cores (models/recurrent.py)
     "ppo-gru-shared": dict(gym_id="ddrl/MemoryChoice-v0", recurrent="gru", shared_rnn=True,
                            total_steps=256, **PPO_SMALL),
+    "appo-target": dict(gym_id="CartPole-v1", model_name="appo", target_update_interval=2,
+                        num_envs_per_worker=2, rollout_steps=32, batch_size=64,
+                        total_steps=256),  # the target network's buffers stay behind
     "sac": dict(gym_id="Pendulum-v1", model_name="sac", sac_hidden_sizes=[64, 64],
                 **REPLAY_SMALL),
     "crossq": dict(gym_id="Pendulum-v1", model_name="crossq", sac_hidden_sizes=[64, 64],
@@ -113,6 +116,8 @@ KINDS = {
     "ppo-lstm": lambda p: p.model.rnn.kind == "lstm" and p.model.critic_rnn is not None,
     "ppo-lstm-vector": lambda p: p.model.numpy_memory is not None,
     "ppo-gru-shared": lambda p: p.model.rnn.kind == "gru" and p.model.critic_rnn is None,
+    "appo-target": lambda p: (type(p.model).__name__ == "APPOModel"
+                              and p.model.target is not None),
     "sac": lambda p: type(p.model).__name__ == "SACModel",
     "crossq": lambda p: type(p.model).__name__ == "CrossQModel",
     "dqn": lambda p: not p.model.q_net.dueling,
