@@ -119,6 +119,7 @@ class TrainingSession:
         setup_process(args)
         spec = run_spec(args)  # each component's typed config (core/config.py)
         self.plugins = load_plugins(spec)
+        self.plugins.model_cls.check_contract(args.model_name)
         # the trackers (--logger) before anything starts: a missing package is a ConfigError
         trackers = make_loggers(args)
         observation_space, action_space, threshold = probe_env(self.plugins, spec.env)

@@ -1,6 +1,7 @@
 """The model contract. A model is a torch module that owns its loss: ``step(batch)`` returns
 gradients and never applies them (the learner holds the optimizer and applies the average)."""
 import contextlib
+import inspect
 from typing import Dict, Optional, Tuple
 
 import numpy as np
@@ -52,6 +53,31 @@ class BaseModel(nn.Module):
     @classmethod
     def check_spaces(cls, observation_space, action_space):
         """Raise core.registry.ConfigError when the model cannot take these spaces."""
+
+    #: the methods every model defines (BaseModel's raise NotImplementedError), with what each
+    #: is for: checked when a run starts (``check_contract``)
+    REQUIRED_METHODS = {
+        "choose_actions": "actions for a batch of observations, on every worker",
+        "step": "the loss of one batch and its gradients, on the learner",
+        "configure_optimizer": "the optimizer of its parameters, on the learner",
+        "learning_rate": "the learning rate at a fraction of --total_steps, on the learner",
+    }
+
+    @classmethod
+    def check_contract(cls, name=None):
+        """Raise ConfigError naming every required method the model class leaves to
+        BaseModel (whose versions raise NotImplementedError), before anything starts."""
+        missing = [m for m in cls.REQUIRED_METHODS
+                   if getattr(cls, m, None) is getattr(BaseModel, m)]
+        if missing:
+            where = inspect.getsourcefile(cls) or cls.__module__
+            listed = "; ".join(f"{m} ({cls.REQUIRED_METHODS[m]})" for m in missing)
+            raise ConfigError(
+                f"model plugin {name or cls.__name__} ({cls.__name__} in {where}) does not "
+                f"define {len(missing)} method{'s' if len(missing) > 1 else ''} every model "
+                f"needs: {listed}. models/base.py BaseModel says what each takes and returns; "
+                f"models/ppo.py is a complete example (or subclass PPOModel and override "
+                f"what differs).")
 
     @classmethod
     def update_precision_of(cls, config):

@@ -104,6 +104,42 @@ def test_an_agent_of_the_wrong_kind_is_one_paragraph(tmp_path):
     assert "sac_agent" in message
 
 
+HALF_MODEL = """
+from models import register_model
+from models.base import BaseModel
+
+
+@register_model("half_model")
+class HalfModel(BaseModel):
+    trainer = "ppo"
+
+    def choose_actions(self, obs, deterministic=False):
+        raise RuntimeError("never called: the run is refused first")
+
+    def learning_rate(self, progress):
+        return 1e-3
+"""
+
+
+def test_a_model_missing_methods_is_one_paragraph_naming_them(tmp_path):
+    """A model plugin that leaves BaseModel's step and configure_optimizer undefined: exit 2
+    before anything starts (no run directory), one paragraph naming the plugin, its file and
+    each missing method with what it is for; not the method it does define."""
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "half_model.py").write_text(HALF_MODEL)
+    run_dir = tmp_path / "run"
+    proc = run_main("--user_dir", str(plugins), "--model_name", "half_model", "--num_workers",
+                    "0", "--run_dir", str(run_dir))
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    message = proc.stderr.strip().splitlines()[-1]
+    assert "model plugin half_model" in message and "half_model.py" in message
+    assert "step (" in message and "configure_optimizer (" in message
+    assert "learning_rate" not in message and "choose_actions" not in message
+    assert not run_dir.exists()
+
+
 def test_env_actors_in_one_process_start_rays_own_loopback_instance(tmp_path):
     """--env_placement actor with --num_workers 0: the run starts its own Ray instance on
     127.0.0.1 before the envs' actors are made, instead of letting the first actor start Ray
