@@ -7,6 +7,7 @@ Sample Factory's train.py does.
 import contextlib
 import dataclasses
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -15,7 +16,8 @@ import time
 import torch
 
 from core import seeding
-from core.run.checkpoint import CheckpointManager, check_model_fits, load_checkpoint
+from core.run.checkpoint import (CheckpointManager, check_model_fits, failed_at_start,
+                                 load_checkpoint)
 from core.distributed.devices import check_local_gpus
 from core.faults import Faults, short_error
 from core.atomic import atomic_write_text
@@ -25,6 +27,7 @@ from options.options import run_spec
 from core.distributed.process import setup_process
 from core.errors import ConfigError
 from core.run.context import RUN_ONLY_KEYS, RowRecorder, RunContext
+from core.run.metrics import write_json
 from core.run.observer import RunView, in_call_order
 from core.run.plots import PlotProcess
 from core.run.state import from_payload
@@ -68,6 +71,13 @@ def check_run_dir(run_dir):
     runs' metrics.csv and checkpoints. Other files (a log the shell or a scheduler writes
     there) are no run and stay allowed."""
     found = [f for f in RUN_FILES if os.path.exists(os.path.join(run_dir, f))]
+    if found and failed_at_start(run_dir):  # nothing learned there: start again in it
+        for name in found:
+            path = os.path.join(run_dir, name)
+            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+        print(f"ddrl: --run_dir {run_dir} held a run that failed at its start (no "
+              f"checkpoint); its files are replaced by this run's", file=sys.stderr, flush=True)
+        return
     if found:
         raise ConfigError(f"--run_dir {run_dir} already holds a run ({', '.join(found)}). "
                           f"Continue that run with --restore {run_dir}, or give a new "
@@ -156,6 +166,7 @@ class TrainingSession:
         self.observers = in_call_order(self.observers + [RowRecorder(self.context)] + trackers)
         self.view = RunView(self.context, vars(args), self.save)
         self.faults = Faults(args)
+        self.wrote_run_files = not args.restore  # from here a failed start leaves a summary
         self.save_resolved_config()
         self.trainer = trainer_cls(self.spec.loop, self.spec, self.plugins, self.spaces,
                                    self.context, self.faults, self.ray_starter)
@@ -362,7 +373,8 @@ class TrainingSession:
         has its final checkpoint and summary.json and Ray is shut down."""
         try:
             self.start()
-        except BaseException:
+        except BaseException as exc:
+            self.record_failed_start(exc)
             self.shutdown()
             raise
         self.install_signal_handlers()
@@ -387,6 +399,27 @@ class TrainingSession:
         if self.error is not None:
             raise self.error
         return EXIT_CODES.get(self.context.stopped_because, 0)
+
+    def record_failed_start(self, error):
+        """A new run that failed after writing its first files (config.yaml, metrics.csv)
+        and before its first checkpoint: summary.json says so (``stopped_because: error``,
+        ``failed_at_start``, the error's line), and the directory may be used again
+        (``check_run_dir``). A restore that fails leaves the run it continues as it was."""
+        if not getattr(self, "wrote_run_files", False):
+            return
+        try:
+            if self.context is not None:
+                self.context.stopped_because = "error"
+                self.context.finish(run_dir=self.run_dir, error=short_error(error),
+                                    failed_at_start=True)
+            else:
+                write_json(os.path.join(self.run_dir, "summary.json"),
+                           {"env_steps": 0, "stopped_because": "error",
+                            "error": short_error(error), "failed_at_start": True,
+                            "run_dir": self.run_dir})
+        except Exception as exc:  # noqa: BLE001 - the start's error is the one to report
+            print(f"ddrl: could not write summary.json after a failed start: "
+                  f"{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
 
     def finish(self):
         extra = {"run_dir": self.run_dir, **self.faults.counts}

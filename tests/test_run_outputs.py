@@ -256,3 +256,34 @@ def test_an_evaluation_reports_the_success_rate_of_envs_that_say_is_success():
     assert 0 < heads < 16     # both sides drawn: the rate is not a constant
     assert coin["eval_success_rate"] == pytest.approx(heads / 16)
     assert evaluation("CartPole-v1")["eval_success_rate"] is None
+
+
+@pytest.mark.e2e
+def test_a_run_that_fails_at_its_start_leaves_a_directory_to_start_again_in(tmp_path):
+    """A new run that fails after writing config.yaml (the model refuses a flag when the loop
+    builds it): summary.json says stopped_because error, failed_at_start and the error's line;
+    --restore of that directory says there is nothing to continue and how to start again; the
+    same --run_dir then takes a new run (the old files replaced)."""
+    import json
+    from test_e2e import run_main
+    run_dir = str(tmp_path / "run")
+    common = ("--model_name", "appo", "--num_workers", "0", "--total_steps", "256",
+              "--batch_size", "128", "--eval_interval", "256", "--eval_episodes", "1",
+              "--run_dir", run_dir, "--quiet", "--no-tensorboard")
+    failed = run_main(*common, "--value_norm")
+    assert failed.returncode == 2 and "Traceback" not in failed.stderr, failed.stderr[-2000:]
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        summary = json.load(f)
+    assert summary["stopped_because"] == "error" and summary["failed_at_start"] is True
+    assert "--value_norm" in summary["error"] and summary["env_steps"] == 0
+    restore = run_main("--restore", run_dir)
+    assert restore.returncode == 2
+    message = restore.stderr.strip().splitlines()[-1]
+    assert "failed at its start" in message and f"--run_dir {run_dir}" in message
+    again = run_main(*common)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "failed at its start" in again.stderr
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        summary = json.load(f)
+    assert summary["stopped_because"] == "total_steps" and "failed_at_start" not in summary
+    assert os.path.isfile(os.path.join(run_dir, "checkpoints", "last.pt"))

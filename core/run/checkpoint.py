@@ -125,6 +125,22 @@ def check_model_fits(saved_model_state, expected_weights, path, flag="--restore"
                           "trained with (its run's config.yaml).")
 
 
+def failed_at_start(run_dir):
+    """The error line of the run in ``run_dir`` if it failed before its first checkpoint
+    (its summary.json says ``failed_at_start``, written by ddrl/session.py, and no checkpoint
+    exists), else None."""
+    try:
+        with open(os.path.join(run_dir, "summary.json")) as f:
+            summary = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not (isinstance(summary, dict) and summary.get("failed_at_start")):
+        return None
+    if os.path.exists(os.path.join(run_dir, "checkpoints", "last.pt")):
+        return None
+    return str(summary.get("error") or "an error")
+
+
 def checkpoint_path(path, flag="--restore"):
     """A checkpoint file, or a run directory meaning its newest (checkpoints/last.pt)."""
     if os.path.isdir(path):
@@ -132,6 +148,12 @@ def checkpoint_path(path, flag="--restore"):
                           os.path.join(path, "last.pt")):
             if os.path.isfile(candidate):
                 return candidate
+        failed = failed_at_start(path)
+        if failed is not None:
+            raise ConfigError(f"{flag} {path}: that run failed at its start, before its first "
+                              f"checkpoint ({failed}), so there is nothing to continue. Fix "
+                              f"the cause and start it again with --run_dir {path} (its files "
+                              f"are replaced).")
         raise ConfigError(f"{flag} {path}: a directory without checkpoints/last.pt; give a "
                           f"run directory of ddrl or a checkpoint file (.pt).")
     if not os.path.isfile(path):
