@@ -299,10 +299,21 @@ def add_common_args(parser):
     app_only(group.add_argument("--tensorboard", action=argparse.BooleanOptionalAction, default=True,
                                 help="keep --logger's tensorboard: --no-tensorboard drops it "
                                      "(default: on)"))
+    app_only(group.add_argument("--plots", action=argparse.BooleanOptionalAction,
+                                default=plots_default(),
+                                help="draw RUN_DIR/learning_curves.png, in a child process that "
+                                     "costs about a second of CPU per run: --no-plots skips it "
+                                     "(the environment variable DDRL_PLOTS=0 makes that the "
+                                     "default, as the test suite does) (default: on)"))
     app_only(group.add_argument("--plot_interval", type=positive_float, default=30.0,
                                 help="seconds between redrawings of RUN_DIR/learning_curves.png "
                                      "(also drawn at the end) (default: %(default)s)"))
     return parser
+
+
+def plots_default():
+    """--plots' default: on, unless the environment says DDRL_PLOTS=0 (or off, false, no)."""
+    return os.environ.get("DDRL_PLOTS", "1").strip().lower() not in ("0", "off", "false", "no")
 
 
 def load_config(path):

@@ -19,6 +19,12 @@ if REPO_ROOT not in _path.split(os.pathsep):
 
 torch.set_num_threads(1)
 
+# Runs under test draw no learning_curves.png (--no-plots by default, here and in every process
+# the tests start): the plot child costs about a second of CPU per run, and the suite makes
+# hundreds. The tests of the curves themselves (test_run_outputs.py, test_loggers.py) ask for
+# them with --plots.
+os.environ["DDRL_PLOTS"] = "0"
+
 TIERS = ("unit", "contract", "e2e", "chaos", "cluster")
 
 

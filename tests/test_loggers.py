@@ -183,7 +183,7 @@ def test_wandb_offline_run_is_read_back_by_wandbs_own_reader(tmp_path, monkeypat
     holds the config, every column at step = env steps, the curve and the card."""
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
-    run = ddrl.train(**TINY, logger="wandb,csv", wandb_group="seeds",
+    run = ddrl.train(**TINY, logger="wandb,csv", wandb_group="seeds", plots=True,
                      run_dir=str(tmp_path / "run"))
     assert run.exit_code == 0 and run.metrics
     [folder] = [f for f in os.listdir(os.path.join(run.run_dir, "wandb"))
@@ -224,7 +224,7 @@ def test_mlflow_run_is_read_back_with_every_column_and_a_restore_goes_on_in_it(
     from mlflow.tracking import MlflowClient
     store_dir, run_dir = tmp_path / "mlruns", str(tmp_path / "run")
     flags = dict(TINY, logger="mlflow,csv", mlflow_uri=str(store_dir),
-                 mlflow_experiment="tiny")
+                 mlflow_experiment="tiny", plots=True)
     first = ddrl.train(**dict(flags, pause_at_steps=300), run_dir=run_dir)
     assert first.summary["stopped_because"] == "paused"
     uri = f"sqlite:///{store_dir}/mlflow.db"
@@ -254,7 +254,7 @@ def test_mlflow_run_is_read_back_with_every_column_and_a_restore_goes_on_in_it(
 @pytest.mark.e2e
 @pytest.mark.parametrize("logger", ["csv", "tensorboard"])
 def test_one_tracker_alone_writes_only_its_own_files(tmp_path, logger):
-    run = ddrl.train(**TINY, logger=logger, run_dir=str(tmp_path / "run"))
+    run = ddrl.train(**TINY, logger=logger, plots=True, run_dir=str(tmp_path / "run"))
     assert run.exit_code == 0 and run.summary["env_steps"] >= 600
     written = set(os.listdir(run.run_dir))
     # the run's own files, whatever --logger says

@@ -21,9 +21,11 @@ def runs(tmp_path_factory):
                           for name in ("run", "no_tensorboard"))
     return run_dir, untracked, run_mains(
         ["--num_workers", "0", "--total_steps", "3000", "--eval_interval", "1000",
-         "--eval_episodes", "2", "--target_return", "none", "--run_dir", run_dir, "--quiet"],
+         "--eval_episodes", "2", "--target_return", "none", "--run_dir", run_dir, "--quiet",
+         "--plots"],
         ["--num_workers", "0", "--total_steps", "500", "--eval_interval", "500",
-         "--eval_episodes", "1", "--run_dir", untracked, "--quiet", "--no-tensorboard"])
+         "--eval_episodes", "1", "--run_dir", untracked, "--quiet", "--no-tensorboard",
+         "--plots"])
 
 
 @pytest.fixture(scope="module")
@@ -287,3 +289,19 @@ def test_a_run_that_fails_at_its_start_leaves_a_directory_to_start_again_in(tmp_
         summary = json.load(f)
     assert summary["stopped_because"] == "total_steps" and "failed_at_start" not in summary
     assert os.path.isfile(os.path.join(run_dir, "checkpoints", "last.pt"))
+    # (DDRL_PLOTS=0, as tests/conftest.py sets it: --no-plots by default, no curves)
+    assert not os.path.exists(os.path.join(run_dir, "learning_curves.png"))
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("value, plots", [(None, True), ("1", True), ("0", False),
+                                          ("off", False), ("No", False)])
+def test_plots_are_on_unless_ddrl_plots_says_otherwise(monkeypatch, value, plots):
+    from options.options import parse_args
+    if value is None:
+        monkeypatch.delenv("DDRL_PLOTS", raising=False)
+    else:
+        monkeypatch.setenv("DDRL_PLOTS", value)
+    assert parse_args(["--config", "none"]).plots is plots
+    assert parse_args(["--config", "none", "--plots"]).plots is True
+    assert parse_args(["--config", "none", "--no-plots"]).plots is False

@@ -30,8 +30,10 @@ def _number(text):
 
 class LearningCurves:
     def __init__(self, run_dir, target_return=None, min_interval_s=30.0, title="",
-                 plotter=None):
-        """``plotter``: a PlotProcess to draw in, or None to draw in this process."""
+                 plotter=None, enabled=True):
+        """``plotter``: a PlotProcess to draw in, or None to draw in this process;
+        ``enabled``: False (--no-plots) draws nothing."""
+        self.enabled = enabled
         self.plotter = plotter
         self.path = os.path.join(run_dir, FILE_NAME)
         self.target_return = target_return
@@ -59,7 +61,8 @@ class LearningCurves:
         """Redraw if something changed and the last drawing is --plot_interval old (or force:
         then the PNG is written when this returns)."""
         now = time.time()
-        if not self.dirty or not (force or now - self.last_draw >= self.min_interval_s):
+        if not self.enabled or not self.dirty or not (
+                force or now - self.last_draw >= self.min_interval_s):
             return False
         if not self.draw(wait=force):
             return False  # the plot process is still drawing the last one: next time
