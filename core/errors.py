@@ -7,6 +7,8 @@
   stops with a final checkpoint and summary.json, exit code 1.
 - ``EnvFailure``: one env raised --max_env_errors times in a row, so it is broken, not flaky;
   ``NoValidAction``, its kind for an action mask that leaves nothing to choose.
+- ``EnvContractError``: an env plugin broke gymnasium's API (a ``ConfigError``: the plugin's
+  code is wrong, not flaky, so it is never counted as an env fault).
 
 They live at the bottom of the house so that every layer may raise them.
 """
@@ -19,6 +21,11 @@ class DdrlError(Exception):
 class ConfigError(DdrlError, ValueError):
     """A user mistake (bad name, bad flag value, unsupported space): the command line prints it
     as one paragraph and exits with code 2, without a traceback."""
+
+
+class EnvContractError(ConfigError):
+    """An env plugin returned what gymnasium's API does not allow (a 4-tuple from step): its
+    code is wrong, so the run stops at once with this paragraph, never retried as a fault."""
 
 
 class RunFailure(DdrlError, RuntimeError):

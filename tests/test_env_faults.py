@@ -568,3 +568,49 @@ def test_actor_placement_rebuilds_an_env_actor_that_raised_or_died(ray_session, 
         assert result.observations.shape == (2, 4)
     finally:
         envs.close()
+
+
+OLD_API_ENV = '''
+import gymnasium as gym
+from envs import register_env
+
+
+@register_env("old_api_env")
+class OldApiEnv:
+    """CartPole behind the old gym API: step returns (obs, reward, done, info)."""
+
+    def __init__(self, args, seed=None):
+        self.env = gym.make("CartPole-v1")
+        self.observation_space = self.env.observation_space
+        self.action_space = self.env.action_space
+
+    def reset(self, seed=None):
+        return self.env.reset(seed=seed)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs, reward, terminated or truncated, info
+'''
+
+
+@pytest.mark.e2e
+def test_an_env_on_the_old_gym_api_is_one_paragraph_not_a_flaky_env(tmp_path):
+    """An env whose step returns the old 4-tuple: the run stops at its first step, exit 2, one
+    paragraph naming the plugin, what came back and gymnasium's 5-tuple; no traceback, no env
+    error counted, no advice to raise --max_env_errors."""
+    import json
+    from test_e2e import run_main
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "old_api_env.py").write_text(OLD_API_ENV)
+    run_dir = tmp_path / "run"
+    proc = run_main("--user_dir", str(plugins), "--env_name", "old_api_env", "--num_workers",
+                    "0", "--total_steps", "4096", "--run_dir", str(run_dir), "--quiet")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and "max_env_errors" not in proc.stderr
+    message = proc.stderr.strip().splitlines()[-1]
+    assert "env plugin OldApiEnv" in message and "4-tuple" in message
+    assert "(observation, reward, terminated, truncated, info)" in message
+    with open(run_dir / "summary.json") as f:
+        summary = json.load(f)
+    assert summary["env_errors"] == 0 and summary["stopped_because"] == "error"

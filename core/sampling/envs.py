@@ -18,7 +18,7 @@ import ray
 from gymnasium import spaces as gym_spaces
 
 from core import seeding, spaces
-from core.errors import EnvFailure, NoValidAction  # (also importable from here)
+from core.errors import EnvContractError, EnvFailure, NoValidAction  # (also importable here)
 from core.types import STEP_REPORT_KEY
 from core.sampling.env_host import EnvHost
 from core.plugins import make_env
@@ -38,6 +38,25 @@ def check_valid_actions(observations, action_space, where):
             f"action, or every choice of one sub-action, is masked out). An env must leave at "
             f"least one valid action in every state it does not end; end the episode there "
             f"instead.")
+
+
+def step_result_error(env_cls, result):
+    """The paragraph for a step that did not return gymnasium's 5-tuple."""
+    name = getattr(env_cls, "__name__", str(env_cls))
+    where = getattr(env_cls, "__module__", "")
+    try:
+        kinds = ", ".join(type(x).__name__ for x in result)
+        got = f"a {len(result)}-tuple ({kinds})"
+    except TypeError:
+        got = f"a {type(result).__name__}"
+    old_api = (" That is the old gym API's (observation, reward, done, info): split done into "
+               "terminated (the episode reached a terminal state) and truncated (it was cut, "
+               "e.g. by a time limit)." if isinstance(result, tuple) and len(result) == 4
+               else "")
+    return (f"env plugin {name} ({where}): step() returned {got}; ddrl takes gymnasium's "
+            f"5-tuple (observation, reward, terminated, truncated, info).{old_api} This is the "
+            f"env's code, not a flaky env (never retried or counted as an env error): fix "
+            f"its step().")
 
 
 def describe_error(exc):
@@ -328,6 +347,8 @@ class EnvGroup:
                 failed[e] = truncated[e] = True
                 self._record(e, "step", exc, errors)
                 continue
+            if len(result) != 5:
+                raise EnvContractError(step_result_error(self.plugins.env_cls, result))
             self.errors_in_a_row[e] = 0
             observations[e] = encode(result[0])
             rewards[e], terminated[e], truncated[e] = result[1], result[2], result[3]

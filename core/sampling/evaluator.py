@@ -31,8 +31,9 @@ import torch
 
 from core import seeding
 from core import spaces
+from core.errors import EnvContractError
 from core.sampling.envs import (check_valid_actions, describe_error, env_failure,
-                                to_env_action)
+                                step_result_error, to_env_action)
 from core.learning.normalizer import normalize
 from core.sampling.memory import EnvMemory
 from core.plugins import evaluation_config, load_plugins, make_env
@@ -173,8 +174,7 @@ class Evaluator:
             still_running = []
             for i, action in zip(running, actions):
                 try:
-                    obs, reward, terminated, truncated, info = self.envs[i].step(
-                        to_env_action(self.action_space, action))
+                    result = self.envs[i].step(to_env_action(self.action_space, action))
                 except Exception as exc:  # noqa: BLE001 - the episode is run again
                     returns[i], lengths[i] = 0.0, 0
                     memory.episodes_ended([i])  # run again from its start
@@ -186,6 +186,9 @@ class Evaluator:
                         continue
                     still_running.append(i)
                     continue
+                if len(result) != 5:  # the env's code is wrong: not a fault to retry
+                    raise EnvContractError(step_result_error(type(self.envs[i]), result))
+                obs, reward, terminated, truncated, info = result
                 self.errors_in_a_row[i] = 0   # progress: see the module's docstring
                 returns[i] += reward
                 lengths[i] += 1
