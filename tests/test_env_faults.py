@@ -614,3 +614,54 @@ def test_an_env_on_the_old_gym_api_is_one_paragraph_not_a_flaky_env(tmp_path):
     with open(run_dir / "summary.json") as f:
         summary = json.load(f)
     assert summary["env_errors"] == 0 and summary["stopped_because"] == "error"
+
+
+NAN_ENV = '''
+import gymnasium as gym
+import numpy as np
+from envs import register_env
+
+
+@register_env("nan_env")
+class NanEnv:
+    """CartPole whose fourth step of every episode returns a NaN in the observation."""
+
+    def __init__(self, args, seed=None):
+        self.env = gym.make("CartPole-v1")
+        self.observation_space = self.env.observation_space
+        self.action_space = self.env.action_space
+        self.t = 0
+
+    def reset(self, seed=None):
+        self.t = 0
+        return self.env.reset(seed=seed)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.t += 1
+        if self.t == 4:
+            obs = obs.copy()
+            obs[2] = np.nan
+        return obs, reward, terminated, truncated, info
+'''
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("flags", [(), ("--normalize_obs",)], ids=["raw", "normalized"])
+def test_an_env_that_returns_nan_observations_is_named_not_the_optimizer(tmp_path, flags):
+    """NaN in an observation: the run stops at the first fragment, exit 2, one paragraph naming
+    the env plugin, the worker, the env, the step and the entry; not "update skipped: a loss is
+    NaN", nor advice about the learning rate."""
+    from test_e2e import run_main
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "nan_env.py").write_text(NAN_ENV)
+    proc = run_main("--user_dir", str(plugins), "--env_name", "nan_env", "--num_workers", "0",
+                    "--total_steps", "4096", "--run_dir", str(tmp_path / "run"), "--quiet",
+                    *flags)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and "update skipped" not in proc.stderr
+    assert "learning rate" not in proc.stderr
+    message = proc.stderr.strip().splitlines()[-1]
+    assert "env plugin NanEnv" in message and "holds nan" in message
+    assert "env 0 of rollout worker 0, step 4 of a" in message and "entry [2]" in message

@@ -77,7 +77,7 @@ def test_main_leaves_at_once_with_no_ray_process_behind(tmp_path):
     result = subprocess.run(
         [sys.executable, "main.py", "--config", "none", "--num_workers", "2",
          "--total_steps", "2048", "--target_return", "none", "--eval_interval", "1024",
-         "--run_dir", str(run_dir), "--quiet"],
+         "--run_dir", str(run_dir), "--quiet", "--plots"],
         cwd=ROOT, env={**os.environ, "DDRL_TEST_MARK": mark}, capture_output=True, text=True,
         timeout=300)
     exited = time.time()

@@ -15,7 +15,7 @@ from gymnasium import spaces as gym_spaces
 
 from core.distributed.devices import device_info, learning_model, plan_of, resolve_device
 from core.sampling.batched import make_env_group
-from core.sampling.envs import check_valid_actions
+from core.sampling.envs import check_finite_observations, check_valid_actions
 from core.sampling.memory import EnvMemory
 from core.learning.normalizer import moments_of, normalize
 from core.distributed.placement import resolve
@@ -35,6 +35,7 @@ class RolloutWorker:
         args = spec.run
         setup_process(args)
         plugins = load_plugins(spec)
+        self.env_cls = plugins.env_cls  # (named when its observations are not finite)
         self.worker_index = worker_index
         torch.manual_seed(seeding.worker_torch(args.seed, worker_index, generation))
         self.envs = make_env_group(plugins, spec.env, seeding.worker_envs(args.seed, worker_index,
@@ -317,6 +318,10 @@ class RolloutWorker:
             self.observations = result.observations
             memory.episodes_ended(result.terminated | result.truncated | cut)
 
+        check_finite_observations(
+            raw_seen if raw_seen is not None else obs_buf, self.env_cls,
+            lambda index: f"env {index[1]} of rollout worker {self.worker_index}, step "
+                          f"{index[0]} of a {num_steps}-step fragment")
         fragment_memory = None
         if memory.active:
             fragment_memory = FragmentMemory(
