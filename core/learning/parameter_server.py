@@ -29,7 +29,9 @@ def learner_threads(args):
     """--learner_threads; 'auto' gives a process alone on the machine (--num_workers 0) two
     threads, as measured faster on 2 cores (BENCHMARKS.md, "Cost of one SAC update"); with
     Ray workers the other cores are theirs: --torch_threads. More than 2 is not measured."""
-    wanted = getattr(args, "learner_threads", "auto")  # (the asynchronous loop has no flag)
+    wanted = getattr(args, "learner_threads", None)
+    if wanted is None:  # the asynchronous loop's learner workers: --torch_threads, as workers
+        return args.torch_threads
     if wanted == "auto":
         alone = args.num_workers == 0 and (os.cpu_count() or 1) >= 2
         return 2 if alone else args.torch_threads
