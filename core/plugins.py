@@ -76,7 +76,17 @@ def make_env(plugins: Plugins, config, seed=None, evaluation=False, worker_index
         return Unbatched(_construct(plugins.env_cls, config, seed, num_envs=1))
     params = inspect.signature(plugins.env_cls.__init__).parameters
     extra = {"worker_index": worker_index} if "worker_index" in params else {}
-    return _construct(plugins.env_cls, config, seed, **extra)
+    env = _construct(plugins.env_cls, config, seed, **extra)
+    if is_batched(env):  # a batch the plugin did not declare: it would be stepped as one env
+        cls = plugins.env_cls
+        raise ConfigError(
+            f"the env plugin {cls.__qualname__} ({cls.__module__}) built "
+            f"{type(env).__name__}, a batch of {env.num_envs} envs (gymnasium's VectorEnv "
+            f"API), but does not say it is batched, so ddrl would step it as one env. Declare "
+            f"it: take num_envs in __init__ (ddrl passes --num_envs_per_worker; README, "
+            f"'Batched simulators'), or give the class a static make_batch(args, num_envs, "
+            f"seed) that returns the batch; or return a single env from __init__.")
+    return env
 
 
 def evaluation_config(config):

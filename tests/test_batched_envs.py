@@ -411,3 +411,36 @@ def test_actions_for_single_envs_are_converted_in_one_operation():
                                                                     [[0.5], [0.25]]])
     discrete = spaces.Discrete(3, start=-1)
     np.testing.assert_array_equal(to_env_actions(discrete, np.array([0, 2])), [-1, 1])
+
+
+UNDECLARED_BATCH = '''
+import gymnasium as gym
+from envs import register_env
+
+
+@register_env("vec_plugin")
+class VecPlugin(gym.vector.SyncVectorEnv):
+    """A gymnasium vector env as a plugin, without saying it is batched."""
+
+    def __init__(self, args, seed=None):
+        super().__init__([lambda: gym.make("CartPole-v1") for _ in range(4)])
+'''
+
+
+@pytest.mark.e2e
+def test_a_vector_env_plugin_that_does_not_say_it_is_batched_is_one_paragraph(tmp_path):
+    """A gymnasium VectorEnv subclass registered as a plain env plugin: refused when the run
+    builds its first env (before any run directory), exit 2, one paragraph naming the plugin,
+    the batch's size and the two ways to declare it; not a TypeError deep in the sampler."""
+    from test_e2e import run_main
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "vec_plugin.py").write_text(UNDECLARED_BATCH)
+    proc = run_main("--user_dir", str(plugins), "--env_name", "vec_plugin", "--num_workers",
+                    "0", "--run_dir", str(tmp_path / "run"))
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    message = proc.stderr.strip().splitlines()[-1]
+    assert "env plugin VecPlugin" in message and "a batch of 4 envs" in message
+    assert "num_envs in __init__" in message and "make_batch" in message
+    assert not (tmp_path / "run").exists()
