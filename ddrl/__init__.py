@@ -22,7 +22,7 @@ import importlib
 #: public name -> the module that defines it
 _EXPORTS = {
     "train": "ddrl.api", "Run": "ddrl.api",
-    "load": "ddrl.policy", "Policy": "ddrl.policy",
+    "load": "ddrl.policy", "Policy": "ddrl.policy", "check_env": "ddrl.check",
     "Callback": "ddrl.callbacks", "RunView": "ddrl.callbacks",
     "StopAtReturn": "ddrl.callbacks", "StopOnPlateau": "ddrl.callbacks",
     "DdrlError": "core.errors", "ConfigError": "core.errors", "RunFailure": "core.errors",

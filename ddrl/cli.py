@@ -9,6 +9,7 @@ enjoy.py and export_onnx.py, as subcommands of one command).
     ddrl sweep resume DIR           go on with an interrupted sweep
     ddrl cluster start|stop ...     Ray nodes on this machine's loopback (for --address)
     ddrl list [--user_dir DIR]      the registered envs, models, agents, loggers; the presets
+    ddrl check [FLAGS] [--steps N]  an env plugin tried against ddrl's contract
 
 Only ``train`` and ``sweep`` build the plugin and loop flags (``ddrl train --model_name sac -h``
 lists SAC's); the others take a path and a few flags of their own. Exit codes: 0 done, 1 a fault
@@ -36,6 +37,7 @@ COMMANDS = {
     "sweep": "a hyperparameter sweep (SPEC: flags -> distributions); `sweep resume DIR`",
     "cluster": "start or stop Ray nodes on this machine's loopback",
     "list": "the registered plugins and the presets",
+    "check": "try an env plugin against ddrl's contract (reset, step, spaces, seeding)",
 }
 
 #: the old command flags of main.py -> the subcommand that replaces each
@@ -214,8 +216,14 @@ def list_plugins(argv, start_time=None, leave_quickly=False):
     return 0
 
 
+def check(argv, start_time=None, leave_quickly=False):
+    """``ddrl check FLAGS [--steps N]``: the env the flags name, tried (ddrl/check.py)."""
+    from ddrl.check import main as check_main
+    return check_main(list(argv))
+
+
 HANDLERS = {"train": train, "evaluate": evaluate, "export": export, "card": card,
-            "sweep": sweep, "cluster": cluster, "list": list_plugins}
+            "sweep": sweep, "cluster": cluster, "list": list_plugins, "check": check}
 
 
 # -- main.py's old command flags ---------------------------------------------------------------

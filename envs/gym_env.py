@@ -352,11 +352,14 @@ class RenameKey(gym.ObservationWrapper):
         return {(self.new if k == self.old else k): v for k, v in observation.items()}
 
 
-class InfoActionMask(gym.Wrapper):
+class InfoActionMask(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """The action mask of ``info[key]`` (each reset and step) as the observation's
-    ``action_mask`` key (the module docstring)."""
+    ``action_mask`` key (the module docstring). Its constructor arguments are recorded, as
+    gymnasium's own wrappers do, so that gymnasium can build the env again from its spec (its
+    env_checker does)."""
 
     def __init__(self, env, key):
+        gym.utils.RecordConstructorArgs.__init__(self, key=key)
         super().__init__(env)
         self.key = key
         actions = env.action_space
