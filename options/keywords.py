@@ -44,4 +44,17 @@ def argv_for(flags):
     first = flags_to_argv({k: v for k, v in flags.items() if k in PARSER_KEYS})
     parser, _, _ = build_parser(first)
     actions = {a.dest: a for a in parser._actions if a.option_strings}
+    unknown = [name for name in flags if name not in actions and name not in PARSER_KEYS
+               and flags[name] is not None]
+    if unknown:
+        import difflib
+        from core.errors import ConfigError
+        hints = []
+        for name in unknown:
+            close = difflib.get_close_matches(name, list(actions), n=1, cutoff=0.75)
+            hints.append(f"{name}" + (f" (did you mean {close[0]}?)" if close else ""))
+        raise ConfigError(
+            f"unknown keyword{'s' if len(unknown) > 1 else ''}: {', '.join(hints)}. A keyword "
+            f"is a flag's name without its dashes (num_workers=2 for --num_workers 2); a "
+            f"plugin's own come with its env_name, model_name or agent_name.")
     return flags_to_argv(flags, actions)

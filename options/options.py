@@ -34,8 +34,22 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message):
-        raise ConfigError(f"{message}. Run `{self.prog} -h` (with your --env_name, "
-                          f"--model_name, --agent_name) to see every flag.")
+        raise ConfigError(f"{message}{self.suggestions(message)}. Run `{self.prog} -h` (with "
+                          f"your --env_name, --model_name, --agent_name) to see every flag.")
+
+    def suggestions(self, message):
+        """' (did you mean --num_workers?)' for misspelled flags in argparse's message."""
+        import difflib
+        if not message.startswith("unrecognized arguments:"):
+            return ""
+        known = list(self._option_string_actions)
+        hints = []
+        for token in message.split(":", 1)[1].split():
+            if token.startswith("--"):
+                close = difflib.get_close_matches(token.split("=")[0], known, n=1, cutoff=0.75)
+                if close:
+                    hints.append(f"{token.split('=')[0]}: did you mean {close[0]}?")
+        return f" ({'; '.join(hints)})" if hints else ""
 
 
 def app_only(action):

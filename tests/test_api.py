@@ -35,8 +35,15 @@ def test_keywords_become_the_flags_their_parser_takes():
 
 
 @pytest.mark.contract
+def test_an_unknown_keyword_is_named_as_the_keyword_it_is():
+    """Not as the flag it would be (issue 46: num_wrokers=0 was reported as --num_wrokers 0)."""
+    with pytest.raises(ConfigError) as keywords:
+        ddrl.train(gym_id="CartPole-v1", bogus_flag=3)
+    assert str(keywords.value).startswith("unknown keyword: bogus_flag.")
+
+
+@pytest.mark.contract
 @pytest.mark.parametrize("flags, argv", [
-    (dict(gym_id="CartPole-v1", bogus_flag=3), ["--gym_id", "CartPole-v1", "--bogus_flag", "3"]),
     (dict(num_workers=-1), ["--num_workers", "-1"]),
     (dict(model_name="no_such_model"), ["--model_name", "no_such_model"]),
     (dict(model_name="dqn", exploration="sideways"), ["--model_name", "dqn", "--exploration",

@@ -261,3 +261,27 @@ def test_a_checked_text_flag_keeps_the_checks_own_words():
     args = parse_args(["--config", "none", "--env_name", "pettingzoo_env", "--pz_kwargs",
                        '{"N": 2}'])
     assert args.pz_kwargs == '{"N": 2}'
+
+
+@pytest.mark.unit
+def test_a_misspelled_flag_gets_the_closest_one_and_an_unknown_one_none():
+    with pytest.raises(ConfigError) as error:
+        parse_args(["--config", "none", "--num_wrokers", "0", "--clip_rnage", "0.1"])
+    message = str(error.value)
+    assert "--num_wrokers: did you mean --num_workers?" in message
+    assert "--clip_rnage: did you mean --clip_range?" in message
+    with pytest.raises(ConfigError) as error:
+        parse_args(["--config", "none", "--totally_new", "3"])
+    assert "did you mean" not in str(error.value) and "--totally_new" in str(error.value)
+
+
+@pytest.mark.unit
+def test_a_misspelled_keyword_of_the_python_api_is_named_as_a_keyword():
+    from options.keywords import argv_for
+    with pytest.raises(ConfigError) as error:
+        argv_for({"num_wrokers": 0, "gym_id": "CartPole-v1"})
+    message = str(error.value)
+    assert "unknown keyword: num_wrokers (did you mean num_workers?)" in message
+    assert "--num_wrokers" not in message
+    assert argv_for({"num_workers": 0, "tensorboard": False}) == ["--num_workers", "0",
+                                                                   "--no-tensorboard"]
