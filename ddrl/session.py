@@ -189,6 +189,11 @@ class TrainingSession:
         """A local run may ask only for GPUs torch sees here. With --address the cluster's GPUs
         count instead: core/distributed/placement.py checks them once joined."""
         args = self.args
+        if args.gpu and not args.num_gpus:  # the seed's --gpu alone: said, not silently ignored
+            print(f"ddrl: --gpu {','.join(map(str, args.gpu))} without --num_gpus: this run "
+                  f"uses no GPU (--num_gpus 0, the default); add --num_gpus {len(args.gpu)} to "
+                  f"train on {'it' if len(args.gpu) == 1 else 'them'}", file=sys.stderr,
+                  flush=True)
         if args.num_gpus and args.gpu:
             os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, args.gpu))
         if args.num_gpus and not args.address:

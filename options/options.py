@@ -130,7 +130,7 @@ def add_common_args(parser):
                        help="GPUs Ray may use (default: %(default)s)")
     app_only(group.add_argument("--gpu", type=gpu_list, default=[],
                                 help="comma-separated GPU ids made visible (CUDA_VISIBLE_DEVICES); "
-                                     "ignored when --num_gpus is 0"))
+                                     "with --num_gpus 0 unused, and the run says so"))
     group.add_argument("--normalize_obs", action=argparse.BooleanOptionalAction, default=False,
                        help="normalize observations by their running mean and variance, "
                             "merged across workers, the same in rollout, learning and "

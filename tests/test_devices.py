@@ -233,6 +233,22 @@ def test_a_local_run_asking_for_gpus_torch_cannot_see_is_one_paragraph():
 
 
 @pytest.mark.contract
+def test_gpu_ids_without_num_gpus_are_said_not_silently_ignored(capsys, monkeypatch):
+    """The seed's --gpu 0 alone trains on the CPU (--num_gpus 0), and the run says so."""
+    from ddrl.session import TrainingSession
+    from options.options import parse_args
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    session = TrainingSession(parse_args(["--config", "none", "--gpu", "0"]), 0.0)
+    session.check_gpus()
+    err = capsys.readouterr().err
+    assert "--gpu 0 without --num_gpus: this run uses no GPU" in err
+    assert "add --num_gpus 1 to train on it" in err
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ
+    TrainingSession(parse_args(["--config", "none"]), 0.0).check_gpus()
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.contract
 def test_joining_a_cluster_with_fewer_gpus_than_asked_is_one_paragraph():
     check_cluster_gpus(2, 2.0, "127.0.0.1:6399")
     with pytest.raises(ConfigError) as error:
