@@ -69,6 +69,10 @@ def test_metrics_csv_takes_new_columns_and_keeps_its_rows(tmp_path):
         assert next(csv.reader(f)) == ["env_steps", "eval_return", "gap"]
     assert read_metrics(path) == [{"env_steps": 1.0, "eval_return": 2.0, "gap": None},
                                   {"env_steps": 3.0, "eval_return": 4.0, "gap": 0.5}]
+    # counts read back as ints (run.metrics[-1]["env_steps"] is 3, not 3.0), other numbers
+    # as floats
+    assert [type(r["env_steps"]) for r in read_metrics(path)] == [int, int]
+    assert type(read_metrics(path)[1]["gap"]) is float
     # a restored run with one column more goes on in the same file, header widened
     again = MetricsLogger(path, ["env_steps", "eval_return", "gap", "extra"], quiet=True)
     again.log({"env_steps": 5, "extra": 7})

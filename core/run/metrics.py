@@ -33,11 +33,16 @@ class TensorBoardLogger:
 
 
 def read_metrics(path):
-    """metrics.csv's rows as dicts, numbers as floats, empty cells as None (text cells stay
-    text); no rows when the file does not exist."""
+    """metrics.csv's rows as dicts, whole numbers as ints (env_steps, updates: counts), other
+    numbers as floats, empty cells as None (text cells stay text); no rows when the file does
+    not exist."""
     def cell(text):
         if text == "":
             return None
+        try:
+            return int(text)
+        except ValueError:
+            pass
         try:
             return float(text)
         except ValueError:
