@@ -436,13 +436,44 @@ def plugin_listing(registries):
             lines.append(f"  {name:<{width}}  {entry.summary}  [{entry.source}]")
     lines.append("presets (configs/, applied automatically for their --model_name and "
                  "--gym_id unless --config is given):")
-    for file in sorted(os.listdir(CONFIG_DIR)) if os.path.isdir(CONFIG_DIR) else []:
-        if file.endswith((".yaml", ".yml")):
-            with open(os.path.join(CONFIG_DIR, file)) as f:
-                first = next((line.lstrip("# ").strip() for line in f
-                              if line.startswith("#")), "")
-            lines.append(f"  {file}  {first}")
+    files = sorted(f for f in (os.listdir(CONFIG_DIR) if os.path.isdir(CONFIG_DIR) else [])
+                   if f.endswith((".yaml", ".yml")))
+    width = max((len(f) for f in files), default=0)
+    for file in files:
+        with open(os.path.join(CONFIG_DIR, file)) as f:
+            lines.append(f"  {file:<{width}}  {preset_summary(f.read())}")
     return "\n".join(lines)
+
+
+def preset_summary(text):
+    """The first sentence of a preset's leading comment, whole (it may span lines); a long one
+    (over 160 characters) up to its first colon, the title its sentence goes on from."""
+    sentence = first_sentence(text)
+    if len(sentence) > 160:
+        depth = 0
+        for i, char in enumerate(sentence):
+            depth += (char in "([") - (char in ")]")
+            if char == ":" and depth <= 0 and sentence[i + 1:i + 2] == " ":
+                return sentence[:i]
+    return sentence
+
+
+def first_sentence(text):
+    """The first sentence of a leading comment (lines starting with #)."""
+    comment = []
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            break
+        comment.append(line.lstrip("#").strip())
+    words = " ".join(w for w in comment if w)
+    depth = 0
+    for i, char in enumerate(words):  # a full stop outside parentheses, not an abbreviation's
+        depth += (char in "([") - (char in ")]")
+        if char in ".!?" and depth <= 0 and (i + 1 == len(words) or words[i + 1] == " "):
+            word = words[:i].rsplit(" ", 1)[-1].lower()
+            if word not in ("e.g", "i.e", "al", "vs", "cf", "approx"):
+                return words[:i + 1]
+    return words
 
 
 #: The flags that were commands, or belonged to one, before ``ddrl`` had subcommands

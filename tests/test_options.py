@@ -285,3 +285,18 @@ def test_a_misspelled_keyword_of_the_python_api_is_named_as_a_keyword():
     assert "--num_wrokers" not in message
     assert argv_for({"num_workers": 0, "tensorboard": False}) == ["--num_workers", "0",
                                                                    "--no-tensorboard"]
+
+
+@pytest.mark.unit
+def test_a_presets_listing_is_its_first_sentence_whole_or_its_title():
+    """`ddrl list` shows each preset's first comment sentence, over lines, never cut inside it
+    (an abbreviation's full stop is none); a long one up to its first colon (issue 46)."""
+    from options.options import preset_summary
+    text = ("# Ape-X DQN (Horgan et al. 2018) for many workers: use it with --config, e.g.\n"
+            "# on LunarLander. More notes here.\n"
+            "env_name: gym_env\n# not the leading comment.\n")
+    assert preset_summary(text) == ("Ape-X DQN (Horgan et al. 2018) for many workers: use it "
+                                    "with --config, e.g. on LunarLander.")
+    long = "# PPO on MuJoCo (a, b, ...): " + "word " * 40 + "end. Next.\n"
+    assert preset_summary(long) == "PPO on MuJoCo (a, b, ...)"
+    assert preset_summary("# No full stop at all\nx: 1\n") == "No full stop at all"
