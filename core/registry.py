@@ -46,6 +46,24 @@ def _identity(cls) -> tuple:
     return (cls.__module__, cls.__qualname__)
 
 
+def _source_file(cls):
+    try:
+        path = inspect.getsourcefile(cls)
+    except (TypeError, OSError):
+        return None
+    return os.path.realpath(path) if path else None
+
+
+def _same_class(a, b) -> bool:
+    """The same class, re-imported: the same module and name, or the same name in the same
+    file imported under another module name (a --user_dir plugin that its own code, or a
+    notebook after ddrl.load, imports again as a module of its own)."""
+    if _identity(a) == _identity(b):
+        return True
+    source = _source_file(a)
+    return a.__qualname__ == b.__qualname__ and source is not None and source == _source_file(b)
+
+
 class Registry:
     def __init__(self, kind: str, base_class: Optional[type] = None,
                  check: Optional[Callable[[type], None]] = None, home: Optional[str] = None,
@@ -78,14 +96,17 @@ class Registry:
             if self.check is not None:
                 self.check(target)
             old = self.entries.get(name)
-            if old is not None and _identity(unwrap_actor_class(old.cls)) != _identity(target):
+            if old is not None and not _same_class(unwrap_actor_class(old.cls), target):
                 raise ConfigError(
                     f"cannot register {self.kind} {name!r} for {_identity(target)}: the name is "
                     f"already taken by {_identity(unwrap_actor_class(old.cls))} "
                     f"({old.source}). Pick another name.")
             # A built-in imported while a --user_dir module runs is still built-in.
             builtin = target.__module__.split(".")[0] in (self.home, "core")
-            self.entries[name] = Entry(name, cls, "built-in" if builtin else _current_source)
+            source = "built-in" if builtin else _current_source
+            if old is not None and not builtin:  # re-imported: still from where it came
+                source = old.source or source
+            self.entries[name] = Entry(name, cls, source)
             return cls
 
         return decorator

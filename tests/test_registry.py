@@ -1,6 +1,7 @@
 """The registry contract: names, duplicates, base classes, errors that help, --user_dir."""
 import argparse
 import os
+import sys
 
 import pytest
 
@@ -136,6 +137,29 @@ def test_import_user_dir_twice_registers_once(tmp_path, registered_names):
     assert (tmp_path / "imports.log").read_text() == "imported\n"
     assert name in ENV_REGISTRY
     assert ENV_REGISTRY.entries[name].source == str(tmp_path)
+
+
+def test_a_user_dir_module_imported_again_under_its_own_name_is_the_same_plugin(
+        tmp_path, registered_names, monkeypatch):
+    """After --user_dir (or ddrl.load) imported a plugin file, the user's own `import my_env`
+    runs it again as another module: the same class in the same file, so its name is not
+    "already taken" (issue 46); the entry is the newer class object, still from the user dir.
+    A different class under the name is still refused."""
+    import importlib
+    name = f"user_env_{os.getpid()}_again"
+    registered_names.append(name)
+    (tmp_path / "my_env_again.py").write_text(PLUGIN.format(name=name))
+    import_user_dir(str(tmp_path))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("my_env_again")
+    try:
+        assert ENV_REGISTRY.get(name) is module.UserEnv
+        assert ENV_REGISTRY.entries[name].source == str(tmp_path)
+        other = type("UserEnv", (), {"reset": lambda self: None, "step": lambda self, a: None})
+        with pytest.raises(ConfigError, match="already taken"):
+            ENV_REGISTRY.register(name)(other)
+    finally:
+        sys.modules.pop("my_env_again", None)
 
 
 def test_import_user_dir_reads_envs_subfolder(tmp_path, registered_names):
