@@ -71,22 +71,6 @@ class ParameterServer:
         """The weights for rollout, learner and test workers, carrying their version."""
         return self.learner.weights_for_workers()
 
-    def adopt_data(self, parts):
-        """Hold these fragments (rollout workers' exported data) as this learner's share of
-        the batch; returns its valid samples."""
-        return self.agent.adopt_data(parts)
-
-    def fetch_grads(self, weights, request):
-        """One minibatch's gradients on the share held, with these weights."""
-        return self.agent.fetch_grads(weights, request)
-
-    def get_state(self):
-        """The agent's state (its minibatch RNG): a resumed run draws the same minibatches."""
-        return self.agent.get_state()
-
-    def set_state(self, state):
-        self.agent.set_state(state)
-
     def device_info(self):
         """Where the updates run, and what --sac_precision auto measured there, if it did."""
         timings = getattr(self.model, "precision_timings", None)
