@@ -125,7 +125,7 @@ class TrainingSession:
     def start(self):
         args = self.args
         # First: it imports matplotlib while the run starts (core/run/plots.py).
-        self.plotter = PlotProcess() if getattr(args, "plots", True) else None
+        self.plotter = PlotProcess() if args.plots else None
         setup_process(args)
         spec = run_spec(args)  # each component's typed config (core/config.py)
         self.plugins = load_plugins(spec)

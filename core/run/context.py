@@ -35,7 +35,7 @@ class RunContext:
         metrics_path = os.path.join(run_dir, "metrics.csv")
         self.curves = LearningCurves(run_dir, target_return, args.plot_interval, plotter=plotter,
                                      title=os.path.basename(os.path.normpath(run_dir)),
-                                     enabled=getattr(args, "plots", True))
+                                     enabled=args.plots)
         self.curves.load_csv(metrics_path)  # a restored run into the same directory continues
         self.lines = TerminalLines(log_interval=args.log_interval, quiet=args.quiet,
                                    total_steps=args.total_steps, line_metrics=line_metrics)
