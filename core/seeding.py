@@ -20,6 +20,8 @@ evaluation                      base ``e = s + 1_000_000``: test env k is built 
                                 ``e + k + 1_000 * t``; sampled evaluation actions
                                 (--no-eval_deterministic) ``e + 1_000 * t``; --evaluate and
                                 --record_video episode k ``e + k``
+confirming evaluation           episode j after env step t: ``SeedSequence([s, 1_000_000, t, j])``
+(--confirm_episodes)            (its sampled actions: j = the episode count)
 an env rebuilt after error n    ``SeedSequence([its seed, n])``: neither the start that failed
                                 nor a neighbour's seed
 resume at env step t, when a    ``s + 7_919 * t + 100 * i + j`` for env j of worker slot i: a
@@ -82,6 +84,14 @@ def evaluation_repeat(seed, i):
     if i == 0:
         return seed
     return int(np.random.SeedSequence([int(seed) & (2**64 - 1), int(i)]).generate_state(1)[0])
+
+
+def confirmation_episode(seed, j, env_steps):
+    """The reset seed of episode ``j`` of the confirming evaluation after ``env_steps``
+    (--confirm_episodes; ``j == episodes``: its sampled actions' generator): drawn from
+    (seed, env_steps, j), so that it is none of the regular evaluations' additive starts."""
+    return int(np.random.SeedSequence([int(seed) & (2**64 - 1), EVALUATION_OFFSET,
+                                       int(env_steps), int(j)]).generate_state(1)[0])
 
 
 def evaluation_sampling(seed, env_steps):

@@ -25,13 +25,18 @@ __all__ = ["Callback", "RunView", "StopAtReturn", "StopOnPlateau"]
 
 class StopAtReturn(Callback):
     """Stop at the first evaluation whose mean return reaches ``threshold`` (SB3's
-    StopTrainingOnRewardThreshold; --target_return): stopped_because "target_return"."""
+    StopTrainingOnRewardThreshold; --target_return): stopped_because "target_return". An
+    evaluation that carries a confirmation (--confirm_episodes, core/sampling/eval_runner.py)
+    counts only when the confirming episodes' mean reaches ``threshold`` too."""
 
     def __init__(self, threshold):
         self.threshold = float(threshold)
 
     def on_evaluation(self, run, evaluation):
-        if evaluation["eval_return"] >= self.threshold:
+        confirmation = evaluation.get("confirmation")
+        if evaluation["eval_return"] >= self.threshold and (
+                confirmation is None or (confirmation["eval_return"] is not None
+                                         and confirmation["eval_return"] >= self.threshold)):
             return "target_return"
 
     def __repr__(self):

@@ -93,6 +93,19 @@ def stop_rules(target, args):
     return rules
 
 
+def confirmation_note(summary):
+    """The end line's word on --confirm_episodes: what the confirming episodes gave."""
+    found = summary.get("target_confirmation")
+    if not found:
+        return ""
+    interval = found.get("interval")
+    spread = f" (95% {interval[0]:.1f} to {interval[1]:.1f})" if interval else ""
+    mean = "-" if found["eval_return"] is None else f"{found['eval_return']:.1f}"
+    return (f", confirmed by {found['episodes']} fresh episodes: {mean}{spread}"
+            if found["confirmed"] else
+            f", not confirmed: {found['episodes']} fresh episodes gave {mean}{spread}")
+
+
 def probe_env(plugins, config):
     """Build one env in the driver to learn its spaces and reward threshold."""
     env = make_env(plugins, config, seed=config.seed)
@@ -445,8 +458,8 @@ class TrainingSession:
               f"steps in {summary['wall_time_s']:.1f} s ({summary['steps_per_s']:,.0f} steps/s); "
               f"best eval {show(summary['best_eval_return'])}, last eval "
               f"{show(summary['last_eval_return'])}, time to target "
-              f"{show(summary['time_to_target_s'], ' s')}" + (f"; faults: {counts}" if counts
-                                                             else "")
+              f"{show(summary['time_to_target_s'], ' s')}" + confirmation_note(summary)
+              + (f"; faults: {counts}" if counts else "")
               + f"; {os.path.join(self.run_dir, 'summary.json')}", flush=True)
         self.write_model_card()
         for observer in self.observers:  # a tracker may upload the plot and the card

@@ -225,7 +225,15 @@ def add_common_args(parser):
     group.add_argument("--target_return", type=target_return, default="auto",
                        help="stop when the evaluation mean return reaches this; 'auto' "
                             "(default): the env's reward_threshold if it has one, e.g. 475 for "
-                            "CartPole-v1; 'none': never stop early")
+                            "CartPole-v1; 'none': never stop early. An evaluation that reaches "
+                            "it is confirmed before the run stops: see --confirm_episodes")
+    group.add_argument("--confirm_episodes", type=non_negative_int, default=50,
+                       help="when an evaluation reaches --target_return, play this many more "
+                            "episodes of the same weights on fresh starts; the run stops (and "
+                            "summary.json claims the target) only when their mean reaches it "
+                            "too; time to target still counts from the evaluation that reached "
+                            "it; 0: stop at the first evaluation that reaches it, unconfirmed "
+                            "(default: %(default)s)")
     app_only(group.add_argument("--patience", type=positive_int, default=None, metavar="N",
                                 help="stop when N evaluations in a row have not beaten the best mean "
                                      "return (stopped_because 'patience'; default: never)"))

@@ -452,7 +452,7 @@ def eval_runner(monkeypatch, fail, lines):
                                 "--num_workers", "0", "--seed", "3", "--fault_episode_steps",
                                 "6", "--max_env_errors", "3", "--eval_episodes", "3",
                                 "--eval_interval", "100"]))
-    run = SimpleNamespace(env_steps=0)
+    run = SimpleNamespace(env_steps=0, target_return=None)
     faults = Faults(spec.run, printer=lines.append)
     runner = EvalRunner(spec, run, faults, remote_available=lambda: False)
     runner.begin()           # the first evaluation is due at env step 100

@@ -56,7 +56,7 @@ def test_an_evaluation_whose_test_worker_died_is_run_again_on_a_replacement(ray_
     args = parse_args(["--config", "none", "--num_workers", "1", "--eval_episodes", "2",
                        "--eval_interval", "100"])
     spec = run_spec(args)
-    run = SimpleNamespace(env_steps=0)
+    run = SimpleNamespace(env_steps=0, target_return=None)
     faults = Faults(args, printer=lambda line: None)
     runner = EvalRunner(spec, run, faults, remote_available=lambda: True)
     import gymnasium as gym

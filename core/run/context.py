@@ -26,6 +26,8 @@ class RunContext:
         self.last_eval_return = None
         self.time_to_target_s = None
         self.steps_to_target = None
+        self.confirmation = None              # the confirming evaluation that agreed, or the last
+        self.unconfirmed = 0                  # evaluations that reached the target, unconfirmed
         self.stopped_because = None
         self.stop_requested = None            # set by a signal: "interrupted" or "terminated"
         self.last_row_time = time.time()
@@ -44,17 +46,33 @@ class RunContext:
         return time.time() - self.start_time
 
     def record_eval(self, result):
-        """Book an evaluation; returns True when it is the best so far."""
+        """Book an evaluation; returns True when it is the best so far. Time and steps to
+        target are those of the first evaluation that reached the target, at the moment it
+        did (``reached_at_s``: before its confirmation ran), confirmed or not: the measure the
+        peers' speed figures use; ``confirmation`` keeps the confirming evaluation that agreed
+        (or, until one does, the last that did not)."""
         value = result["eval_return"]
         self.last_eval_return = value
         best = self.best_eval_return is None or value > self.best_eval_return
         if best:
             self.best_eval_return = value
-        if (self.target_return is not None and value >= self.target_return
-                and self.time_to_target_s is None):
-            self.time_to_target_s = self.elapsed()
-            self.steps_to_target = result.get("env_steps", self.env_steps)
+        if self.target_return is not None and value >= self.target_return:
+            if self.time_to_target_s is None:
+                self.time_to_target_s = result.get("reached_at_s", self.elapsed())
+                self.steps_to_target = result.get("env_steps", self.env_steps)
+            confirmation = result.get("confirmation")
+            if confirmation is not None and not (self.confirmation or {}).get("confirmed"):
+                self.confirmation = {**confirmation,
+                                     "env_steps": result.get("env_steps", self.env_steps),
+                                     "evaluation_return": value}
+                self.unconfirmed += not confirmation["confirmed"]
         return best
+
+    def target_reached(self):
+        """An evaluation reached the target and, where one ran, its confirmation agreed."""
+        if self.time_to_target_s is None:
+            return False
+        return self.confirmation is None or bool(self.confirmation["confirmed"])
 
     def record(self, row, eval_result=None):
         """Complete and write one iteration's row (its evaluation, if any, booked with
@@ -120,10 +138,13 @@ class RunContext:
             "last_eval_return": self.last_eval_return,
             "stopped_because": self.stopped_because,
             "target_return": self.target_return,
-            "target_reached": self.time_to_target_s is not None,
-            "time_to_target_s": (None if self.time_to_target_s is None
-                                 else round(self.time_to_target_s, 3)),
-            "steps_to_target": self.steps_to_target,
+            "target_reached": self.target_reached(),
+            # (None where the target was not reached, or reached and not confirmed)
+            "time_to_target_s": (round(self.time_to_target_s, 3) if self.target_reached()
+                                 else None),
+            "steps_to_target": self.steps_to_target if self.target_reached() else None,
+            "target_confirmation": self.confirmation,
+            "unconfirmed_evaluations": self.unconfirmed,
             **extra,
         }
 

@@ -59,6 +59,20 @@ def _placement(config):
     return f"{workers if workers is not None else '?'} rollout workers x {envs} envs"
 
 
+def _confirmation_rows(summary):
+    """The confirming evaluation of --confirm_episodes (core/sampling/eval_runner.py): its mean,
+    95% interval and whether it agreed; nothing where none ran."""
+    found = summary.get("target_confirmation")
+    if not found:
+        return []
+    interval = found.get("interval")
+    return [f"| confirmed by {found['episodes']} fresh episodes | "
+            f"{'yes' if found['confirmed'] else 'no'}: mean {_number(found['eval_return'])}"
+            + (f", 95% interval {interval[0]:.1f} to {interval[1]:.1f}" if interval else "")
+            + f" (the evaluation at {_number(found.get('env_steps'))} env steps had "
+            f"{_number(found.get('evaluation_return'))}) |"]
+
+
 def render_model_card(run_dir):
     """The card's markdown for ``run_dir``."""
     import yaml
@@ -87,6 +101,7 @@ def render_model_card(run_dir):
              f"| target return | {_number(summary.get('target_return'))} |",
              f"| time to target (s) | {_number(summary.get('time_to_target_s'))} |",
              f"| env steps to target | {_number(summary.get('steps_to_target'))} |",
+             *_confirmation_rows(summary),
              f"| best / last evaluation | {_number(summary.get('best_eval_return'))} / "
              f"{_number(summary.get('last_eval_return'))} |", ""]
     faults = {k: summary.get(k) for k in ("worker_restarts", "env_errors", "recoveries",

@@ -105,7 +105,8 @@ class RunView:
 
     @property
     def time_to_target_s(self):
-        """When an evaluation first reached --target_return (None: not yet, or no target)."""
+        """When an evaluation first reached --target_return (None: not yet, or no target),
+        confirmed or not (--confirm_episodes: summary.json's says whether one was)."""
         return self._context.time_to_target_s
 
     @property

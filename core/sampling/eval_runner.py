@@ -5,7 +5,17 @@ evaluation run again with the same weights; env errors it survived are counted, 
 episodes it gave up (core/sampling/evaluator.py) counted and named. An evaluation whose every
 episode was given up has no return: it is logged and not handed to the loop (no eval_return
 in the metrics row, no best checkpoint, no target check), as if it had not been due.
+
+An evaluation that reaches the run's target (--target_return) is confirmed before the loop sees
+it (--confirm_episodes > 0): the test worker plays that many more episodes of the same weights on
+fresh starts (Evaluator.confirm), and the evaluation comes back with a "confirmation" (its mean,
+spread, 95% interval and whether its mean reaches the target too) and "reached_at_s", the run's
+clock when it reached the target: time to target does not count the confirming episodes. The
+stop rule (ddrl/callbacks.py StopAtReturn) stops only on a confirmed one.
 """
+import math
+
+import numpy as np
 import ray
 
 from core.sampling.evaluator import Evaluator
@@ -20,7 +30,8 @@ class EvalRunner:
         self.remote_available = remote_available
         self.group = WorkerGroup("test worker", self._make, faults, lambda: run.env_steps)
         self.pending = None          # ref of the evaluation in flight
-        self.request = None          # its arguments, to run it again if the worker dies
+        self.request = None          # (method, arguments), to run it again if the worker dies
+        self.awaiting = None         # an evaluation that reached the target, until confirmed
         self.next_eval = None        # set by begin(), once a restore has set the counters
 
     def _make(self, slot, generation, local, node=None):  # near the driver, always
@@ -50,7 +61,8 @@ class EvalRunner:
         return remote[0] if remote else self.group.add(0, local=True)
 
     def _submit(self):
-        self.pending = self.group.submit(self._worker(), "evaluate", *self.request)
+        method, arguments = self.request
+        self.pending = self.group.submit(self._worker(), method, *arguments)
 
     def begin(self):
         """Start the schedule at the run's env steps now: multiples of --eval_interval, also
@@ -68,7 +80,7 @@ class EvalRunner:
             self.begin()
         if self.pending is None and env_steps >= self.next_eval:
             weights, version = weights_and_version()
-            self.request = (weights, version, env_steps, obs_statistics)
+            self.request = ("evaluate", (weights, version, env_steps, obs_statistics))
             self._submit()
             self.next_eval = env_steps + interval
             if isinstance(self.pending, LocalRef):
@@ -84,7 +96,7 @@ class EvalRunner:
         next one starts when due."""
         if self.pending is not None:
             self.group.drop([self.pending])
-        self.pending = self.request = None
+        self.pending = self.request = self.awaiting = None
 
     def _result(self, wait):
         while self.pending is not None:
@@ -102,7 +114,37 @@ class EvalRunner:
                 self.faults.eval_env_errors(survived, self.run.env_steps)
             if value.get("eval_episodes_lost"):
                 self.faults.eval_episodes_lost(value, self.run.env_steps)
+            if self.awaiting is not None:  # this was the confirmation
+                reached, self.awaiting = self.awaiting, None
+                reached["confirmation"] = confirmation_summary(value, self.run.target_return)
+                return reached
             if value.get("eval_return") is None:
                 return None
+            if self.needs_confirmation(value):
+                value["reached_at_s"] = self.run.elapsed()
+                self.awaiting = value
+                self.request = ("confirm", (*self.request[1], self.spec.run.confirm_episodes))
+                self._submit()
+                continue
             return value
         return None
+
+    def needs_confirmation(self, value):
+        target = self.run.target_return
+        return (self.spec.run.confirm_episodes > 0 and target is not None
+                and value["eval_return"] >= target)
+
+
+def confirmation_summary(value, target):
+    """What a confirming evaluation says (summary.json, the model card): its mean return and
+    spread, a 95% interval of the mean (normal, from the episodes' sample spread), its episodes
+    and whether the mean reaches ``target``. With every episode lost it confirms nothing."""
+    returns = np.asarray(value.get("returns") or [], dtype=float)
+    mean = value.get("eval_return")
+    half = (1.96 * float(np.std(returns, ddof=1)) / math.sqrt(len(returns))
+            if len(returns) > 1 else None)
+    return {"eval_return": mean, "eval_return_std": value.get("eval_return_std"),
+            "interval": None if half is None else [mean - half, mean + half],
+            "episodes": len(returns), "episodes_lost": value.get("eval_episodes_lost", 0),
+            "eval_success_rate": value.get("eval_success_rate"),
+            "confirmed": mean is not None and mean >= target}

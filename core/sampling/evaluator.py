@@ -142,20 +142,64 @@ class Evaluator:
         # restored run evaluates as the uninterrupted one.
         seeds = [seeding.evaluation_episode(self.seed, k, env_steps)
                  for k in range(len(self.envs))]
+        errors_before = self._errors()
+        played = self._play(seeds, obs_statistics)
+        return self._statistics(*played, weights_version, env_steps,
+                                self._errors() - errors_before, len(self.envs))
+
+    @torch.no_grad()
+    def confirm(self, weights, weights_version=0, env_steps=0, obs_statistics=None,
+                episodes=50):
+        """The confirming evaluation of --confirm_episodes: ``episodes`` episodes of the same
+        weights on fresh starts (``seeding.confirmation_episode``: none is a start the regular
+        evaluations play), played on the test envs in rounds of one episode per env; the same
+        statistics as ``evaluate``. Sampled actions (--no-eval_deterministic) are drawn from
+        generators of their own, as ``evaluate``'s."""
+        if weights is not None:
+            self.model.set_weights(weights)
+        seeds = [seeding.confirmation_episode(self.seed, j, env_steps) for j in range(episodes)]
+        errors_before = self._errors()
+        with torch.random.fork_rng(devices=[]):
+            if not self.deterministic:
+                seed = seeding.confirmation_episode(self.seed, episodes, env_steps)
+                torch.manual_seed(seed)
+                if hasattr(self.model, "acting_rng"):
+                    self.model.acting_rng = np.random.default_rng(seed)
+            parts, width = [], len(self.envs)
+            for start in range(0, episodes, width):
+                part = list(self._play(seeds[start:start + width], obs_statistics))
+                part[3] = [start + k for k in part[3]]  # lost episodes, numbered in the whole
+                parts.append(part)
+        returns, lengths, successes = (np.concatenate([p[i] for p in parts]) for i in range(3))
+        lost = [k for p in parts for k in p[3]]
+        failures = [f for p in parts for f in p[4]] if parts[0][4] is not None else None
+        last_errors = [e for p in parts for e in p[5]] if parts[0][5] is not None else None
+        return self._statistics(returns, lengths, successes, lost, failures, last_errors,
+                                weights_version, env_steps, self._errors() - errors_before,
+                                episodes)
+
+    def _errors(self):
+        """Env errors survived so far (a batched env counts its own)."""
+        return self.batch.error_count if self.batch is not None else self.error_count
+
+    def _play(self, seeds, obs_statistics):
+        """One episode on each of the first len(seeds) test envs, env k reset with seeds[k]:
+        (returns, lengths, successes) of the episodes that finished, the episodes lost, and per
+        episode its failures and last error (None for a batched env)."""
         if self.batch is not None:
-            return self._evaluate_batch(seeds, weights_version, env_steps, obs_statistics)
-        errors_before = self.error_count
-        failures = [0] * len(self.envs)  # of the episode now running in env k
-        last_errors = [None] * len(self.envs)
+            return self._play_batch(seeds, obs_statistics)
+        n = len(seeds)
+        failures = [0] * n  # of the episode now running in env k
+        last_errors = [None] * n
         lost = []
-        observations = [None] * len(self.envs)
-        returns = np.zeros(len(self.envs))
-        lengths = np.zeros(len(self.envs), dtype=np.int64)
+        observations = [None] * n
+        returns = np.zeros(n)
+        lengths = np.zeros(n, dtype=np.int64)
         # info["is_success"] at an episode's last step (goal envs: gymnasium-robotics, SB3's
         # success_rate); NaN where the env does not say.
-        successes = np.full(len(self.envs), np.nan)
+        successes = np.full(n, np.nan)
         running = []
-        memory = EnvMemory(self.model, len(self.envs))  # a recurrent policy's state per env
+        memory = EnvMemory(self.model, n)  # a recurrent policy's state per env
         for k, s in enumerate(seeds):
             try:
                 observations[k] = self._start(k, s, failures, last_errors)
@@ -198,22 +242,24 @@ class Evaluator:
                 elif "is_success" in info:
                     successes[i] = float(info["is_success"])
             running = still_running
-        finished = np.array(sorted(set(range(len(self.envs))) - set(lost)), dtype=np.int64)
-        return self._statistics(returns[finished], lengths[finished], successes[finished],
-                                weights_version, env_steps, self.error_count - errors_before,
-                                lost, failures, last_errors)
+        finished = np.array(sorted(set(range(n)) - set(lost)), dtype=np.int64)
+        return (returns[finished], lengths[finished], successes[finished], sorted(lost),
+                failures, last_errors)
 
-    def _evaluate_batch(self, seeds, weights_version, env_steps, obs_statistics):
-        """One episode per env of the batch (core/sampling/batched_eval.py)."""
-        errors_before = self.batch.error_count
+    def _play_batch(self, seeds, obs_statistics):
+        """One episode per env of the batch (core/sampling/batched_eval.py); a round shorter
+        than the batch (the last of a confirmation) keeps its first len(seeds) episodes, the
+        other envs replay its first start, their returns left out."""
+        n = len(seeds)
+        width = len(self.envs)
+        padded = list(seeds) + [seeds[0]] * (width - n)
         returns, lengths, successes = self.batch.run(
-            self.model, seeds, self.deterministic,
+            self.model, padded, self.deterministic,
             normalizer_for(obs_statistics, self.obs_clip) if self.normalize_obs else None)
-        return self._statistics(returns, lengths, successes, weights_version, env_steps,
-                                self.batch.error_count - errors_before, [], None, None)
+        return returns[:n], lengths[:n], successes[:n], [], None, None
 
-    def _statistics(self, done_returns, done_lengths, done_successes, weights_version,
-                    env_steps, env_errors, lost, failures, last_errors):
+    def _statistics(self, done_returns, done_lengths, done_successes, lost, failures,
+                    last_errors, weights_version, env_steps, env_errors, episodes):
         done_successes = done_successes[~np.isnan(done_successes)]
 
         def statistic(fn, values):
@@ -227,7 +273,7 @@ class Evaluator:
                 "returns": done_returns.tolist(),
                 "weights_version": weights_version, "env_steps": env_steps,
                 "env_errors": env_errors,
-                "eval_episodes": len(self.envs),
+                "eval_episodes": episodes,
                 "eval_episodes_lost": len(lost),
                 "lost_episodes": [{"env": k, "failures": failures[k], "error": last_errors[k]}
                                   for k in sorted(lost)]}
