@@ -15,9 +15,16 @@ finds, each with the plugin, the method and what came back:
 - and gymnasium's own ``env_checker`` where the env is a gymnasium.Env.
 
 Exit 0 when the env passes, 2 with the list of problems otherwise. ``ddrl.check_env(**flags)``
-returns the same list (empty: it passes). A run makes the cheap part of these checks on its own:
-the old 4-tuple and NaN observations stop it with one paragraph (core/sampling/envs.py).
+returns the same list (empty: it passes). A run makes the cheap part of these checks on its own
+(``check_at_start``): its probe env (the one the driver builds to learn the spaces) gets a seeded
+reset and a few random valid steps before anything else starts, and what would break the run
+(a 4-tuple, a reset without info, an observation of the wrong shape or structure, NaN or inf, a
+reward that is no finite number, an info that is no dict) stops it there with one paragraph,
+exit 2; an observation of another dtype or out of its bounds, which training survives, gets a
+warning line. On the hot path the old 4-tuple and NaN observations stop it too
+(core/sampling/envs.py).
 """
+import re
 import warnings
 
 import numpy as np
@@ -34,13 +41,34 @@ def check_env(argv=None, steps=None, **flags):
     return EnvCheck(spec, args.env_name, steps or 100).run()
 
 
-class EnvCheck:
-    def __init__(self, spec, name, steps):
-        self.spec, self.name, self.steps = spec, name, steps
-        self.problems = []
+#: random steps the start of a run takes on its probe env (check_at_start)
+START_STEPS = 8
 
-    def problem(self, text):
-        self.problems.append(f"env plugin {self.name}: {text}")
+
+def check_at_start(env, name, steps=START_STEPS):
+    """The start of a run's check on ``env`` (built, not yet reset): one seeded reset and
+    ``steps`` random valid steps. Returns (problems that would break the run, warnings): an
+    observation's dtype or bounds are warnings here (training casts and survives them), where
+    ``ddrl check`` calls them problems."""
+    check = EnvCheck(None, name, steps, lenient=True)
+    if check.check_spaces(env):
+        check.check_episodes(env, determinism=False)
+    prefix = len(f"env plugin {name}: ")
+    return [p[prefix:] for p in check.problems], [w[prefix:] for w in check.warnings]
+
+
+class EnvCheck:
+    def __init__(self, spec, name, steps, lenient=False):
+        self.spec, self.name, self.steps = spec, name, steps
+        self.lenient = lenient  # dtype and bounds: warnings, not problems
+        self.problems, self.warnings = [], []
+        self.kinds = set()  # each kind of problem named once, at its first step
+
+    def problem(self, text, warning=False):
+        kind = re.sub(r" at step \d+", "", text)
+        if kind not in self.kinds:
+            self.kinds.add(kind)
+            (self.warnings if warning else self.problems).append(f"env plugin {self.name}: {text}")
 
     def run(self):
         from core.errors import ConfigError
@@ -98,15 +126,20 @@ class EnvCheck:
         except Exception:  # noqa: BLE001 - a structure the space cannot even read
             inside = False
         if not inside:
-            self.problem(f"{where} returned an observation outside observation_space "
-                         f"{space}: {describe_observation(obs, space)}")
+            found = describe_observation(obs, space)
+            text = f"{where} returned an observation outside observation_space {space}: {found}"
+            if found.startswith("entries "):  # which entries differs from step to step
+                text = text[:text.rindex(": ")] + ": entries out of bounds"
+            self.problem(text, warning=self.lenient and found.startswith(("dtype ", "entries ")))
 
-    def check_episodes(self, env):
+    def check_episodes(self, env, determinism=True):
         first = self.reset(env, seed=123)
-        again = self.reset(env, seed=123)
-        if first is None or again is None:
+        if first is None:
             return False
-        if not same(first, again):
+        again = self.reset(env, seed=123) if determinism else first
+        if again is None:
+            return False
+        if determinism and not same(first, again):
             self.problem("reset(seed=123) twice gave different first observations: the seed "
                          "does not reach the env's randomness (ddrl seeds every env's reset, "
                          "so runs repeat)")

@@ -25,7 +25,7 @@ from core.distributed.placement import RayStarter
 from core.plugins import env_label, load_plugins, make_env
 from options.options import run_spec
 from core.distributed.process import setup_process
-from core.errors import ConfigError
+from core.errors import ConfigError, EnvContractError
 from core.run.context import RUN_ONLY_KEYS, RowRecorder, RunContext
 from core.run.metrics import write_json
 from core.run.observer import RunView, in_call_order
@@ -106,11 +106,27 @@ def confirmation_note(summary):
             f", not confirmed: {found['episodes']} fresh episodes gave {mean}{spread}")
 
 
-def probe_env(plugins, config):
-    """Build one env in the driver to learn its spaces and reward threshold."""
+def probe_env(plugins, config, name):
+    """Build one env in the driver to learn its spaces and reward threshold, and try it
+    (ddrl/check.py ``check_at_start``: a seeded reset and a few random steps): what would break
+    the run is an EnvContractError naming each problem, before anything else starts; what the
+    run survives (an observation's dtype, its bounds) a warning line."""
+    from ddrl.check import START_STEPS, check_at_start
     env = make_env(plugins, config, seed=config.seed)
-    found = env.observation_space, env.action_space, getattr(env, "reward_threshold", None)
-    getattr(env, "close", lambda: None)()
+    try:
+        found = env.observation_space, env.action_space, getattr(env, "reward_threshold", None)
+        problems, warnings = check_at_start(env, name)
+    finally:
+        getattr(env, "close", lambda: None)()
+    if problems:
+        raise EnvContractError(
+            f"env plugin {name} does not keep gymnasium's contract (found by a seeded reset "
+            f"and {START_STEPS} random steps at the start of the run): " + "; ".join(problems)
+            + f". Fix the env; `ddrl check --env_name {name}` (with the run's env flags) tries "
+            f"it at length.")
+    for line in dict.fromkeys(warnings):  # one line per distinct finding
+        print(f"ddrl: warning: env plugin {name}: {line} (the run goes on)", file=sys.stderr,
+              flush=True)
     return found
 
 
@@ -145,7 +161,8 @@ class TrainingSession:
         self.plugins.model_cls.check_contract(args.model_name)
         # the trackers (--logger) before anything starts: a missing package is a ConfigError
         trackers = make_loggers(args)
-        observation_space, action_space, threshold = probe_env(self.plugins, spec.env)
+        observation_space, action_space, threshold = probe_env(self.plugins, spec.env,
+                                                               args.env_name)
         self.spaces = observation_space, action_space
         self.plugins.model_cls.check_spaces(observation_space, action_space)
         trainer_cls = trainer_class(self.plugins.model_cls.trainer, self.plugins.model_cls)
