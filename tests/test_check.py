@@ -174,3 +174,46 @@ def test_the_command_exits_0_on_a_fine_env_and_2_with_the_list_on_a_broken_one(b
                          capture_output=True, text=True, timeout=120, cwd=REPO)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr[-2000:]
     assert "problem" in bad.stderr and "shape (3,), the space's (4,)" in bad.stderr
+
+
+#: broken env -> what the start of a run says of it (the same words as ddrl check's)
+AT_START = {
+    "old_api": "step() returned a 4-tuple",
+    "nan_obs": "step() at step 0 returned an observation holding NaN or inf",
+    "wrong_shape": "shape (3,), the space's (4,)",
+    "obs_only_reset": "reset() returned a ndarray",
+    "bad_reward": "step() at step 0 returned the reward None",
+    "info_list": "step() returned info as list",
+}
+
+
+@pytest.mark.e2e
+def test_a_run_tries_its_env_first_stops_on_what_would_break_it_and_warns_on_the_rest(
+        broken, tmp_path):
+    """The start of every run (ddrl/check.py check_at_start on the probe env): each fault that
+    would break the run is one paragraph, exit 2, no traceback, before any worker starts, and
+    the run directory takes the next run; a dtype or bounds mismatch is a warning line."""
+    import ddrl
+    from core.errors import EnvContractError
+    for name, words in AT_START.items():
+        with pytest.raises(EnvContractError) as raised:
+            ddrl.train(user_dir=broken, env_name=name, num_workers=0, total_steps=256,
+                       run_dir=str(tmp_path / name), quiet=True)
+        message = str(raised.value)
+        assert message.startswith(f"env plugin {name} does not keep gymnasium's contract")
+        assert words in message and message.count("env plugin") == 1, message
+        assert f"ddrl check --env_name {name}" in message
+    run_dir = str(tmp_path / "cli")
+    proc = subprocess.run([sys.executable, "main.py", "--user_dir", broken, "--env_name",
+                           "wrong_shape", "--num_workers", "2", "--run_dir", run_dir],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith(
+        "ddrl: error: env plugin wrong_shape does not keep")
+    warned = subprocess.run([sys.executable, "main.py", "--user_dir", broken, "--env_name",
+                             "wrong_dtype", "--num_workers", "0", "--total_steps", "256",
+                             "--run_dir", run_dir, "--quiet"],  # the failed start's directory
+                            cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert warned.returncode == 0, warned.stderr[-2000:]
+    lines = [line for line in warned.stderr.splitlines() if line.startswith("ddrl: warning")]
+    assert len(lines) == 1 and "dtype float64, the space's float32" in lines[0], lines
