@@ -15,6 +15,10 @@ observation becomes a Dict: its own keys (a Dict observation) or its observation
 or the sum of the MultiDiscrete's nvec) read from the info of every reset and step (every action
 valid at a step whose info lacks it). A mask in the observation wins over one in ``info``.
 ``--action_mask_key none`` turns masks off: a top-level ``action_mask`` key is dropped.
+``--text_keys mission`` keeps a Text key as word indices instead (envs/words.py: BabyAI's
+instruction, read with ``--encoder_for mission=bow`` or ``=gru``); BabyAI ids' "Sampling
+rejected" prints are kept off the terminal and counted, and their episodes' ends say
+``is_success`` (envs/words.py BabyAILevel).
 
 ``--hide_obs`` hides entries of a 1-D Box observation by index (comma-separated, from 0), so a
 fully observed task becomes partially observable, for recurrent policies: ``--gym_id CartPole-v1
@@ -61,6 +65,7 @@ from envs import register_env, OBSERVATION
 from envs.robotics_shim import fix_robotics_joint_types
 from envs.gym_vector import VECTORIZE_MODES, GymVectorEnv
 from envs.toys import HideObs
+from envs.words import BabyAILevel, WordTokens
 
 
 @register_env("gym_env")
@@ -84,6 +89,14 @@ class GymEnv:
                             help="comma-separated top-level keys to drop from a Dict "
                                  "observation, e.g. mission for MiniGrid's text (default: "
                                  "none)")
+        parser.add_argument("--text_keys", type=key_list, default=(),
+                            help="comma-separated Text keys of a Dict observation to give the "
+                                 "model as word indices (envs/words.py), e.g. mission for "
+                                 "BabyAI's instruction; read them with --encoder_for "
+                                 "mission=bow or mission=gru (default: none)")
+        parser.add_argument("--max_words", type=positive_int, default=16,
+                            help="words kept of each --text_keys text, padded to this length "
+                                 "(default: %(default)s)")
         parser.add_argument("--hide_obs", type=index_list, default=(),
                             help="comma-separated indices (from 0) of entries to hide from a "
                                  "1-D Box observation, making the env partially observable, "
@@ -136,6 +149,10 @@ class GymEnv:
                               f"ALE/Breakout-v5 or HalfCheetah-v5.") from exc
         if preprocess:
             self.env = wrap_atari(self.env, args, evaluation=args.evaluation)
+        if args.gym_id.startswith("BabyAI-"):
+            self.env = BabyAILevel(self.env)
+        if args.text_keys:
+            self.env = WordTokens(self.env, args.text_keys, args.max_words)
         if args.drop_keys:
             self.env = DropKeys(self.env, args.drop_keys, flag="--drop_keys")
         if args.hide_obs:

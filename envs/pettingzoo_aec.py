@@ -13,7 +13,10 @@ the policy learns to move first and second); every other agent is an opponent th
 - ``--opponent random``: uniform over the legal moves;
 - ``--opponent scripted``: win now if a move wins, else block a move that would let the
   opponent win now, else a random legal move, nearer the centre column first (Connect Four and
-  Tic-Tac-Toe: ``scripted_move``).
+  Tic-Tac-Toe: ``scripted_move``);
+- ``--fixed_opponents random=0.1,scripted=0.1`` (with selfplay): those shares of the games
+  against the random or the scripted player instead of a snapshot, drawn per seat and game, so
+  that the policy also meets positions self-play rarely makes (a threat left unblocked).
 
 The test worker, ``--evaluate`` and ``ddrl.load(...).play`` meet ``--eval_opponent`` (default
 random) instead of ``--opponent``. The learner sees the game as the game shows it to its seat
@@ -63,6 +66,30 @@ def make_aec_env(module_name, kwargs):
                                "AEC (turn-based) API")
 
 
+def _parse_shares(text):
+    """'random=0.1,scripted=0.2' -> {"random": 0.1, "scripted": 0.2}; '' or 'none' -> {}.
+    ValueError (a ConfigError) naming what is wrong."""
+    text = str(text).strip()
+    if text.lower() in ("", "none"):
+        return {}
+    shares = {}
+    for item in text.split(","):
+        kind, sep, value = item.strip().partition("=")
+        try:
+            share = float(value)
+        except ValueError:
+            share = -1.0
+        if not sep or kind.strip() not in OPPONENTS[1:] or not 0.0 <= share <= 1.0:
+            raise ConfigError(f"--fixed_opponents {text!r}: write kind=share pairs separated by "
+                              f"commas, kinds {' and '.join(OPPONENTS[1:])}, shares in [0, 1], "
+                              f"e.g. random=0.1,scripted=0.1.")
+        shares[kind.strip()] = share
+    if sum(shares.values()) > 1.0 + 1e-9:
+        raise ConfigError(f"--fixed_opponents {text!r}: the shares add up to "
+                          f"{sum(shares.values()):g}, more than all the games.")
+    return shares
+
+
 @register_env("pettingzoo_aec")
 class PettingZooTurnEnv:
     """A PettingZoo AEC game as one learning player's env (the module docstring)."""
@@ -78,6 +105,12 @@ class PettingZooTurnEnv:
                                  "learning policy (selfplay, with --model_name selfplay_ppo), "
                                  "random legal moves, or the scripted player (default: "
                                  "%(default)s)")
+        parser.add_argument("--fixed_opponents", type=checked_text(_parse_shares), default="",
+                            help="with --opponent selfplay, the share of games played against "
+                                 "the fixed players instead of the pool, e.g. "
+                                 "random=0.1,scripted=0.1: positions self-play rarely reaches "
+                                 "(a player that ignores a threat, a scripted trap) "
+                                 "(default: none)")
         parser.add_argument("--eval_opponent", choices=OPPONENTS[1:], default="random",
                             help="who plays the other seats in evaluations, --evaluate and "
                                  "play (default: %(default)s)")
@@ -102,9 +135,12 @@ class PettingZooTurnEnv:
         self.agents = list(self.env.possible_agents)
         self.opponent = args.eval_opponent if args.evaluation else args.opponent
         self.game = board_game(args.pz_env)
-        if self.opponent == "scripted" and self.game is None:
+        self.fixed_shares = (_parse_shares(args.fixed_opponents)
+                             if self.opponent == "selfplay" else {})
+        if (self.opponent == "scripted" or "scripted" in self.fixed_shares) and self.game is None:
             raise ConfigError(
-                f"--opponent/--eval_opponent scripted with --pz_env {args.pz_env}: the scripted "
+                f"--opponent/--eval_opponent/--fixed_opponents scripted with --pz_env "
+                f"{args.pz_env}: the scripted "
                 f"player knows {', '.join(sorted(BOARDS))} only. Use random or selfplay.")
         if args.seat != "random" and args.seat not in self.agents:
             raise ConfigError(f"--seat {args.seat!r}: {args.pz_env}'s agents are "
@@ -148,8 +184,12 @@ class PettingZooTurnEnv:
         self.env.reset(seed=None if seed is None else int(seed))
         self.learner = (self.agents[int(self.rng.integers(len(self.agents)))]
                         if self.seat == "random" else self.seat)
-        self.opponents = {agent: self._draw_opponent() for agent in self.agents
-                          if agent != self.learner}
+        self.opponents, self.kinds = {}, {}
+        for agent in self.agents:
+            if agent != self.learner:
+                self.kinds[agent] = self._draw_kind()
+                self.opponents[agent] = (self._draw_opponent() if self.kinds[agent] == "selfplay"
+                                         else (-1, -1))
         self.pending = 0.0
         self.illegal = 0
         self.returns = {}  # every seat's return this game
@@ -159,6 +199,17 @@ class PettingZooTurnEnv:
             return self.env.observe(self.mover), {}
         self._play_opponents()
         return self.env.observe(self.learner), {}
+
+    def _draw_kind(self):
+        """Who plays a seat this game: --opponent, or with --fixed_opponents a fixed player in
+        its share of self-play's games."""
+        if self.fixed_shares:
+            u, edge = self.rng.random(), 0.0
+            for kind, share in self.fixed_shares.items():
+                edge += share
+                if u < edge:
+                    return kind
+        return self.opponent
 
     def _draw_opponent(self):
         if self.opponent != "selfplay":
@@ -196,9 +247,10 @@ class PettingZooTurnEnv:
             self.returns[agent] = self.returns.get(agent, 0.0) + float(reward)
 
     def _opponent_move(self, agent, observation):
-        if self.opponent == "scripted":
+        kind = self.kinds.get(agent, self.opponent)
+        if kind == "scripted":
             return scripted_move(self.game[0], observation, self.rng)
-        if self.opponent == "random":
+        if kind == "random":
             mask = observation.get("action_mask") if isinstance(observation, dict) else None
             legal = (np.flatnonzero(mask) if mask is not None
                      else np.arange(self.action_space.n))

@@ -38,7 +38,7 @@ from core.argtypes import positive_int
 from core.errors import ConfigError
 
 ENCODERS = ("auto", "mlp", "nature_cnn", "small_cnn")
-LEAF_ENCODERS = ("flatten", "onehot", "small_cnn", "nature_cnn")  # --encoder_for's kinds
+LEAF_ENCODERS = ("flatten", "onehot", "small_cnn", "nature_cnn", "bow", "gru")  # --encoder_for's
 MIN_IMAGE_SIDE = 36  # 8x8 stride 4, 4x4 stride 2, 3x3 stride 1 leave a 1x1 map at 36
 # Smallest sides --encoder auto takes for an image: a uint8 [N, 2] or [N, 1] is likelier a
 # table of bytes than a picture (SmallCNN itself takes any size, by --encoder small_cnn).
@@ -100,8 +100,16 @@ def add_encoder_args(parser):
                              "path=kind pairs separated by commas, e.g. image=small_cnn,"
                              "direction=onehot; paths as core/spaces.py names them (Dict keys "
                              "and Tuple positions joined by /), kinds flatten, onehot "
-                             "(Discrete, MultiDiscrete), small_cnn, nature_cnn (image Boxes) "
-                             "(default: each leaf's --encoder auto choice)")
+                             "(Discrete, MultiDiscrete), small_cnn, nature_cnn (image Boxes), "
+                             "bow and gru (word indices, e.g. --text_keys mission: the mean of "
+                             "their embeddings, or a GRU over them) (default: each leaf's "
+                             "--encoder auto choice)")
+    parser.add_argument("--word_dim", type=positive_int, default=32,
+                        help="width of a word's embedding in the bow and gru encoders "
+                             "(default: %(default)s)")
+    parser.add_argument("--word_gru_size", type=positive_int, default=128,
+                        help="the gru encoder's hidden size: its features (BabyAI's baselines: "
+                             "128) (default: %(default)s)")
 
 
 def channel_list(text):
@@ -292,12 +300,50 @@ class OneHot(nn.Module):
         return out.scatter_(1, index, 1.0)
 
 
+class BagOfWords(nn.Module):
+    """Word indices [B, L] (0: padding after the last word; envs/words.py) as the mean of their
+    embeddings: the words without their order, which an instruction of BabyAI's grammar mostly
+    does not need ("go to the red ball"). Written out rather than nn.EmbeddingBag, so that it
+    exports to ONNX."""
+
+    def __init__(self, space, dim):
+        super().__init__()
+        self.embedding = nn.Embedding(int(np.max(space.nvec)), dim, padding_idx=0)
+        self.features_dim = dim
+
+    def forward(self, obs):
+        index = obs.reshape(obs.shape[0], -1).long()
+        present = (index != 0).unsqueeze(-1).to(self.embedding.weight.dtype)
+        total = (self.embedding(index) * present).sum(dim=1)
+        return total / present.sum(dim=1).clamp(min=1.0)
+
+
+class WordGRU(nn.Module):
+    """Word indices [B, L] (0: padding after the last word) read in order by a GRU; its state
+    after the last word is the feature (the BabyAI baselines' instruction encoder)."""
+
+    def __init__(self, space, dim, hidden):
+        super().__init__()
+        self.embedding = nn.Embedding(int(np.max(space.nvec)), dim, padding_idx=0)
+        self.gru = nn.GRU(dim, hidden, batch_first=True)
+        self.features_dim = hidden
+
+    def forward(self, obs):
+        index = obs.reshape(obs.shape[0], -1).long()
+        outputs, _ = self.gru(self.embedding(index))               # [B, L, hidden]
+        last = ((index != 0).sum(dim=1) - 1).clamp(min=0)          # padding only at the end
+        found = outputs.gather(1, last.view(-1, 1, 1).expand(-1, 1, outputs.shape[-1]))
+        return found.squeeze(1) * (index != 0).any(dim=1, keepdim=True).to(outputs.dtype)
+
+
 def leaf_kinds(leaf):
     """The --encoder_for kinds that fit a leaf."""
     space = leaf.space
     kinds = ["flatten"]
     if isinstance(space, (spaces.Discrete, spaces.MultiDiscrete)):
         kinds.append("onehot")
+    if isinstance(space, spaces.MultiDiscrete) and len(space.shape) == 1:
+        kinds += ["bow", "gru"]
     if isinstance(space, spaces.Box) and image_layout(space.shape) is not None:
         kinds.append("small_cnn")
         if _min_side(space) >= MIN_IMAGE_SIDE:
@@ -327,6 +373,10 @@ def leaf_encoder(kind, leaf, args):
                         args.small_cnn_padding)
     if kind == "onehot":
         return OneHot(leaf.space)
+    if kind == "bow":
+        return BagOfWords(leaf.space, args.word_dim)
+    if kind == "gru":
+        return WordGRU(leaf.space, args.word_dim, args.word_gru_size)
     return Flatten(leaf.space)
 
 
@@ -363,7 +413,8 @@ class MultiInputEncoder(nn.Module):
                     f"{flag}: the leaf {leaf.path!r} is {leaf.space}, which {kind} cannot "
                     f"encode; it takes {', '.join(leaf_kinds(leaf))} (nature_cnn needs an "
                     f"image of at least {MIN_IMAGE_SIDE} pixels a side, small_cnn an image, "
-                    f"onehot a Discrete or MultiDiscrete). Set this leaf's encoder with "
+                    f"onehot a Discrete or MultiDiscrete, bow and gru a 1-D MultiDiscrete of "
+                    f"word indices). Set this leaf's encoder with "
                     f"--encoder_for {leaf.path}=<kind>.")
             self.paths.append(leaf.path)
             self.kinds.append(kind)

@@ -678,14 +678,17 @@ def find_preset(model_name, label):
     gym_env's gymnasium id) or its --env_name. --config none skips it. Atari ids
     (ALE/Breakout-v5 is looked up as ALE-Breakout-v5) fall back to configs/<model>-atari.yaml,
     one preset for every game as RL-Zoo's, and gymnasium's MuJoCo ids to
-    configs/<model>-mujoco.yaml, and MiniGrid's (MiniGrid-..., BabyAI-...) to
-    configs/<model>-minigrid.yaml."""
+    configs/<model>-mujoco.yaml, BabyAI's (BabyAI-...) to configs/<model>-babyai.yaml (it keeps
+    the mission) and MiniGrid's (MiniGrid-..., and BabyAI's for a model without a BabyAI
+    preset) to configs/<model>-minigrid.yaml."""
     names = [label.replace("/", "-")]
     if label.startswith("ALE/") or "NoFrameskip" in label:
         names.append("atari")
     elif is_mujoco_id(label):
         names.append("mujoco")
-    elif label.startswith(("MiniGrid-", "BabyAI-")):
+    elif label.startswith("BabyAI-"):
+        names += ["babyai", "minigrid"]
+    elif label.startswith("MiniGrid-"):
         names.append("minigrid")
     for name in names:
         path = os.path.join(CONFIG_DIR, f"{model_name}-{name}.yaml")

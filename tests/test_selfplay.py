@@ -21,7 +21,8 @@ pytestmark = pytest.mark.unit
 def game_env(evaluation=False, **flags):
     args = argparse.Namespace(pz_env="pettingzoo.classic.tictactoe_v3", pz_kwargs="{}",
                               opponent="random", eval_opponent="random", seat="random",
-                              evaluation=evaluation, both_seats=False, render_mode=None)
+                              evaluation=evaluation, both_seats=False, render_mode=None,
+                              fixed_opponents="")
     vars(args).update(flags)
     return PettingZooTurnEnv(args, seed=0)
 
@@ -98,6 +99,43 @@ def test_turn_order_masks_and_the_outcome():
         outcomes.append(total)
     assert seats == {"player_1", "player_2"}
     assert {-1.0, 1.0} <= set(outcomes)
+
+
+def test_fixed_opponents_take_their_share_of_self_plays_games_and_move_as_they_do():
+    from envs.pettingzoo_aec import _parse_shares
+
+    class Pool:  # the model a rollout worker hands the env: a snapshot for every other game
+        def sample_opponent(self, rng):
+            return (0, 0.0)
+
+        def opponent_actions(self, slot, batch):
+            return np.array([int(np.flatnonzero(batch["action_mask"][0])[0])])
+    env = game_env(opponent="selfplay", fixed_opponents="random=0.25,scripted=0.25")
+    env.bind_policy(lambda: Pool())
+    kinds = []
+    env.reset(seed=0)
+    for _ in range(2000):  # one stream of draws (seeded: the same figures every time)
+        env.reset()
+        kinds += list(env.kinds.values())
+        (agent,) = env.opponents
+        assert env.opponents[agent] == ((0, 0.0) if env.kinds[agent] == "selfplay"
+                                         else (-1, -1))  # a fixed player is not rated
+    shares = {k: kinds.count(k) / len(kinds) for k in ("random", "scripted", "selfplay")}
+    assert shares == pytest.approx({"random": 0.25, "scripted": 0.25, "selfplay": 0.5},
+                                   abs=0.035)  # 3 standard deviations of 2,000 draws
+    # all fixed: the scripted player opens the game (as scripted_move plays, the centre)
+    env = game_env(opponent="selfplay", fixed_opponents="scripted=1", seat="player_2")
+    env.bind_policy(lambda: Pool())
+    obs, _ = env.reset(seed=0)
+    assert env.kinds == {"player_1": "scripted"}
+    assert obs["observation"][..., 1].sum() == 1 and obs["observation"][1, 1, 1] == 1
+    assert _parse_shares("none") == {} and _parse_shares("random=1") == {"random": 1.0}
+    for bad in ("random=0.7,scripted=0.7", "selfplay=0.1", "random", "random=x"):
+        with pytest.raises(ConfigError, match="--fixed_opponents"):
+            _parse_shares(bad)
+    # evaluations meet --eval_opponent alone
+    assert game_env(evaluation=True, opponent="selfplay",
+                    fixed_opponents="random=0.5").fixed_shares == {}
 
 
 def test_an_illegal_move_ends_the_game_and_is_counted():
