@@ -24,12 +24,16 @@ $(STAMP): requirements.txt pyproject.toml
 run: setup
 	$(PY) main.py $(ARGS)
 
+# The unit and contract tiers two at a time (pytest-xdist: each test is short and computes on one
+# core), then every other test one at a time (they start Ray, several processes, and measure
+# learning within budgets).
 test: setup
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q --durations=30 tests
+	$(PY) -m pytest -q -n 2 -m "unit or contract" tests
+	$(PY) -m pytest -q --durations=30 -m "not (unit or contract)" tests
 
 test-fast: setup
-	$(PY) -m pytest -q -m "unit or contract" tests
+	$(PY) -m pytest -q -n 2 -m "unit or contract" tests
 
 lint: setup
 	$(PY) -m ruff check .

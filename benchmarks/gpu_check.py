@@ -120,7 +120,7 @@ def parse_args(argv=None):
     p.add_argument("--scaling_seconds", type=float, default=None,
                    help="--seconds of each scaling point (default 45: on the H100 machine 16 "
                         "workers took over 20 s to start, importing CUDA's torch, and 25 s "
-                        "points left windows of 1-10 s; --dry_run 6)")
+                        "points left windows of 1-10 s; --dry_run 4)")
     p.add_argument("--runs", nargs="+", choices=list(LEARNING_RUNS), default=None,
                    help="the learning runs to make (default: all)")
     p.add_argument("--scaling_systems", nargs="+", choices=["ppo", "dqn"], default=None,
@@ -358,7 +358,7 @@ def updates(check):
 
 # -- scaling ------------------------------------------------------------------------------------
 def scaling(check):
-    seconds = check.args.scaling_seconds or (6 if check.args.dry_run else 45)
+    seconds = check.args.scaling_seconds or (4 if check.args.dry_run else 45)
     workers = check.args.scaling_workers or ([2] if check.args.dry_run else [8, 16])
     systems = check.args.scaling_systems or (["ppo"] if check.args.dry_run else ["ppo", "dqn"])
     out = os.path.join(check.runs, "scaling", "scaling.json")
@@ -391,16 +391,18 @@ def export(check):
                for name in names
                if not glob.glob(os.path.join(check.runs, name, "checkpoints", "*.pt"))}
     todo = [os.path.join(check.runs, name) for name in names if name not in results]
-    if todo:
-        env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
-        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--export_check",
-                               *todo], cwd=REPO, env=env, capture_output=True, text=True,
-                              timeout=300)
+    # one child per run, side by side: each is mostly torch's and onnx's imports on one core
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    children = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--export_check",
+                                  run_dir], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True) for run_dir in todo]
+    for child in children:
+        out, err = child.communicate(timeout=300)
         try:
-            results.update(json.loads(proc.stdout.strip().splitlines()[-1]))
+            results.update(json.loads(out.strip().splitlines()[-1]))
         except (ValueError, IndexError):
-            raise RuntimeError(f"the export child exited {proc.returncode}: "
-                               f"{proc.stderr[-1500:]}") from None
+            raise RuntimeError(f"the export child exited {child.returncode}: "
+                               f"{err[-1500:]}") from None
     for name in names:
         check.log(f"export {name}: {results[name]}")
     return {"runs": {name: results[name] for name in names}}

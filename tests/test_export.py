@@ -78,6 +78,9 @@ CASES = {
                                    obs_kind="discrete", action_kind="discrete", masked=True,
                                    total_steps=256, **PPO_SMALL),
     "ppo-multibinary": dict(gym_id="ddrl/BitMatch-v0", total_steps=256, **PPO_SMALL),
+    # BabyAI's preset (the mission as word indices), its instruction read by a GRU over words
+    "ppo-words-gru": dict(gym_id="BabyAI-GoToLocal-v0", encoder_for="image=flatten,mission=gru",
+                          total_steps=128, eval_interval=128, eval_episodes=1, **PPO_SMALL),
     "ppo-subclass": dict(gym_id="CartPole-v1", model_name="custom_model", total_steps=256,
                          **PPO_SMALL),  # models/custom_model.py: PPO's export, its networks
     "ppo-lstm": dict(gym_id="ddrl/MemoryChoice-v0", total_steps=256, **PPO_SMALL),
@@ -112,6 +115,7 @@ KINDS = {
                                            p.model.encoder.kinds),
     "ppo-discrete-start-obs": lambda p: p.observation_space["observation"].start == 3,
     "ppo-multibinary": lambda p: isinstance(p.action_space, spaces.MultiBinary),
+    "ppo-words-gru": lambda p: "gru" in p.model.encoder.kinds,
     "ppo-subclass": lambda p: type(p.model).__name__ == "SharedTrunkPPO",
     "ppo-lstm": lambda p: p.model.rnn.kind == "lstm" and p.model.critic_rnn is not None,
     "ppo-lstm-vector": lambda p: p.model.numpy_memory is not None,
