@@ -38,7 +38,8 @@ from core.argtypes import positive_int
 from core.errors import ConfigError
 
 ENCODERS = ("auto", "mlp", "nature_cnn", "small_cnn")
-LEAF_ENCODERS = ("flatten", "onehot", "small_cnn", "nature_cnn", "bow", "gru")  # --encoder_for's
+LEAF_ENCODERS = ("flatten", "onehot", "small_cnn", "nature_cnn", "bow", "gru",
+                 "cells")  # --encoder_for's kinds
 MIN_IMAGE_SIDE = 36  # 8x8 stride 4, 4x4 stride 2, 3x3 stride 1 leave a 1x1 map at 36
 # Smallest sides --encoder auto takes for an image: a uint8 [N, 2] or [N, 1] is likelier a
 # table of bytes than a picture (SmallCNN itself takes any size, by --encoder small_cnn).
@@ -101,9 +102,10 @@ def add_encoder_args(parser):
                              "direction=onehot; paths as core/spaces.py names them (Dict keys "
                              "and Tuple positions joined by /), kinds flatten, onehot "
                              "(Discrete, MultiDiscrete), small_cnn, nature_cnn (image Boxes), "
-                             "bow and gru (word indices, e.g. --text_keys mission: the mean of "
-                             "their embeddings, or a GRU over them) (default: each leaf's "
-                             "--encoder auto choice)")
+                             "cells (a grid of integer codes such as MiniGrid's view: each "
+                             "code embedded as a symbol), bow and gru (word indices, e.g. "
+                             "--text_keys mission: the mean of their embeddings, or a GRU over "
+                             "them) (default: each leaf's --encoder auto choice)")
     parser.add_argument("--word_dim", type=positive_int, default=32,
                         help="width of a word's embedding in the bow and gru encoders "
                              "(default: %(default)s)")
@@ -300,6 +302,40 @@ class OneHot(nn.Module):
         return out.scatter_(1, index, 1.0)
 
 
+class SymbolicCells(nn.Module):
+    """A grid of symbolic codes [H, W, C] (MiniGrid's and BabyAI's view: object, colour and
+    state per cell, small integers, not intensities) read as symbols: each channel's code is
+    embedded (its own table per channel), the embeddings summed per cell (the BabyAI baselines'
+    bag-of-words image encoder), then the small CNN's 3x3 convolutions with same padding and a
+    fully connected ``features_dim`` layer. A code is a category here: "red" (0) is not less
+    than "green" (1), which flattening or a CNN on scaled bytes would make it."""
+
+    def __init__(self, space, dim, widths, features_dim):
+        super().__init__()
+        channels, height, width, self.permutation = image_layout(space.shape)
+        self.channels = channels
+        codes = int(np.max(space.high)) + 1
+        self.codes = codes
+        self.embedding = nn.Embedding(channels * codes, dim)
+        self.register_buffer("offsets", torch.arange(channels) * codes, persistent=False)
+        layers, last = [], dim
+        for out in widths:
+            layers += [nn.Conv2d(last, out, 3, padding=1), nn.ReLU()]
+            last = out
+        self.cnn = nn.Sequential(*layers, nn.Flatten())
+        self.linear = nn.Sequential(nn.Linear(last * height * width, features_dim), nn.ReLU())
+        self.features_dim = features_dim
+
+    def forward(self, obs):
+        grid = obs.long().clamp(0, self.codes - 1)
+        if self.permutation is not None:
+            grid = grid.permute(*self.permutation)
+        grid = grid.reshape(grid.shape[0], self.channels, *grid.shape[-2:])  # [B, C, H, W]
+        # one embedding per channel's code, summed per cell: [B, H, W, dim]
+        cells = self.embedding(grid.permute(0, 2, 3, 1) + self.offsets).sum(dim=3)
+        return self.linear(self.cnn(cells.permute(0, 3, 1, 2)))
+
+
 class BagOfWords(nn.Module):
     """Word indices [B, L] (0: padding after the last word; envs/words.py) as the mean of their
     embeddings: the words without their order, which an instruction of BabyAI's grammar mostly
@@ -344,6 +380,9 @@ def leaf_kinds(leaf):
         kinds.append("onehot")
     if isinstance(space, spaces.MultiDiscrete) and len(space.shape) == 1:
         kinds += ["bow", "gru"]
+    if (isinstance(space, spaces.Box) and np.issubdtype(space.dtype, np.integer)
+            and image_layout(space.shape) is not None):
+        kinds.append("cells")
     if isinstance(space, spaces.Box) and image_layout(space.shape) is not None:
         kinds.append("small_cnn")
         if _min_side(space) >= MIN_IMAGE_SIDE:
@@ -377,6 +416,9 @@ def leaf_encoder(kind, leaf, args):
         return BagOfWords(leaf.space, args.word_dim)
     if kind == "gru":
         return WordGRU(leaf.space, args.word_dim, args.word_gru_size)
+    if kind == "cells":
+        return SymbolicCells(leaf.space, args.word_dim, args.small_cnn_channels,
+                             args.small_cnn_features)
     return Flatten(leaf.space)
 
 
@@ -413,8 +455,8 @@ class MultiInputEncoder(nn.Module):
                     f"{flag}: the leaf {leaf.path!r} is {leaf.space}, which {kind} cannot "
                     f"encode; it takes {', '.join(leaf_kinds(leaf))} (nature_cnn needs an "
                     f"image of at least {MIN_IMAGE_SIDE} pixels a side, small_cnn an image, "
-                    f"onehot a Discrete or MultiDiscrete, bow and gru a 1-D MultiDiscrete of "
-                    f"word indices). Set this leaf's encoder with "
+                    f"onehot a Discrete or MultiDiscrete, cells an integer image, bow and gru "
+                    f"a 1-D MultiDiscrete of word indices). Set this leaf's encoder with "
                     f"--encoder_for {leaf.path}=<kind>.")
             self.paths.append(leaf.path)
             self.kinds.append(kind)

@@ -106,3 +106,26 @@ def test_babyai_ids_get_their_own_preset_which_keeps_the_mission():
     env = make_env(load_plugins(spec), spec.env, seed=0)
     model = PPOModel(spec.model, env.observation_space, env.action_space)
     assert "bow" in model.encoder.kinds
+
+
+def test_symbolic_cells_embed_each_channels_code_and_sum_them_per_cell():
+    from gymnasium import spaces as gym_spaces
+    from models.encoders import SymbolicCells, leaf_kinds
+    from core.spaces import layout_of
+    view = gym_spaces.Box(0, 255, (7, 7, 3), np.uint8)   # MiniGrid's view, channels last
+    torch.manual_seed(0)
+    cells = SymbolicCells(view, 8, (16, 32), 64)
+    grid = torch.randint(0, 11, (5, 7, 7, 3), dtype=torch.uint8)
+    assert cells(grid).shape == (5, 64)
+    codes = grid.long()
+    by_hand = sum(cells.embedding.weight[k * 256 + codes[..., k]] for k in range(3))
+    inner = cells.embedding(codes + cells.offsets).sum(dim=3)   # what forward embeds
+    assert torch.allclose(inner, by_hand)
+    # a code is a category: two grids that differ in one cell's colour differ in features
+    other = grid.clone()
+    other[0, 3, 3, 1] = (int(grid[0, 3, 3, 1]) + 1) % 11
+    assert not torch.allclose(cells(grid)[0], cells(other)[0])
+    leaf = layout_of(gym_spaces.Dict({"image": view})).feature_leaves()[0]
+    assert "cells" in leaf_kinds(leaf)
+    float_leaf = layout_of(gym_spaces.Dict({"x": gym_spaces.Box(0, 1, (7, 7, 3))}))
+    assert "cells" not in leaf_kinds(float_leaf.feature_leaves()[0])
