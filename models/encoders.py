@@ -380,13 +380,13 @@ def leaf_kinds(leaf):
         kinds.append("onehot")
     if isinstance(space, spaces.MultiDiscrete) and len(space.shape) == 1:
         kinds += ["bow", "gru"]
-    if (isinstance(space, spaces.Box) and np.issubdtype(space.dtype, np.integer)
-            and image_layout(space.shape) is not None):
-        kinds.append("cells")
     if isinstance(space, spaces.Box) and image_layout(space.shape) is not None:
         kinds.append("small_cnn")
         if _min_side(space) >= MIN_IMAGE_SIDE:
             kinds.append("nature_cnn")
+    if (isinstance(space, spaces.Box) and np.issubdtype(space.dtype, np.integer)
+            and image_layout(space.shape) is not None):
+        kinds.append("cells")
     return kinds
 
 
