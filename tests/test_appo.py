@@ -166,7 +166,7 @@ def test_learner_workers_average_to_the_gradient_of_the_whole_batch(case):
     spaces = workers[0].spaces()
     request = GradientRequest(0, 0, 1, 0.0, 1.0, 0.0, 7)
     weights = {**workers[0].model.get_weights(), WEIGHTS_VERSION_KEY: np.asarray(7)}
-    alone = LearnerWorker(spec, *spaces, 0)
+    alone = LearnerWorker(spec, *spaces, 0, threads=1)  # as the loop: --torch_threads
     assert alone.adopt_data(parts) == sum(int(p["valid"].sum()) for p in parts)
     whole = alone.fetch_grads(weights, request)
     shares = workers[0].agent.split_data(parts, 3)
@@ -175,7 +175,7 @@ def test_learner_workers_average_to_the_gradient_of_the_whole_batch(case):
     assert truncations == sum(len(p["truncated_index"]) for p in parts)
     results = []
     for i, share in enumerate(shares):
-        learner = LearnerWorker(spec, *spaces, i + 1)
+        learner = LearnerWorker(spec, *spaces, i + 1, threads=1)
         learner.adopt_data([share])
         results.append(learner.fetch_grads(weights, request))
     assert sum(r.num_samples for r in results) == whole.num_samples

@@ -213,7 +213,9 @@ class APPOTrainer(Trainer):
         self.evaluations.prepare()
 
     def make_learner(self, slot, generation, local, node=None):  # near the driver, always
-        return spawn_learner(Placement(local=local), self.spec, self.spaces, slot)
+        # --torch_threads, as the rollout workers (this loop has no --learner_threads)
+        return spawn_learner(Placement(local=local), self.spec, self.spaces, slot,
+                             threads=self.args.torch_threads)
 
     def make_worker(self, slot, generation, local, node=None):
         return make_rollout_worker(self.spec, slot, generation, local,

@@ -26,12 +26,11 @@ from core.distributed.process import setup_process
 
 
 def learner_threads(args):
-    """--learner_threads; 'auto' gives a process alone on the machine (--num_workers 0) two
-    threads, as measured faster on 2 cores (BENCHMARKS.md, "Cost of one SAC update"); with
-    Ray workers the other cores are theirs: --torch_threads. More than 2 is not measured."""
-    wanted = getattr(args, "learner_threads", None)
-    if wanted is None:  # the asynchronous loop's learner workers: --torch_threads, as workers
-        return args.torch_threads
+    """--learner_threads (the replay loop's flag); 'auto' gives a process alone on the machine
+    (--num_workers 0) two threads, as measured faster on 2 cores (BENCHMARKS.md, "Cost of one
+    SAC update"); with Ray workers the other cores are theirs: --torch_threads. More than 2 is
+    not measured."""
+    wanted = args.learner_threads
     if wanted == "auto":
         alone = args.num_workers == 0 and (os.cpu_count() or 1) >= 2
         return 2 if alone else args.torch_threads
@@ -157,8 +156,9 @@ class LearnerWorker:
     parameter server (``compute``), or on its share of an on-policy batch (``adopt_data``,
     then ``fetch_grads`` per minibatch: the asynchronous loop's --num_learners)."""
 
-    def __init__(self, spec, observation_space, action_space, learner_index=0):
-        setup_process(spec.loop, learner_threads(spec.loop))
+    def __init__(self, spec, observation_space, action_space, learner_index=0, threads=None):
+        """``threads``: torch's threads here; None: the replay loop's --learner_threads."""
+        setup_process(spec.loop, learner_threads(spec.loop) if threads is None else threads)
         plugins = load_plugins(spec)
         torch.manual_seed(seeding.learner_worker_torch(spec.run.seed, learner_index))
         self.model = plugins.model_cls(spec.model, observation_space, action_space)
@@ -206,8 +206,8 @@ def _send_priorities(result, batch, buffer):
 
 
 
-def spawn_learner(placement, spec, spaces, slot):
+def spawn_learner(placement, spec, spaces, slot, threads=None):
     """A learner worker, with its share of the GPUs when there are several
-    (core/distributed/devices.py)."""
-    return placement.spawn(LearnerWorker, spec, *spaces, slot, num_cpus=0,
+    (core/distributed/devices.py); ``threads`` as LearnerWorker takes it."""
+    return placement.spawn(LearnerWorker, spec, *spaces, slot, threads, num_cpus=0,
                            num_gpus=plan_of(spec).learner_worker_gpus)
