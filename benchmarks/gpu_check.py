@@ -75,6 +75,11 @@ LEARNING_RUNS = {
     "dqn_lunar_cpu": ("--model_name dqn --gym_id LunarLander-v3", False),
     "sac_lunar_gpu": ("--model_name sac --gym_id LunarLanderContinuous-v3 --num_gpus 1", True),
     "sac_lunar_cpu": ("--model_name sac --gym_id LunarLanderContinuous-v3", False),
+    # the server's updates as device rounds (--device_rounds auto on a GPU) with CUDA graphs
+    "dqn_lunar_gpu_graphs": ("--model_name dqn --gym_id LunarLander-v3 --num_gpus 1 "
+                             "--cuda_graphs", True),
+    "sac_lunar_gpu_graphs": ("--model_name sac --gym_id LunarLanderContinuous-v3 --num_gpus 1 "
+                             "--cuda_graphs", True),
 }
 
 #: The runs --dry_run makes: with the GPU flags dropped a "_cpu" twin is its "_gpu" run again,
@@ -93,12 +98,18 @@ DRY_LEARNING = {
 }
 
 #: (workload, mode, device, threads, precision) of the updates phase; "all" = every core.
+#: The replay workloads' modes (benchmarks/probes/learning_speed.py): one update per call
+#: waiting on the device as it goes (server), the preset's updates per call as one device
+#: round (rounds), the same with CUDA graphs (graphs).
 UPDATE_CONFIGS = [
-    ("ppo-atari", "ddrl", "cuda", 1, None), ("ppo-atari", "device", "cuda", 1, None),
-    ("ppo-atari", "ddrl", "cpu", "all", None), ("ppo-atari", "device", "cpu", "all", None),
-    ("dqn-atari", None, "cuda", 1, None), ("dqn-atari", None, "cpu", "all", None),
-    ("sac-lunar", None, "cuda", 1, "fp32"), ("sac-lunar", None, "cuda", 1, "bf16"),
-    ("sac-lunar", None, "cpu", "all", "fp32"), ("sac-lunar", None, "cpu", 1, "fp32"),
+    ("ppo-atari", "device", "cuda", 1, None), ("ppo-atari", "device", "cpu", "all", None),
+    ("dqn-atari", "server", "cuda", 1, None), ("dqn-atari", "rounds", "cuda", 1, None),
+    ("dqn-atari", "graphs", "cuda", 1, None), ("dqn-atari", "server", "cpu", "all", None),
+    ("sac-lunar", "server", "cuda", 1, "fp32"), ("sac-lunar", "rounds", "cuda", 1, "fp32"),
+    ("sac-lunar", "graphs", "cuda", 1, "fp32"), ("sac-lunar", "graphs", "cuda", 1, "bf16"),
+    ("sac-lunar", "server", "cpu", 1, "fp32"), ("sac-lunar", "server", "cpu", "all", "fp32"),
+    ("dqn-lunar", "server", "cuda", 1, None), ("dqn-lunar", "rounds", "cuda", 1, None),
+    ("dqn-lunar", "graphs", "cuda", 1, None), ("dqn-lunar", "server", "cpu", 1, None),
 ]
 
 
@@ -112,7 +123,8 @@ def parse_args(argv=None):
                         "keep it outside OUT, which sends back few files)")
     p.add_argument("--dry_run", action="store_true",
                    help="the same phases on the CPU with tiny budgets (CI runs this)")
-    p.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES))
+    p.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES),
+                   help="the phases to run, in this order (default: %(default)s)")
     p.add_argument("--learning_seconds", type=float, default=None,
                    help="--max_time of each learning run (default 240; --dry_run 60 as a cap)")
     p.add_argument("--update_seconds", type=float, default=None,
@@ -326,7 +338,7 @@ def run_record(name, argv, run_dir, on_gpu, returncode, timed_out):
 
 # -- updates ------------------------------------------------------------------------------------
 def updates(check):
-    from probes.learning_speed import measure
+    from probes.learning_speed import compare_modes, measure
     import torch
     seconds = check.args.update_seconds or (0.2 if check.args.dry_run else 5.0)
     cores = os.cpu_count() or 1
@@ -352,8 +364,15 @@ def updates(check):
         results.append(result)
         check.log(f"{workload} {mode or ''} {device} x{threads} {precision or ''}: "
                   f"{result.get('samples_per_s', result.get('error', result.get('skipped')))}")
+    # CUDA graphs must compute what eager rounds compute: DQN's update draws no noise
+    device = "cpu" if check.args.dry_run or not torch.cuda.is_available() else "cuda"
+    try:
+        match = compare_modes("dqn-lunar", device, updates=40)
+    except Exception as exc:  # noqa: BLE001 - reported, the phase goes on
+        match = {"error": f"{type(exc).__name__}: {exc}"}
+    check.log(f"dqn-lunar rounds against graphs on {device}: {match}")
     torch.set_num_threads(1)
-    return {"seconds_each": seconds, "results": results}
+    return {"seconds_each": seconds, "results": results, "graphs_match": match}
 
 
 # -- scaling ------------------------------------------------------------------------------------
@@ -481,6 +500,9 @@ def markdown(results):
             where = ", ".join(sorted({d.get("cuda_device") or d.get("device", "?")
                                       for d in devices})) or "?"
             peak = max((d.get("max_memory_allocated_mb") or 0 for d in devices), default=0)
+            how = [label for key, label in (("device_rounds", "rounds"), ("cuda_graphs", "graphs"))
+                   if any(d.get(key) for d in devices)]
+            where += f"; {', '.join(how)}" if how else ""
             reached = s.get("time_to_target_s") is not None
             lines.append(
                 f"| {name} | {where} ({len(devices)} part{'s' if len(devices) != 1 else ''}) | "
@@ -506,6 +528,16 @@ def markdown(results):
                    f"{fmt(r.get('median_update_ms'), '.2f')} | "
                    f"{fmt(r.get('max_memory_allocated_mb'))} |"))
         lines.append("")
+        match = upd.get("graphs_match") or {}
+        if match:
+            lines += [f"CUDA graphs against eager rounds (dqn-lunar, {match.get('updates')} "
+                      f"updates on the same batches, {match.get('device')}): "
+                      + (match["error"] if "error" in match else
+                         f"weights differ by at most {match['weights_max_abs_diff']:.3g} "
+                         f"(largest weight {match['weights_max_abs']:.3g}); graphs used: "
+                         f"{match.get('cuda_graphs_used')}"
+                         + (f" ({match['cuda_graphs_error']})"
+                            if match.get("cuda_graphs_error") else "")), ""]
     scale = phases.get("scaling", {})
     if scale.get("points"):
         lines += [f"## Scaling, 5 ms env, {scale['seconds_per_point']:g} s a point", "",
@@ -543,9 +575,8 @@ def main(argv=None):
     check = Check(args)
     check.log(f"{'dry run, ' if args.dry_run else ''}phases {' '.join(args.phases)}; out "
               f"{check.out}")
-    for phase in PHASES:
-        if phase in args.phases:
-            check.run_phase(phase, PHASE_FUNCTIONS[phase])
+    for phase in dict.fromkeys(args.phases):  # in the order given
+        check.run_phase(phase, PHASE_FUNCTIONS[phase])
     check.pack_runs()
     failed = [name for name, p in check.results["phases"].items() if not p.get("ok")]
     check.log(f"done in {time.time() - check.started:.0f} s; "

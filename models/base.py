@@ -15,6 +15,32 @@ Gradients = Dict[str, np.ndarray]
 Weights = Dict[str, np.ndarray]
 
 
+def host_stats(scalars, td_errors, extras):
+    """``update_on_inputs``' results as ``step`` returns its statistics: the scalars as
+    floats (one copy to the host for all of them: on a GPU each .item() would wait on its
+    own), then ``extras``, then "td_errors" as numpy [B] (when there are any)."""
+    names = list(scalars)
+    stats = dict(zip(names, torch.stack([scalars[n].reshape(()) for n in names]).tolist()))
+    stats.update(extras)
+    if td_errors is not None:
+        stats["td_errors"] = td_errors.cpu().numpy()
+    return stats
+
+
+class ReplayModelSteps:
+    """``step`` for a model that learns from replay through ``update_inputs``,
+    ``update_on_inputs`` and ``update_extras`` (BaseModel): the gradients (only the parameters
+    that got one, with ``partial_gradients``) and the statistics on the host."""
+    #: True when an update may leave some parameters without a gradient (CrossQ's actor
+    #: between its delayed updates): those are left out rather than sent as zeros
+    partial_gradients = False
+
+    def step(self, batch, progress=0.0):
+        scalars, td_errors = self.update_on_inputs(*self.update_inputs(batch))
+        stats = host_stats(scalars, td_errors, self.update_extras(progress))
+        return self.collect_gradients(skip_none=self.partial_gradients), stats
+
+
 class BaseModel(nn.Module):
     #: which training loop drives this model ("ppo": gradient collecting; "replay":
     #: the Ape-X-shaped off-policy loop; core/algos/trainers.py)
@@ -162,6 +188,34 @@ class BaseModel(nn.Module):
     def step(self, batch) -> Tuple[Gradients, Dict[str, float]]:
         """Loss on a batch; returns (gradients by parameter name, statistics)."""
         raise NotImplementedError
+
+    # -- updates that never wait on the device (the replay loop's device rounds) ------------
+    #: whether ``update_on_inputs`` may be captured as a CUDA graph (--cuda_graphs): the same
+    #: kernels on tensors of the same shapes every call, no host branch on values or counters
+    #: inside, no state written but the gradients (batch-norm statistics are state)
+    update_graph_safe = False
+
+    def update_inputs(self, batch) -> Tuple[torch.Tensor, ...]:
+        """A replay batch as the tuple of tensors on this model's device that
+        ``update_on_inputs`` takes. A model that learns from replay implements this,
+        ``update_on_inputs`` and ``update_extras``; ``ReplayModelSteps`` then gives ``step``,
+        and the parameter server may run its updates without waiting on the device
+        (core/learning/device_rounds.py)."""
+        raise NotImplementedError
+
+    def update_on_inputs(self, *inputs) -> Tuple[Dict[str, torch.Tensor], Optional[torch.Tensor]]:
+        """The losses on ``update_inputs``' tensors, backward into the parameters' .grad;
+        returns (statistics as 0-d tensors by name, |TD errors| [B] or None). Nothing in it may
+        copy to the host (no .item(), .cpu(), .tolist(), bool of a tensor)."""
+        raise NotImplementedError
+
+    def update_extras(self, progress: float) -> Dict[str, float]:
+        """Statistics known on the host without the batch (DQN's epsilon at ``progress``)."""
+        return {}
+
+    def can_update_on_device(self) -> bool:
+        """Whether this model implements the three methods above."""
+        return type(self).update_on_inputs is not BaseModel.update_on_inputs
 
     def configure_optimizer(self) -> torch.optim.Optimizer:
         raise NotImplementedError

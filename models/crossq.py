@@ -127,6 +127,11 @@ def renorm_training(*modules):
 @register_model("crossq")
 class CrossQModel(SACModel):
     """CrossQ: SAC with batch-renormalized critics and actor, no target critics, delayed actor."""
+    # Only the parameters an update moves: the actor and log(alpha) are left out between
+    # policy updates (their .grad is None), so the learner's Adam does not step them.
+    partial_gradients = True
+    # the delayed actor is a branch on a host counter; batch renormalization writes statistics
+    update_graph_safe = False
 
     @staticmethod
     def add_args(parser):
@@ -253,12 +258,7 @@ class CrossQModel(SACModel):
         with torch.no_grad():
             td_errors = (q1.detach() - target_q).abs()
         scalars["td_error_mean"] = td_errors.mean()
-        names = list(scalars)
-        stats = dict(zip(names, torch.stack([scalars[n].reshape(()) for n in names]).tolist()))
-        stats["td_errors"] = td_errors.cpu().numpy()
-        # Only the parameters this update moves: the actor and log(alpha) are left out between
-        # policy updates (their .grad is None), so the learner's Adam does not step them.
-        return self.collect_gradients(skip_none=True), stats
+        return scalars, td_errors
 
     def configure_optimizer(self):
         groups = self.parameter_groups()

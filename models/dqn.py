@@ -35,7 +35,7 @@ from core.argtypes import non_negative_float, positive_float, positive_int, unit
 from core.errors import ConfigError
 from core.spaces import action_mask, layout_of
 from models import register_model
-from models.base import BaseModel
+from models.base import BaseModel, ReplayModelSteps
 from models.encoders import Flatten, add_encoder_args, make_encoder
 from models.exporting import ObservationInputs, refuse_changed_acting
 from models.numpy_mlp import NumpyMLP
@@ -111,9 +111,10 @@ def linear_epsilon(progress, initial, final, fraction):
 
 
 @register_model("dqn")
-class DQNModel(BaseModel):
+class DQNModel(ReplayModelSteps, BaseModel):
     """Double DQN (optionally dueling) with n-step targets, for Discrete actions."""
     trainer = "replay"
+    update_graph_safe = True
     default_agent = "dqn_agent"
     update_metrics = ("q_loss", "q_mean", "td_error_mean", "epsilon")
     line_metrics = (("q_loss", "q loss", ".3f"), ("epsilon", "eps", ".3f"))
@@ -290,7 +291,7 @@ class DQNModel(BaseModel):
         weights = (torch.ones_like(rewards) if weights is None
                    else as_float_tensor(weights, device).reshape(-1))
         # (a copy: arrays from Ray's object store are read-only)
-        actions = torch.tensor(np.asarray(t.actions), dtype=torch.long, device=device).reshape(-1)
+        actions = as_tensor(t.actions, device).long().reshape(-1)
         return (self.flat_obs(t.observations), actions, rewards,
                 self.flat_obs(t.next_observations),
                 as_float_tensor(t.terminated, device).reshape(-1),
@@ -317,21 +318,24 @@ class DQNModel(BaseModel):
         y = self.targets(rewards, next_obs, terminated, discounts)
         return (self.q_taken(obs, actions) - y).abs().cpu().numpy()
 
-    def step(self, batch, progress=0.0):
-        """The gradient of the weighted Huber loss on a replay batch, by parameter name, and
-        statistics ("td_errors": numpy [B] |Q - y| for the priority update)."""
-        obs, actions, rewards, next_obs, terminated, discounts, weights = self.unpack(batch)
+    def update_inputs(self, batch):
+        return self.unpack(batch)
+
+    def update_on_inputs(self, obs, actions, rewards, next_obs, terminated, discounts, weights):
+        """The gradient of the weighted Huber loss into .grad; statistics, and |Q - y| per
+        transition for the priority update (models/base.py ``ReplayModelSteps.step`` returns
+        them on the host with the gradients by parameter name)."""
         y = self.targets(rewards, next_obs, terminated, discounts)
         q = self.q_taken(obs, actions)
         loss = (weights * F.smooth_l1_loss(q, y, reduction="none")).mean()
         self.zero_grad(set_to_none=True)
         loss.backward()
         td_errors = (q.detach() - y).abs()
-        scalars = torch.stack([loss.detach(), q.detach().mean(), td_errors.mean()]).tolist()
-        stats = dict(zip(("q_loss", "q_mean", "td_error_mean"), scalars))
-        stats["epsilon"] = self.exploration_now(progress)
-        stats["td_errors"] = td_errors.cpu().numpy()
-        return self.collect_gradients(), stats
+        return {"q_loss": loss.detach(), "q_mean": q.detach().mean(),
+                "td_error_mean": td_errors.mean()}, td_errors
+
+    def update_extras(self, progress):
+        return {"epsilon": self.exploration_now(progress)}
 
     def exploration_now(self, progress):
         """The metrics column "epsilon": the linear schedule's value at ``progress``, or the

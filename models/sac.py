@@ -26,7 +26,7 @@ from core.argtypes import non_negative_float, positive_float, unit_interval
 from core.distributed.devices import resolve_precision, time_precisions
 from core.errors import ConfigError
 from models import register_model
-from models.base import BaseModel
+from models.base import BaseModel, ReplayModelSteps
 from core.spaces import layout_of
 from models.encoders import Flatten, add_encoder_args, make_encoder
 from models.exporting import ObservationInputs, refuse_changed_acting
@@ -164,9 +164,10 @@ def polyak_update(target, online, tau):
 
 
 @register_model("sac")
-class SACModel(BaseModel):
+class SACModel(ReplayModelSteps, BaseModel):
     """Soft Actor-Critic: tanh-Gaussian actor, twin Q critics with polyak targets, learned alpha."""
     trainer = "replay"
+    update_graph_safe = True
     default_agent = "sac_agent"
     update_metrics = ("critic_loss", "actor_loss", "alpha_loss", "alpha", "q_mean", "entropy",
                       "td_error_mean")
@@ -373,11 +374,13 @@ class SACModel(BaseModel):
         target_q = self.critic_targets(rewards, next_obs, terminated)
         return (self.critic(obs, actions)[0] - target_q).abs().cpu().numpy()
 
-    def step(self, batch, progress=0.0):
-        """Gradients of the critic, actor and alpha losses on a replay batch, all from the
-        current weights, by parameter name; plus statistics ("td_errors": numpy [B] |Q1 - target|
-        for priority updates, the rest floats)."""
-        inputs = self.unpack(batch)
+    def update_inputs(self, batch):
+        return self.unpack(batch)
+
+    def update_on_inputs(self, *inputs):
+        """The critic, actor and alpha losses' gradients into .grad, all from the current
+        weights (models/base.py ``ReplayModelSteps.step`` returns them by parameter name, with
+        "td_errors": |Q1 - target| per transition for the priority updates)."""
         device_type = self.device.type
         with torch.autocast(device_type, dtype=torch.bfloat16,
                             enabled=self.update_precision(device_type, inputs) == "bf16"):
@@ -415,7 +418,8 @@ class SACModel(BaseModel):
         return choice
 
     def losses_and_gradients(self, obs, actions, rewards, next_obs, terminated, weights):
-        """The body of ``step`` (inside autocast for --sac_precision bf16)."""
+        """The body of ``update_on_inputs`` (inside autocast for --sac_precision bf16):
+        (statistics as 0-d tensors, |TD errors| [B]), the gradients left in .grad."""
         alpha = self.alpha
 
         # Critics: importance-weighted squared TD error of both (0.5 * sum, as SB3).
@@ -443,15 +447,11 @@ class SACModel(BaseModel):
 
         with torch.no_grad():
             td_errors = (current_q_values[0] - target_q).abs()
-        # One copy to the CPU for all scalars (on a GPU each .item() would wait on its own).
-        scalars = torch.stack([
-            critic_loss.detach(), actor_loss.detach(), alpha_loss.detach(), alpha.reshape(()),
-            current_q_values[0].detach().mean(), -log_prob.detach().mean(), td_errors.mean(),
-        ]).tolist()
-        stats = dict(zip(("critic_loss", "actor_loss", "alpha_loss", "alpha", "q_mean",
-                          "entropy", "td_error_mean"), scalars))
-        stats["td_errors"] = td_errors.cpu().numpy()
-        return self.collect_gradients(), stats
+        scalars = {"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach(),
+                   "alpha_loss": alpha_loss.detach(), "alpha": alpha.reshape(()),
+                   "q_mean": current_q_values[0].detach().mean(),
+                   "entropy": -log_prob.detach().mean(), "td_error_mean": td_errors.mean()}
+        return scalars, td_errors
 
     def parameter_groups(self):
         """The optimizer's three groups, named (the learner sets their rates by name)."""

@@ -422,7 +422,7 @@ def test_learning_speed(tmp_path, capsys):
     results = load(out)["results"]
     assert [(r["workload"], r["mode"], r["batch"]) for r in results] == [
         ("ppo-atari", "ddrl", 256), ("ppo-atari", "device", 256), ("dqn-atari", "server", 32),
-        ("sac-lunar", "server", 256)]
+        ("sac-lunar", "server", 256), ("dqn-lunar", "server", 128)]
     for r in results:
         assert (r["device"], r["threads"], r["precision"]) == ("cpu", 1, "fp32")
         assert r["updates"] >= 1 and r["updates_per_s"] > 0 and r["median_update_ms"] > 0
@@ -443,8 +443,25 @@ def test_learning_speed_without_cuda(monkeypatch, capsys):
     result = learning_speed.measure("dqn-atari", "cuda", seconds=0.1)
     assert result["skipped"].startswith(f"torch {torch.__version__} cannot use CUDA here")
     assert capsys.readouterr().err.count("\n") == 1
-    with pytest.raises(ValueError, match="dqn-atari has one mode"):
+    with pytest.raises(ValueError, match="dqn-atari runs the parameter server's update in a "
+                                         "mode of server, rounds, graphs"):
         learning_speed.build("dqn-atari", "cpu", mode="ddrl")
+
+
+def test_learning_speed_server_modes(tmp_path):
+    """The parameter server's modes: one update per call, a device round of the preset's 4
+    updates per call, and a round with CUDA graphs asked (on the CPU: a round without them)."""
+    out = tmp_path / "speed.json"
+    probe.main(["learning-speed", "--seconds", "0.2", "--threads", "1", "--warmup", "1",
+                "--workloads", "dqn-lunar", "--server_modes", "server", "rounds", "graphs",
+                "--out", str(out)])
+    results = load(out)["results"]
+    assert [(r["mode"], r["updates_per_call"], r["device_rounds"], r["cuda_graphs"])
+            for r in results] == [("server", 1, False, False), ("rounds", 4, True, False),
+                                  ("graphs", 4, True, False)]
+    for r in results:
+        assert r["updates"] % r["updates_per_call"] == 0 and r["skipped_updates"] == 0
+        assert r["samples_per_s"] == pytest.approx(r["batch"] * r["updates_per_s"], abs=0.2)
 
 
 def test_update_vs_sb3_ddrl_side(capsys):
@@ -668,3 +685,13 @@ def test_atari_throughput_ddrl(tmp_path):
                 "--out", str(out)])
     ddrl = load(out)["results"]["ddrl-0workers-1thread"]
     assert ddrl["env_steps"] == 2048 and math.isfinite(ddrl["steady_frames_per_s"])
+
+
+def test_learning_speed_compare_modes():
+    """The check the GPU run makes of its CUDA graphs, on the CPU: one update at a time and a
+    device round end on the same DQN weights."""
+    from probes import learning_speed
+    result = learning_speed.compare_modes("dqn-lunar", "cpu", updates=8,
+                                          modes=("server", "rounds"))
+    assert result["updates"] == 8
+    assert result["weights_max_abs_diff"] < 1e-6 < result["weights_max_abs"]

@@ -46,6 +46,10 @@ def test_the_dry_run_runs_every_phase_on_the_cpu(tmp_path):
     assert len(updates) == len(gpu_check.UPDATE_CONFIGS)
     for r in updates:
         assert r["device"] == "cpu" and r["samples_per_s"] > 0, r
+        if r["mode"] in ("rounds", "graphs"):  # graphs: a round on the CPU, with a note
+            assert r["device_rounds"] and not r["cuda_graphs"] and r["updates_per_call"] == 4
+    match = phases["updates"]["graphs_match"]
+    assert match["weights_max_abs_diff"] < 1e-6 and match["updates"] == 40, match
 
     points = phases["scaling"]["points"]
     assert points and all(p["steps_per_s"] and p["steps_per_s"] > 0 for p in points)

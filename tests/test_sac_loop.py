@@ -104,7 +104,9 @@ def test_sac_on_discrete_actions_is_a_clear_error(tmp_path):
     # One learner thread: 32-unit layers gain nothing from the second that --learner_threads
     # auto gives a run without Ray workers (test_presets runs the Pendulum preset with auto).
     ["--num_workers", "0", "--learner_threads", "1"],
-    ["--num_workers", "1", "--prioritized_replay", "--num_cpus", "2"],  # the server learns
+    # the server learns, its updates as device rounds on the CPU (--cuda_graphs: a note there)
+    ["--num_workers", "1", "--prioritized_replay", "--num_cpus", "2", "--device_rounds", "on",
+     "--cuda_graphs"],
     ["--num_workers", "2", "--num_learners", "2", "--prioritized_replay", "--num_cpus", "2"],
 ])
 def test_sac_runs_end_to_end(tmp_path, placement):
@@ -125,6 +127,11 @@ def test_sac_runs_end_to_end(tmp_path, placement):
         "--num_learners" in placement) else 0
     assert roles == ["parameter server"] + [f"learner worker {i}" for i in range(learners)]
     assert all(d["device"] == "cpu" for d in summary["devices"])
+    rounds = "--device_rounds" in placement
+    assert summary["devices"][0]["device_rounds"] is rounds
+    assert summary["devices"][0]["cuda_graphs"] is False
+    assert ("--cuda_graphs is not used: the learner is not on a CUDA device" in proc.stderr) \
+        is rounds
 
 
 def test_sac_brings_its_own_agent_unless_one_is_named():

@@ -24,11 +24,18 @@ Workloads (random data of the envs' shapes: no ROM, no env is built):
   256, 8 observations, 2 actions) in ``--precisions`` (the model's own autocast): one update
   each as the parameter server does it with one learner (mode ``server``:
   core/learning/parameter_server.py ``update``, fetch_grads inside ``gradients_in_place`` and
-  ``Learner.apply_in_place``), the model on DEVICE, the replay batch arriving as numpy arrays.
+  ``Learner.apply_in_place``), the model on DEVICE, the replay batch arriving as numpy arrays;
+- ``dqn-lunar``: DQN's LunarLander-v3 preset (256x256, batch 128), the same way.
+
+The three replay workloads take ``--server_modes``: ``server`` (one update per call, as above,
+waiting on the device as it goes), ``rounds`` (the preset's --updates_per_call updates per call
+as one device round: core/learning/device_rounds.py, one wait per call) and ``graphs`` (rounds
+whose forward and backward passes replay a CUDA graph; on the CPU the same as rounds, with a
+note). A round's time is divided among its updates.
 
 Per configuration (devices x threads x workloads x modes or precisions): ``--warmup`` untimed
 updates, then updates for ``--seconds``, each timed to its end (on CUDA after
-``torch.cuda.synchronize``; every update already waits on the device for its statistics, so
+``torch.cuda.synchronize``; every call already waits on the device for its statistics, so
 this adds no wait). Reported: updates/s, samples/s (batch x updates/s: frames of learning per
 second on Atari), the median update in ms, on CUDA the device's name and torch's peak memory.
 ``--threads`` is torch.set_num_threads for each configuration (CUDA ones included: the host's
@@ -46,13 +53,19 @@ import time
 
 from probes import REPO, command, git_commit
 
-WORKLOADS = ("ppo-atari", "dqn-atari", "sac-lunar")
+WORKLOADS = ("ppo-atari", "dqn-atari", "sac-lunar", "dqn-lunar")
 PRESETS = {"ppo-atari": "ppo-atari.yaml", "dqn-atari": "dqn-atari.yaml",
-           "sac-lunar": "sac-LunarLanderContinuous-v3.yaml"}
+           "sac-lunar": "sac-LunarLanderContinuous-v3.yaml", "dqn-lunar": "dqn-LunarLander-v3.yaml"}
 PPO_MODES = ("ddrl", "device")
+#: the parameter server's modes: one update per call, waiting on the device as it goes
+#: (server); the preset's --updates_per_call updates as one device round (rounds); the same
+#: with the forward and backward passes replayed as a CUDA graph (graphs)
+SERVER_MODES = ("server", "rounds", "graphs")
+SERVER_FLAGS = {"server": ("--device_rounds", "off"), "rounds": ("--device_rounds", "on"),
+                "graphs": ("--device_rounds", "on", "--cuda_graphs")}
 FRAMES = (4, 84, 84)  # gym_env's Atari observation: 4 stacked 84x84 grayscale frames
 LOSS_KEYS = {"ppo-atari": ("policy_loss", "value_loss", "entropy"), "dqn-atari": ("q_loss",),
-             "sac-lunar": ("critic_loss", "actor_loss", "alpha_loss")}
+             "sac-lunar": ("critic_loss", "actor_loss", "alpha_loss"), "dqn-lunar": ("q_loss",)}
 
 
 def add_args(p):
@@ -63,6 +76,8 @@ def add_args(p):
     p.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=list(WORKLOADS))
     p.add_argument("--modes", nargs="+", choices=PPO_MODES, default=list(PPO_MODES),
                    help="ppo-atari's modes (default: %(default)s)")
+    p.add_argument("--server_modes", nargs="+", choices=SERVER_MODES, default=["server"],
+                   help="the other workloads' modes (default: %(default)s)")
     p.add_argument("--precisions", nargs="+", choices=("fp32", "bf16"), default=["fp32", "bf16"],
                    help="sac-lunar's --sac_precision values (default: %(default)s)")
     p.add_argument("--seconds", type=float, default=10.0,
@@ -179,15 +194,17 @@ class PPOAtari(Workload):
 
 
 class ServerUpdate(Workload):
-    """The parameter server's single-learner update on a model of ``workload``'s preset."""
+    """The parameter server's single-learner update on a model of ``workload``'s preset, in
+    ``mode`` (SERVER_MODES): one update per call, or the preset's --updates_per_call updates
+    per call as one device round, with or without a CUDA graph."""
 
-    def __init__(self, workload, device, seed, flags=()):
+    def __init__(self, workload, device, seed, flags=(), mode="server"):
         import numpy as np
         import torch
         from core.learning.learner import Learner
         from core.learning.parameter_server import ParameterServer
         from core.plugins import load_plugins
-        args, spec = preset(workload, *flags)
+        args, spec = preset(workload, *flags, *SERVER_FLAGS[mode])
         plugins = load_plugins(spec)
         torch.manual_seed(seed)
         observation_space, action_space = self.spaces()
@@ -196,18 +213,29 @@ class ServerUpdate(Workload):
         class Server(ParameterServer):
             def __init__(self):  # ParameterServer's state, without its process set-up
                 self.model, self.learner, self.group = model, Learner(model), None
+                self.device = device
                 self.agent = plugins.agent_cls(spec.agent, model, seed=seed)
+                self.configure_rounds(spec.loop)
 
         self.server, self.workload, self.batch = Server(), workload, args.batch_size
+        self.mode = mode
+        self.updates_per_call = 1 if mode == "server" else args.updates_per_call
         rng = np.random.default_rng(seed)
         self.batches = [self.random_batch(rng, args) for _ in range(4)]
         self.calls = 0
 
     def update(self):
-        batch = self.batches[self.calls % len(self.batches)]
-        self.calls += 1
-        stats = self.server.update([batch], None, 0.0)[0]
+        """One call of the server: its last update's stats (None when skipped)."""
+        n = self.updates_per_call
+        batches = [self.batches[(self.calls + i) % len(self.batches)] for i in range(n)]
+        self.calls += n
+        stats = self.server.update(batches, None, 0.0)[-1]
         return None if stats.get("skipped") else stats
+
+    def report(self):
+        info = self.server.device_info()
+        return {k: info[k] for k in ("device_rounds", "pinned_batches", "cuda_graphs",
+                                     "cuda_graphs_error") if k in info}
 
     @staticmethod
     def replay_batch(transitions, n):
@@ -218,8 +246,8 @@ class ServerUpdate(Workload):
 
 
 class DQNAtari(ServerUpdate):
-    def __init__(self, device, seed):
-        super().__init__("dqn-atari", device, seed)
+    def __init__(self, device, seed, mode="server"):
+        super().__init__("dqn-atari", device, seed, mode=mode)
 
     @staticmethod
     def spaces():
@@ -238,9 +266,32 @@ class DQNAtari(ServerUpdate):
             np.full(n, args.gamma, np.float32)), n)
 
 
+class DQNLunar(ServerUpdate):
+    """DQN's LunarLander-v3 preset (256x256, batch 128): 8 observations, 4 actions."""
+
+    def __init__(self, device, seed, mode="server"):
+        super().__init__("dqn-lunar", device, seed, mode=mode)
+
+    @staticmethod
+    def spaces():
+        import numpy as np
+        from gymnasium import spaces
+        return spaces.Box(-np.inf, np.inf, (8,), np.float32), spaces.Discrete(4)
+
+    def random_batch(self, rng, args):
+        import numpy as np
+        from core.learning.replay_buffer import Transitions
+        n = args.batch_size
+        obs = rng.standard_normal((n, 8)).astype(np.float32)
+        return self.replay_batch(Transitions(
+            obs, rng.integers(0, 4, n), rng.standard_normal(n).astype(np.float32),
+            np.roll(obs, 1, axis=0), (rng.random(n) < 0.01).astype(np.float32),
+            np.full(n, args.gamma, np.float32)), n)
+
+
 class SACLunar(ServerUpdate):
-    def __init__(self, device, seed, precision):
-        super().__init__("sac-lunar", device, seed, ("--sac_precision", precision))
+    def __init__(self, device, seed, precision, mode="server"):
+        super().__init__("sac-lunar", device, seed, ("--sac_precision", precision), mode)
         self.precision = precision
 
     @staticmethod
@@ -261,7 +312,8 @@ class SACLunar(ServerUpdate):
             (rng.random(n) < 0.01).astype(np.float32)), n)
 
     def report(self):
-        return {"precision_used": self.server.model.update_precision(self.server.model.device.type)}
+        return {**super().report(), "precision_used": self.server.model.update_precision(
+            self.server.model.device.type)}
 
 
 def build(workload, device, mode=None, precision=None, seed=0):
@@ -274,16 +326,43 @@ def build(workload, device, mode=None, precision=None, seed=0):
             raise ValueError(f"ppo-atari runs in mode ddrl or device, in fp32 (asked: mode "
                              f"{mode}, precision {precision})")
         return PPOAtari(device, mode or "ddrl", seed)
-    if mode not in (None, "server"):
-        raise ValueError(f"{workload} has one mode, the parameter server's update (asked: "
-                         f"{mode})")
-    if workload == "dqn-atari":
+    if mode not in (None, *SERVER_MODES):
+        raise ValueError(f"{workload} runs the parameter server's update in a mode of "
+                         f"{', '.join(SERVER_MODES)} (asked: {mode})")
+    mode = mode or "server"
+    if workload in ("dqn-atari", "dqn-lunar"):
         if precision not in (None, "fp32"):
-            raise ValueError(f"dqn-atari runs in fp32 (asked: {precision})")
-        return DQNAtari(device, seed)
+            raise ValueError(f"{workload} runs in fp32 (asked: {precision})")
+        return (DQNAtari if workload == "dqn-atari" else DQNLunar)(device, seed, mode)
     if precision not in (None, "fp32", "bf16"):
         raise ValueError(f"sac-lunar's precision: fp32 or bf16 (asked: {precision})")
-    return SACLunar(device, seed, precision or "fp32")
+    return SACLunar(device, seed, precision or "fp32", mode)
+
+
+def compare_modes(workload="dqn-lunar", device="cpu", updates=12, seed=0,
+                  modes=("rounds", "graphs")):
+    """``updates`` updates on the same batches in two server modes (a multiple of the preset's
+    updates per call), from the same initial weights:
+    the largest absolute difference of the weights after them, and the weights' largest
+    magnitude. DQN's update draws no noise, so its rounds with and without a CUDA graph must
+    agree to float rounding (SAC's graph capture draws noise while it warms up: it cannot)."""
+    import torch
+    finals = []
+    for mode in modes:
+        work = build(workload, device, mode, None, seed)
+        for _ in range(updates // work.updates_per_call):
+            work.update()
+        finals.append({k: v.detach().float().cpu() for k, v in
+                       work.server.model.state_dict().items()})
+        info = work.report()
+    diff = max(float((finals[0][k] - finals[1][k]).abs().max()) for k in finals[0])
+    scale = max(float(v.abs().max()) for v in finals[0].values())
+    return {"workload": workload, "device": device, "modes": list(modes),
+            "updates": updates, "weights_max_abs_diff": diff,
+            "weights_max_abs": scale, "cuda_graphs_used": info.get("cuda_graphs"),
+            **({"cuda_graphs_error": info["cuda_graphs_error"]}
+               if info.get("cuda_graphs_error") else {}),
+            "torch": torch.__version__}
 
 
 # -- measuring ---------------------------------------------------------------------------------
@@ -332,12 +411,14 @@ def measure(workload, device="cpu", seconds=10.0, threads=1, mode=None, precisio
             if ended - start >= seconds:
                 break
         elapsed = ended - start
-        updates_per_s = len(times) / elapsed
+        per_call = getattr(work, "updates_per_call", 1)  # a round: several updates per call
+        updates_per_s = len(times) * per_call / elapsed
         result.update(
-            batch=work.batch, updates=len(times), seconds=round(elapsed, 3),
+            batch=work.batch, updates=len(times) * per_call, seconds=round(elapsed, 3),
             updates_per_s=round(updates_per_s, 3),
             samples_per_s=round(work.batch * updates_per_s, 1),
-            median_update_ms=round(statistics.median(times) * 1e3, 3),
+            median_update_ms=round(statistics.median(times) / per_call * 1e3, 3),
+            updates_per_call=per_call,
             skipped_updates=skipped,
             losses={k: float(stats[k]) for k in LOSS_KEYS[workload]} if stats else None,
             **work.report())
@@ -381,7 +462,7 @@ def run(args, argv):
     for device in args.devices:
         for n in threads:
             for workload in args.workloads:
-                modes = args.modes if workload == "ppo-atari" else [None]
+                modes = args.modes if workload == "ppo-atari" else args.server_modes
                 precisions = args.precisions if workload == "sac-lunar" else [None]
                 for mode in modes:
                     for precision in precisions:

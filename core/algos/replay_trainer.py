@@ -108,6 +108,22 @@ def add_args(parser):
                        help="with one learner, updates the parameter server makes per call, "
                             "on as many batches sampled in one buffer call: fewer Ray round "
                             "trips and driver wake-ups per update (default: %(default)s)")
+    group.add_argument("--device_rounds", choices=["auto", "on", "off"], default="auto",
+                       help="with one learner, the parameter server's updates of one call as "
+                            "one round that waits on its device once (the batches staged at "
+                            "once, statistics, norms and NaN checks kept on the device until "
+                            "the round ends) instead of several times per update. The same "
+                            "numbers; a skipped NaN update still counts for the target "
+                            "networks. auto: on when the server learns on a GPU "
+                            "(default: %(default)s)")
+    group.add_argument("--pin_batches", action=argparse.BooleanOptionalAction, default=True,
+                       help="in a round on a GPU, batches go to the device from pinned host "
+                            "memory with non-blocking copies (default: on)")
+    group.add_argument("--cuda_graphs", action=argparse.BooleanOptionalAction, default=False,
+                       help="in a round on a GPU, the update's forward and backward passes "
+                            "are captured once as a CUDA graph and replayed (one launch "
+                            "instead of hundreds); for models whose update is graph-safe (SAC, "
+                            "DQN). Ignored, with a note, on the CPU (default: off)")
     group.add_argument("--her", action=argparse.BooleanOptionalAction, default=False,
                        help="hindsight experience replay (Andrychowicz et al. 2017) for "
                             "goal-conditioned envs (a Dict observation with achieved_goal and "

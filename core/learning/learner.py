@@ -124,7 +124,34 @@ class Learner:
             return None
         return self._step(progress, norm)
 
-    def _step(self, progress, norm=None):
+    def apply_on_device(self, scalars, progress: float = 0.0):
+        """``apply_in_place`` without waiting on the device (core/learning/device_rounds.py):
+        returns (the gradient norm before clipping, whether the update was applied), both as
+        tensors on the device. An update whose ``scalars`` (its losses, 0-d tensors) or
+        gradients hold NaN or inf changes neither the weights nor the optimizer's state: a fused
+        optimizer skips it on the device (its ``found_inf``, as torch.amp's GradScaler uses
+        it); any other optimizer makes this one update wait for the check. The model's
+        ``after_update`` and the version count every update either way (the caller takes the
+        skipped ones off the version once it reads them)."""
+        stepped = [p for p in self.parameters.values() if p.grad is not None]
+        norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in stepped]))
+        finite = torch.isfinite(norm)
+        if scalars:
+            finite = finite & torch.isfinite(torch.stack([v.reshape(()).float()
+                                                         for v in scalars])).all()
+        if not self.optimizer.defaults.get("fused"):
+            if not bool(finite):  # the one wait: this optimizer cannot skip on the device
+                return norm, finite
+            self._step(progress, norm, as_tensor=True)
+            return norm, finite
+        self.optimizer.found_inf = (~finite).to(torch.float32)
+        try:
+            self._step(progress, norm, as_tensor=True)
+        finally:
+            del self.optimizer.found_inf
+        return norm, finite
+
+    def _step(self, progress, norm=None, as_tensor=False):
         """Learning rates, clipping, the optimizer step and after_update, on the .grad set
         (``norm``: their global norm, if known)."""
         lr = self.model.learning_rate(progress)
@@ -145,7 +172,7 @@ class Learner:
         if after_update is not None:  # e.g. SAC's polyak-averaged target critics
             after_update()
         self.version += 1
-        return float(norm)
+        return norm if as_tensor else float(norm)
 
     def state(self):
         """(weights, optimizer state, version): the learner's part of a checkpoint."""

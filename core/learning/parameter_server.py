@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from core.distributed.devices import device_info, plan_of, resolve_device, to_cpu
+from core.learning import device_rounds
 from core import seeding
 from core.faults import all_finite
 from core.learning.learner import Learner, average_gradients
@@ -51,6 +52,24 @@ class ParameterServer:
         self.agent = plugins.agent_cls(spec.agent, self.model, seed=spec.run.seed)
         self.seed = spec.run.seed
         self.group = None  # with --learner_sync allreduce: this process's AllreduceGroup
+        self.configure_rounds(spec.loop)
+
+    def configure_rounds(self, loop):
+        """--device_rounds, --pin_batches, --cuda_graphs (core/learning/device_rounds.py):
+        whether ``update`` runs its batches as one round that waits on the device once."""
+        cuda = str(self.device).startswith("cuda")
+        wanted = loop.device_rounds == "on" or (loop.device_rounds == "auto" and cuda)
+        self.rounds = wanted and self.model.can_update_on_device()
+        if wanted and not self.rounds and loop.device_rounds == "on":
+            device_rounds.warn(f"--device_rounds on: model {type(self.model).__name__} has no "
+                               f"update_on_inputs (models/base.py), so its updates run one by "
+                               f"one")
+        self.pin = cuda and loop.pin_batches
+        note = device_rounds.graphs_note(self.model, self.device, loop.cuda_graphs)
+        if note and loop.cuda_graphs:
+            device_rounds.warn(f"--cuda_graphs is not used: {note}")
+        self.use_graphs = self.rounds and loop.cuda_graphs and note is None
+        self.graph, self.graph_error = None, None
 
     def join_group(self, path, rank, shares):
         """Join the allreduce learner group (core/learning/allreduce.py) as ``rank`` (0: this is the
@@ -71,9 +90,15 @@ class ParameterServer:
         return self.learner.weights_for_workers()
 
     def device_info(self):
-        """Where the updates run, and what --sac_precision auto measured there, if it did."""
+        """Where the updates run, how (device rounds, CUDA graphs), and what --sac_precision
+        auto measured there, if it did."""
         timings = getattr(self.model, "precision_timings", None)
-        return {**device_info(self.device), **({"precision": timings} if timings else {})}
+        how = {"device_rounds": self.rounds, "pinned_batches": self.pin,
+               "cuda_graphs": self.use_graphs and self.graph is not None}
+        if self.graph_error:
+            how["cuda_graphs_error"] = self.graph_error
+        return {**device_info(self.device), **how,
+                **({"precision": timings} if timings else {})}
 
     def apply(self, *results, progress=0.0):
         """One update from the GradientResults of all learners, averaged by sample count, at
@@ -109,6 +134,8 @@ class ParameterServer:
         """The single-learner path: for each batch in turn, gradients on the server's own,
         newest weights, applied. Several batches per call spread one Ray round trip (and one
         wake-up of the driver) over several updates. Returns one stats dict per update."""
+        if self.rounds and self.group is None:
+            return self.update_round(batches, buffer, progress)
         stats, priorities = [], []
         for batch in batches:
             if self.group is not None:  # this rank's rows; the allreduce makes it the whole
@@ -136,6 +163,58 @@ class ParameterServer:
                 np.concatenate([b.generations for b, _ in priorities]),
                 np.concatenate([p for _, p in priorities]))
         return stats
+
+    def update_round(self, batches, buffer=None, progress=0.0):
+        """``update`` as one round on the device (core/learning/device_rounds.py): the batches
+        staged at once, each update computed and applied without a wait, the statistics read
+        with one copy at the end. The same stats dicts (and priorities) as ``update``."""
+        model, learner = self.model, self.learner
+        staged = [device_rounds.stage_batch(b, self.device, self.pin) for b in batches]
+        extras = model.update_extras(progress)
+        results = device_rounds.RoundResults()
+        start_version = learner.version
+        for batch in staged:
+            inputs = model.update_inputs(batch)
+            scalars, td_errors = self.compute_on_device(inputs)
+            norm, applied = learner.apply_on_device(list(scalars.values()), progress)
+            results.add(scalars, td_errors, norm, applied, extras)
+        stats, priorities, version = [], [], start_version
+        for batch, (values, norm, applied, td) in zip(batches, results.read()):
+            if td is not None and np.isfinite(td).all():
+                priorities.append((batch, td))
+            if applied:
+                version += 1
+                values.update(grad_norm=norm, gradient_lag=0.0, version=version)
+                stats.append(values)
+            else:
+                stats.append({"skipped": 1.0, "version": version,
+                              "why": "a loss is NaN or inf" if not all_finite(values)
+                              else "the gradient has NaN or inf"})
+        learner.version = version  # the skipped updates did not move the weights
+        if buffer is not None and priorities:
+            buffer.update_priorities.remote(
+                np.concatenate([b.indices for b, _ in priorities]),
+                np.concatenate([b.generations for b, _ in priorities]),
+                np.concatenate([p for _, p in priorities]))
+        return stats
+
+    def compute_on_device(self, inputs):
+        """The model's update_on_inputs, through its CUDA graph with --cuda_graphs (captured at
+        the first batch; a batch of other shapes runs eagerly)."""
+        if self.use_graphs:
+            if self.graph is None:
+                try:
+                    self.graph = device_rounds.UpdateGraph(self.model, inputs)
+                except Exception as exc:  # noqa: BLE001 - eager updates are still correct
+                    self.use_graphs = False
+                    self.graph_error = f"{type(exc).__name__}: {exc}"
+                    device_rounds.warn(f"--cuda_graphs: capturing the update failed "
+                                       f"({self.graph_error}); the updates run eagerly")
+                    return self.model.update_on_inputs(*inputs)
+            if self.graph.fits(inputs):
+                scalars, td_errors = self.graph(inputs)
+                return scalars, td_errors
+        return self.model.update_on_inputs(*inputs)
 
     def optimizer_state(self):
         """On the CPU: checkpoints must load on machines without a GPU."""
