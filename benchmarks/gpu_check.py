@@ -5,7 +5,7 @@ GPU and many cores, and writes what it measured as JSON and a Markdown table.
     python benchmarks/gpu_check.py --dry_run --out OUT  # anywhere: the same code paths on the
                                                         # CPU, tiny budgets (~1 minute; a test)
 
-Phases, in this order (``--phases`` picks some), each writing its part of OUT/gpu_check.json
+Phases, in this order (``--phases`` picks some, in the order it names them), each writing its part of OUT/gpu_check.json
 as soon as it ends, so a run cut short keeps what it measured:
 
 - ``probe``: the machine (CPU, its flags, cores; the GPU, its memory; torch, CUDA, Ray and
@@ -15,13 +15,16 @@ as soon as it ends, so a run cut short keeps what it measured:
   batch 10, 16 CPUs), once as typed (learning starts in the driver while the Ray workers
   start) and once with ``--no-elastic_start`` (every gradient from the Ray workers), both to
   CartPole's 475; DQN on LunarLander-v3 and SAC on LunarLanderContinuous-v3 (their presets) to
-  200, each with the learner on the GPU (``--num_gpus 1``) and the same run on the CPU. Every
+  200, each with the learner on the GPU (``--num_gpus 1``; device rounds), with the GPU and
+  ``--cuda_graphs`` (the ``_graphs`` runs) and the same run on the CPU. Every
   run's summary.json says where each part computed (``devices``: the device, CUDA's name and
   torch's peak memory there), which is the proof that the gradients ran on CUDA.
 - ``updates``: learning throughput of ddrl's own update code (benchmarks/probes/learning_speed.py):
   the Atari Nature-CNN PPO and DQN updates on random uint8 frames of Atari's shape (no ROM
-  travels to the GPU machine), and SAC's LunarLander update in fp32 and bf16, on the GPU against
-  all the CPU cores (and one).
+  travels to the GPU machine), SAC's LunarLander update in fp32 and bf16 and DQN's, on the GPU
+  against all the CPU cores (and one); the replay updates one by one (server), as device rounds
+  (rounds) and with CUDA graphs (graphs: core/learning/device_rounds.py); and DQN's weights after
+  40 updates in rounds with and without the graph, which must agree (``graphs_match``).
 - ``scaling``: benchmarks/scaling.py, PPO and Ape-X DQN with the 5 ms env at 8 and 16 workers
   (a share of N x 200 steps/s).
 - ``export``: the policies the GPU learners trained load, act, evaluate and export to ONNX in a
@@ -405,7 +408,8 @@ def scaling(check):
 # -- export -------------------------------------------------------------------------------------
 def export(check):
     """The GPU-trained runs, in one process that sees no GPU (``export_check``)."""
-    names = ("dqn_lunar_gpu", "sac_lunar_gpu", "ppo_seed_line_ray")
+    names = [name for name, (_, on_gpu) in LEARNING_RUNS.items()
+             if on_gpu and name != "ppo_seed_line"]  # the seed line's twin is exported
     results = {name: {"skipped": "no checkpoint (the learning phase did not run it)"}
                for name in names
                if not glob.glob(os.path.join(check.runs, name, "checkpoints", "*.pt"))}
