@@ -74,15 +74,17 @@ SEED_LINE = ("--env_name gym_env --agent_name default_agent --model_name ppo "
 LEARNING_RUNS = {
     "ppo_seed_line": (SEED_LINE, True),
     "ppo_seed_line_ray": (SEED_LINE + " --no-elastic_start", True),
-    "dqn_lunar_gpu": ("--model_name dqn --gym_id LunarLander-v3 --num_gpus 1", True),
+    "dqn_lunar_gpu": ("--model_name dqn --gym_id LunarLander-v3 --num_gpus 1 --cuda_graphs off",
+                      True),
     "dqn_lunar_cpu": ("--model_name dqn --gym_id LunarLander-v3", False),
-    "sac_lunar_gpu": ("--model_name sac --gym_id LunarLanderContinuous-v3 --num_gpus 1", True),
+    "sac_lunar_gpu": ("--model_name sac --gym_id LunarLanderContinuous-v3 --num_gpus 1 "
+                      "--cuda_graphs off", True),
     "sac_lunar_cpu": ("--model_name sac --gym_id LunarLanderContinuous-v3", False),
     # the server's updates as device rounds (--device_rounds auto on a GPU) with CUDA graphs
     "dqn_lunar_gpu_graphs": ("--model_name dqn --gym_id LunarLander-v3 --num_gpus 1 "
-                             "--cuda_graphs", True),
+                             "--cuda_graphs on", True),
     "sac_lunar_gpu_graphs": ("--model_name sac --gym_id LunarLanderContinuous-v3 --num_gpus 1 "
-                             "--cuda_graphs", True),
+                             "--cuda_graphs on", True),
 }
 
 #: The runs --dry_run makes: with the GPU flags dropped a "_cpu" twin is its "_gpu" run again,

@@ -179,17 +179,40 @@ def test_round_results_are_read_with_one_copy_in_order():
 
 
 def test_cuda_graphs_are_refused_with_a_reason_off_cuda_and_for_unsafe_models(capsys):
-    server = Server(SAC + ["--device_rounds", "on", "--cuda_graphs"], "sac")
+    server = Server(SAC + ["--device_rounds", "on", "--cuda_graphs"], "sac")  # alone: on
     assert server.rounds and not server.use_graphs
     assert "--cuda_graphs is not used: the learner is not on a CUDA device" in (
         capsys.readouterr().err)
+    quiet = Server(SAC + ["--device_rounds", "on"], "sac")  # auto: no note where it cannot
+    assert quiet.rounds and not quiet.use_graphs and not capsys.readouterr().err
     crossq = Server(CROSSQ, "sac")
-    assert device_rounds.graphs_note(crossq.model, "cuda:0", True).startswith(
-        "model CrossQModel's update is not graph-safe")
-    assert device_rounds.graphs_note(server.model, "cuda:0", True) is None
-    assert device_rounds.graphs_note(server.model, "cuda:0", False) is None
+    assert device_rounds.graphs_note(crossq.model, "cuda:0", "on").startswith(
+        "model CrossQModel does not declare its update graph-safe")
+    assert device_rounds.graphs_note(server.model, "cuda:0", "auto") is None
+    assert device_rounds.graphs_note(server.model, "cpu", "off") is None
     # auto: rounds on a GPU only
     assert not Server(SAC, "sac").rounds
+
+
+def test_only_a_class_that_declares_it_is_graph_safe():
+    """A subclass may change the update (a branch on a counter): a graph would replay the
+    first call's choice for ever, so it must declare graph-safety itself."""
+    from models.dqn import DQNModel
+    from models.ma_sac import TeamSACModel
+    from models.sac import SACModel
+
+    class Counting(SACModel):
+        pass
+
+    class Declared(SACModel):
+        update_graph_safe = True
+
+    model = Server(SAC, "sac").model
+    assert device_rounds.graph_safe(model)
+    for cls, safe in ((Counting, False), (Declared, True), (TeamSACModel, False)):
+        model.__class__ = cls
+        assert device_rounds.graph_safe(model) is safe, cls
+    assert DQNModel.__dict__["update_graph_safe"] is True
 
 
 def test_update_graph_fits_only_the_shapes_it_was_captured_on():

@@ -106,7 +106,7 @@ def test_sac_on_discrete_actions_is_a_clear_error(tmp_path):
     ["--num_workers", "0", "--learner_threads", "1"],
     # the server learns, its updates as device rounds on the CPU (--cuda_graphs: a note there)
     ["--num_workers", "1", "--prioritized_replay", "--num_cpus", "2", "--device_rounds", "on",
-     "--cuda_graphs"],
+     "--cuda_graphs", "on"],
     ["--num_workers", "2", "--num_learners", "2", "--prioritized_replay", "--num_cpus", "2"],
 ])
 def test_sac_runs_end_to_end(tmp_path, placement):

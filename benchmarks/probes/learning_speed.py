@@ -61,8 +61,9 @@ PPO_MODES = ("ddrl", "device")
 #: (server); the preset's --updates_per_call updates as one device round (rounds); the same
 #: with the forward and backward passes replayed as a CUDA graph (graphs)
 SERVER_MODES = ("server", "rounds", "graphs")
-SERVER_FLAGS = {"server": ("--device_rounds", "off"), "rounds": ("--device_rounds", "on"),
-                "graphs": ("--device_rounds", "on", "--cuda_graphs")}
+SERVER_FLAGS = {"server": ("--device_rounds", "off"),
+                "rounds": ("--device_rounds", "on", "--cuda_graphs", "off"),
+                "graphs": ("--device_rounds", "on", "--cuda_graphs", "on")}
 FRAMES = (4, 84, 84)  # gym_env's Atari observation: 4 stacked 84x84 grayscale frames
 LOSS_KEYS = {"ppo-atari": ("policy_loss", "value_loss", "entropy"), "dqn-atari": ("q_loss",),
              "sac-lunar": ("critic_loss", "actor_loss", "alpha_loss"), "dqn-lunar": ("q_loss",)}

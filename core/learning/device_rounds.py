@@ -158,15 +158,25 @@ class RoundResults:
         return out
 
 
+def graph_safe(model):
+    """Whether the model's own class declares its update graph-safe (``update_graph_safe =
+    True`` in its class body): a subclass may change the update (a branch on a counter, state
+    written in the forward pass) and a graph would then silently replay the first call's
+    choices, so it is safe only when it says so itself."""
+    return bool(type(model).__dict__.get("update_graph_safe", False))
+
+
 def graphs_note(model, device, wanted):
-    """Why --cuda_graphs is not used here (None when it is)."""
-    if not wanted:
+    """Why --cuda_graphs is not used here (None when it is, or when it is not asked)."""
+    if wanted == "off":
         return None
     if str(device).split(":")[0] != "cuda":
         return "the learner is not on a CUDA device (--cuda_graphs applies to CUDA only)"
-    if not model.update_graph_safe:
-        return (f"model {type(model).__name__}'s update is not graph-safe (update_graph_safe: a "
-                f"branch on the host or state written in the forward pass)")
+    if not graph_safe(model):
+        return (f"model {type(model).__name__} does not declare its update graph-safe "
+                f"(update_graph_safe = True in its class body, models/base.py: the same kernels "
+                f"on tensors of the same shapes every update, no branch on the host, no state "
+                f"written but the gradients)")
     return None
 
 

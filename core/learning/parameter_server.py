@@ -66,9 +66,10 @@ class ParameterServer:
                                f"one")
         self.pin = cuda and loop.pin_batches
         note = device_rounds.graphs_note(self.model, self.device, loop.cuda_graphs)
-        if note and loop.cuda_graphs:
+        # auto: where it applies; asked for by name, a reason where it does not
+        if note and loop.cuda_graphs == "on":
             device_rounds.warn(f"--cuda_graphs is not used: {note}")
-        self.use_graphs = self.rounds and loop.cuda_graphs and note is None
+        self.use_graphs = self.rounds and loop.cuda_graphs != "off" and note is None
         self.graph, self.graph_error = None, None
 
     def join_group(self, path, rank, shares):
