@@ -85,6 +85,15 @@ LEARNING_RUNS = {
                              "--cuda_graphs on", True),
     "sac_lunar_gpu_graphs": ("--model_name sac --gym_id LunarLanderContinuous-v3 --num_gpus 1 "
                              "--cuda_graphs on", True),
+    # FastTD3's shape: many envs, big batches, the replay buffer on the GPU (issue 50 item 3),
+    # and the same settings with the buffer and the learner on the CPU
+    "sac_lunar_gpu_bigbatch": ("--model_name sac --gym_id LunarLanderContinuous-v3 --num_gpus 1 "
+                               "--num_envs_per_worker 64 --batch_size 4096 --replay_device cuda",
+                               True),
+    "sac_lunar_cpu_bigbatch": ("--model_name sac --gym_id LunarLanderContinuous-v3 "
+                               "--num_envs_per_worker 64 --batch_size 4096", False),
+    "sac_lunar_gpu_compiled": ("--model_name sac --gym_id LunarLanderContinuous-v3 --num_gpus 1 "
+                               "--cuda_graphs on --compile_update on", True),
 }
 
 #: The runs --dry_run makes: with the GPU flags dropped a "_cpu" twin is its "_gpu" run again,
@@ -115,7 +124,14 @@ UPDATE_CONFIGS = [
     ("sac-lunar", "server", "cpu", 1, "fp32"), ("sac-lunar", "server", "cpu", "all", "fp32"),
     ("dqn-lunar", "server", "cuda", 1, None), ("dqn-lunar", "rounds", "cuda", 1, None),
     ("dqn-lunar", "graphs", "cuda", 1, None), ("dqn-lunar", "server", "cpu", 1, None),
+    # torch.compile of the loss inside the graph (--compile_update on; not in a dry run)
+    ("sac-lunar", "graphs_compiled", "cuda", 1, "fp32"),
+    ("dqn-lunar", "graphs_compiled", "cuda", 1, None),
+    ("dqn-atari", "graphs_compiled", "cuda", 1, None),
 ]
+#: modes a dry run leaves out: inductor's compile on the CPU takes ~40 s a configuration
+#: (tests/test_device_rounds.py checks --compile_update's plumbing with aot_eager)
+DRY_SKIPPED_MODES = ("compiled", "graphs_compiled")
 
 
 def parse_args(argv=None):
@@ -350,6 +366,10 @@ def updates(check):
     results = []
     for workload, mode, device, threads, precision in UPDATE_CONFIGS:
         if check.args.dry_run:
+            if mode in DRY_SKIPPED_MODES:
+                results.append({"workload": workload, "mode": mode, "device": device,
+                                "threads": threads, "skipped": "a dry run compiles nothing"})
+                continue
             if device == "cuda" or threads == "all":  # the CPU stands in, on one thread
                 device, threads = "cpu", 1
         threads = cores if threads == "all" else threads

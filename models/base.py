@@ -2,6 +2,7 @@
 gradients and never applies them (the learner holds the optimizer and applies the average)."""
 import contextlib
 import inspect
+import weakref
 from typing import Dict, Optional, Tuple
 
 import numpy as np
@@ -27,13 +28,40 @@ def host_stats(scalars, td_errors, extras):
     return stats
 
 
+#: a model's compiled ``update_loss`` (--compile), kept outside the model so that copies of it
+#: (deepcopy, pickling for Ray) carry no compiled code
+_COMPILED_LOSSES = weakref.WeakKeyDictionary()
+
+
 class ReplayModelSteps:
-    """``step`` for a model that learns from replay through ``update_inputs``,
-    ``update_on_inputs`` and ``update_extras`` (BaseModel): the gradients (only the parameters
-    that got one, with ``partial_gradients``) and the statistics on the host."""
+    """``step`` and ``update_on_inputs`` for a model that learns from replay through
+    ``update_inputs``, ``update_loss`` and ``update_extras``: the loss's backward pass, the
+    gradients (only the parameters that got one, with ``partial_gradients``) and the statistics
+    on the host."""
     #: True when an update may leave some parameters without a gradient (CrossQ's actor
     #: between its delayed updates): those are left out rather than sent as zeros
     partial_gradients = False
+
+    def update_loss(self, *inputs):
+        """(the loss to minimize, statistics as 0-d tensors by name, |TD errors| [B] or None)
+        on ``update_inputs``' tensors, without a backward pass or a copy to the host."""
+        raise NotImplementedError
+
+    def compile_update(self, **options):
+        """Compile ``update_loss`` with torch.compile (``options`` go to it); the backward pass
+        then runs the code AOTAutograd derived. Compiling happens at the first update."""
+        _COMPILED_LOSSES[self] = torch.compile(self.update_loss, **options)
+
+    def losses_and_gradients(self, *inputs):
+        """``update_loss`` (compiled, after ``compile_update``) and its backward pass into the
+        parameters' .grad: (statistics, |TD errors|)."""
+        loss, scalars, td_errors = _COMPILED_LOSSES.get(self, self.update_loss)(*inputs)
+        self.zero_grad(set_to_none=True)
+        loss.backward()
+        return scalars, td_errors
+
+    def update_on_inputs(self, *inputs):
+        return self.losses_and_gradients(*inputs)
 
     def step(self, batch, progress=0.0):
         scalars, td_errors = self.update_on_inputs(*self.update_inputs(batch))
@@ -206,7 +234,8 @@ class BaseModel(nn.Module):
     def update_on_inputs(self, *inputs) -> Tuple[Dict[str, torch.Tensor], Optional[torch.Tensor]]:
         """The losses on ``update_inputs``' tensors, backward into the parameters' .grad;
         returns (statistics as 0-d tensors by name, |TD errors| [B] or None). Nothing in it may
-        copy to the host (no .item(), .cpu(), .tolist(), bool of a tensor)."""
+        copy to the host (no .item(), .cpu(), .tolist(), bool of a tensor). ReplayModelSteps
+        gives it from ``update_loss``."""
         raise NotImplementedError
 
     def update_extras(self, progress: float) -> Dict[str, float]:

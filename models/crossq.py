@@ -224,7 +224,7 @@ class CrossQModel(SACModel):
         target_q = self.soft_targets(rewards, terminated, next_q1, next_q2, next_log_prob)
         return (q1 - target_q).abs().cpu().numpy()
 
-    def losses_and_gradients(self, obs, actions, rewards, next_obs, terminated, weights):
+    def update_loss(self, obs, actions, rewards, next_obs, terminated, weights):
         alpha = self.alpha
         with torch.no_grad():  # a' ~ pi(.|s') with the actor's running statistics
             next_actions, next_log_prob = self.sample(next_obs)
@@ -253,12 +253,10 @@ class CrossQModel(SACModel):
             scalars.update(actor_loss=actor_loss.detach(), alpha_loss=alpha_loss.detach(),
                            entropy=-log_prob.detach().mean())
 
-        self.zero_grad(set_to_none=True)
-        total.backward()
         with torch.no_grad():
             td_errors = (q1.detach() - target_q).abs()
         scalars["td_error_mean"] = td_errors.mean()
-        return scalars, td_errors
+        return total, scalars, td_errors
 
     def configure_optimizer(self):
         groups = self.parameter_groups()

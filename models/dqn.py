@@ -321,18 +321,16 @@ class DQNModel(ReplayModelSteps, BaseModel):
     def update_inputs(self, batch):
         return self.unpack(batch)
 
-    def update_on_inputs(self, obs, actions, rewards, next_obs, terminated, discounts, weights):
-        """The gradient of the weighted Huber loss into .grad; statistics, and |Q - y| per
-        transition for the priority update (models/base.py ``ReplayModelSteps.step`` returns
-        them on the host with the gradients by parameter name)."""
+    def update_loss(self, obs, actions, rewards, next_obs, terminated, discounts, weights):
+        """The weighted Huber loss, statistics, and |Q - y| per transition for the priority
+        update (models/base.py ``ReplayModelSteps``: the backward pass, and ``step``'s
+        gradients by parameter name)."""
         y = self.targets(rewards, next_obs, terminated, discounts)
         q = self.q_taken(obs, actions)
         loss = (weights * F.smooth_l1_loss(q, y, reduction="none")).mean()
-        self.zero_grad(set_to_none=True)
-        loss.backward()
         td_errors = (q.detach() - y).abs()
-        return {"q_loss": loss.detach(), "q_mean": q.detach().mean(),
-                "td_error_mean": td_errors.mean()}, td_errors
+        return loss, {"q_loss": loss.detach(), "q_mean": q.detach().mean(),
+                      "td_error_mean": td_errors.mean()}, td_errors
 
     def update_extras(self, progress):
         return {"epsilon": self.exploration_now(progress)}

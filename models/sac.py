@@ -417,9 +417,9 @@ class SACModel(ReplayModelSteps, BaseModel):
               f"first batch)", file=sys.stderr, flush=True)
         return choice
 
-    def losses_and_gradients(self, obs, actions, rewards, next_obs, terminated, weights):
-        """The body of ``update_on_inputs`` (inside autocast for --sac_precision bf16):
-        (statistics as 0-d tensors, |TD errors| [B]), the gradients left in .grad."""
+    def update_loss(self, obs, actions, rewards, next_obs, terminated, weights):
+        """The critic, actor and temperature losses' sum, statistics and |TD errors| (inside
+        autocast for --sac_precision bf16; ``losses_and_gradients`` runs the backward pass)."""
         alpha = self.alpha
 
         # Critics: importance-weighted squared TD error of both (0.5 * sum, as SB3).
@@ -440,18 +440,15 @@ class SACModel(ReplayModelSteps, BaseModel):
         # Temperature: gradient to log_alpha only.
         alpha_loss = -(self.log_alpha * (log_prob + self.target_entropy).detach()).mean()
 
-        # The three losses share no parameters with a gradient path, so one backward pass of
-        # their sum gives each parameter the gradient of its own loss.
-        self.zero_grad(set_to_none=True)
-        (critic_loss + actor_loss + alpha_loss).backward()
-
         with torch.no_grad():
             td_errors = (current_q_values[0] - target_q).abs()
         scalars = {"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach(),
                    "alpha_loss": alpha_loss.detach(), "alpha": alpha.reshape(()),
                    "q_mean": current_q_values[0].detach().mean(),
                    "entropy": -log_prob.detach().mean(), "td_error_mean": td_errors.mean()}
-        return scalars, td_errors
+        # The three losses share no parameters with a gradient path, so one backward pass of
+        # their sum gives each parameter the gradient of its own loss.
+        return critic_loss + actor_loss + alpha_loss, scalars, td_errors
 
     def parameter_groups(self):
         """The optimizer's three groups, named (the learner sets their rates by name)."""

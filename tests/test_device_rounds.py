@@ -221,3 +221,36 @@ def test_update_graph_fits_only_the_shapes_it_was_captured_on():
     assert graph.fits((torch.ones(8, 3), {"m": torch.ones(8, 2)}))
     assert not graph.fits((torch.ones(7, 3), {"m": torch.ones(7, 2)}))
     assert not graph.fits((torch.ones(8, 3, dtype=torch.float64), {"m": torch.ones(8, 2)}))
+
+
+def test_a_compiled_update_gives_the_gradients_of_the_eager_one():
+    """--compile_update's plumbing: the loss compiled (torch.compile's aot_eager backend here,
+    which traces forward and backward as inductor does but runs them eagerly: inductor's C++
+    compile takes tens of seconds), the backward pass from it, the same gradients and stats;
+    a copy of the model (SAC's precision probe deep-copies it) carries no compiled code."""
+    import copy
+    eager = Server(DQN, "dqn")
+    compiled = Server(DQN, "dqn")
+    compiled.model.compile_update(backend="aot_eager")
+    batch = batches("dqn", 1)[0]
+    for server in (eager, compiled):
+        server.stats = server.model.step(batch, progress=0.5)[1]
+    for (name, a), b in zip(eager.model.named_parameters(), compiled.model.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, msg=name)
+    for key in ("q_loss", "q_mean", "td_error_mean", "epsilon"):
+        assert compiled.stats[key] == pytest.approx(eager.stats[key], rel=1e-6)
+    clone = copy.deepcopy(compiled.model)
+    assert clone not in device_rounds_compiled() and compiled.model in device_rounds_compiled()
+
+
+def device_rounds_compiled():
+    from models.base import _COMPILED_LOSSES
+    return _COMPILED_LOSSES
+
+
+def test_compile_update_is_refused_with_a_note_for_a_model_that_does_not_declare_it(capsys):
+    crossq = Server(CROSSQ, "sac")
+    assert not device_rounds.compile_if_asked(crossq.model, "on")
+    assert "--compile_update is not used: model CrossQModel" in capsys.readouterr().err
+    assert not device_rounds.compile_if_asked(crossq.model, "off")
+    assert crossq.model not in device_rounds_compiled()

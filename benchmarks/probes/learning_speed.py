@@ -29,9 +29,11 @@ Workloads (random data of the envs' shapes: no ROM, no env is built):
 
 The three replay workloads take ``--server_modes``: ``server`` (one update per call, as above,
 waiting on the device as it goes), ``rounds`` (the preset's --updates_per_call updates per call
-as one device round: core/learning/device_rounds.py, one wait per call) and ``graphs`` (rounds
+as one device round: core/learning/device_rounds.py, one wait per call), ``graphs`` (rounds
 whose forward and backward passes replay a CUDA graph; on the CPU the same as rounds, with a
-note). A round's time is divided among its updates.
+note), and ``compiled`` / ``graphs_compiled``: rounds or graphs with the loss compiled by
+torch.compile (--compile_update on; the compiling falls in the warm-up). A round's time is
+divided among its updates.
 
 Per configuration (devices x threads x workloads x modes or precisions): ``--warmup`` untimed
 updates, then updates for ``--seconds``, each timed to its end (on CUDA after
@@ -59,11 +61,16 @@ PRESETS = {"ppo-atari": "ppo-atari.yaml", "dqn-atari": "dqn-atari.yaml",
 PPO_MODES = ("ddrl", "device")
 #: the parameter server's modes: one update per call, waiting on the device as it goes
 #: (server); the preset's --updates_per_call updates as one device round (rounds); the same
-#: with the forward and backward passes replayed as a CUDA graph (graphs)
-SERVER_MODES = ("server", "rounds", "graphs")
-SERVER_FLAGS = {"server": ("--device_rounds", "off"),
+#: with the forward and backward passes replayed as a CUDA graph
+#: (graphs), and either with the loss compiled by torch.compile (--compile_update on)
+SERVER_MODES = ("server", "rounds", "graphs", "compiled", "graphs_compiled")
+SERVER_FLAGS = {"server": ("--device_rounds", "off", "--cuda_graphs", "off"),
                 "rounds": ("--device_rounds", "on", "--cuda_graphs", "off"),
-                "graphs": ("--device_rounds", "on", "--cuda_graphs", "on")}
+                "graphs": ("--device_rounds", "on", "--cuda_graphs", "on"),
+                "compiled": ("--device_rounds", "on", "--cuda_graphs", "off",
+                             "--compile_update", "on"),
+                "graphs_compiled": ("--device_rounds", "on", "--cuda_graphs", "on",
+                                    "--compile_update", "on")}
 FRAMES = (4, 84, 84)  # gym_env's Atari observation: 4 stacked 84x84 grayscale frames
 LOSS_KEYS = {"ppo-atari": ("policy_loss", "value_loss", "entropy"), "dqn-atari": ("q_loss",),
              "sac-lunar": ("critic_loss", "actor_loss", "alpha_loss"), "dqn-lunar": ("q_loss",)}
@@ -236,7 +243,7 @@ class ServerUpdate(Workload):
     def report(self):
         info = self.server.device_info()
         return {k: info[k] for k in ("device_rounds", "pinned_batches", "cuda_graphs",
-                                     "cuda_graphs_error") if k in info}
+                                     "cuda_graphs_error", "compiled_update") if k in info}
 
     @staticmethod
     def replay_batch(transitions, n):

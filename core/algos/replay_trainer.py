@@ -15,6 +15,7 @@ by the parameter server; when the replay buffer, the parameter server or one of 
 (the buffer's contents too with --checkpoint_buffer), at most --max_failures times.
 """
 import argparse
+import sys
 import time
 
 import numpy as np
@@ -23,7 +24,8 @@ from gymnasium import spaces as gym_spaces
 
 from core.algos.agents import OffPolicyAgent
 from core.learning.allreduce import rendezvous_file
-from core.distributed.devices import LEARNERS, plan_gpus, plan_of, resolve_precision
+from core.distributed.devices import (LEARNERS, plan_gpus, plan_of, resolve_device,
+                                      resolve_precision)
 from core.faults import death_inside, short_error
 from core.learning.parameter_server import (ParameterServer, learner_threads,
                                            spawn_learner)
@@ -31,6 +33,7 @@ from core.distributed.placement import Placement, cpus_per_actor
 from core.plugins import env_label
 from core.errors import ConfigError
 from core.learning.her import STRATEGIES, HERReplayBuffer, check_her
+from core.learning.device_replay import TorchReplayBuffer
 from core.learning.replay_buffer import PrioritizedReplayBuffer, ReplayBuffer
 from core.spaces import carried
 from core.sampling.rollout import make_rollout_worker
@@ -129,6 +132,22 @@ def add_args(parser):
                             "same, with a note where it does not (the CPU, another model; "
                             "--cuda_graphs alone means on); off: eager updates "
                             "(default: %(default)s)")
+    group.add_argument("--replay_device", choices=["cpu", "cuda"], default="cpu",
+                       help="cuda: the replay buffer's columns live on the parameter server's "
+                            "GPU, each block copied there once and every batch drawn and "
+                            "gathered there (core/learning/device_replay.py: FastTD3's big "
+                            "batches). The buffer must share the server's process: "
+                            "--num_workers 0 (many envs through --num_envs_per_worker), one "
+                            "learner, uniform replay, no HER. Without a GPU for the server it "
+                            "stays on the CPU, as torch tensors, and says so "
+                            "(default: %(default)s)")
+    group.add_argument("--compile_update", choices=["off", "on"], default="off",
+                       help="torch.compile the update's loss (the backward pass follows from "
+                            "it) in the processes that compute updates, for models whose class "
+                            "declares its update graph-safe (SAC, DQN; others with a note). "
+                            "Compiling takes tens of seconds at the first update. Off by "
+                            "default: on the CPU it made SAC's update slower (BENCHMARKS.md, "
+                            "'torch.compile of an update on the CPU') (default: %(default)s)")
     group.add_argument("--her", action=argparse.BooleanOptionalAction, default=False,
                        help="hindsight experience replay (Andrychowicz et al. 2017) for "
                             "goal-conditioned envs (a Dict observation with achieved_goal and "
@@ -179,8 +198,37 @@ def spawn_buffer(placement, spec, spaces, with_discounts=False):
     if args.her:  # it builds an env of its own from the spec, for compute_reward
         buffer_cls = HERReplayBuffer
         buffer_kwargs.update(spec=spec, strategy=args.her_strategy, k=args.her_k)
+    if args.replay_device == "cuda":  # in this process, beside the parameter server
+        check_replay_device(args)
+        device = resolve_device(plan_of(spec).parameter_server_gpus, "the replay buffer")
+        if device == "cpu":
+            print("ddrl: --replay_device cuda: the parameter server computes on the CPU "
+                  "(no GPU given with --num_gpus, or none torch can use), so the replay "
+                  "buffer's tensors stay on the CPU", file=sys.stderr, flush=True)
+        return placement.spawn(TorchReplayBuffer, args.buffer_size, shapes, action_space.shape,
+                               device=device, num_cpus=0, **buffer_kwargs)
     return placement.spawn(buffer_cls, args.buffer_size, shapes, action_space.shape, num_cpus=0,
                            num_gpus=plan_of(spec).replay_buffer_gpus, **buffer_kwargs)
+
+
+def check_replay_device(args):
+    """--replay_device cuda puts the buffer in the parameter server's process, where its
+    batches are used: a setting that would put it elsewhere, or that it does not implement,
+    is a one-paragraph error."""
+    reasons = [(args.num_workers != 0, f"--num_workers {args.num_workers}: with Ray workers "
+                "the buffer is an actor of its own, in another process than the parameter "
+                "server; use --num_workers 0 and many envs (--num_envs_per_worker)"),
+               (args.num_learners != 1, f"--num_learners {args.num_learners}: learner workers "
+                "sample the buffer from their own processes; use --num_learners 1"),
+               (args.prioritized_replay, "--prioritized_replay: the device buffer is uniform; "
+                "leave --prioritized_replay off"),
+               (args.her, "--her: hindsight relabelling runs on the host buffer; leave --her "
+                "off")]
+    found = [text for bad, text in reasons if bad]
+    if found:
+        raise ConfigError(f"--replay_device cuda keeps the replay buffer on the parameter "
+                          f"server's GPU, in its process, but {'; and '.join(found)}. Or use "
+                          f"--replay_device cpu.")
 
 
 def spawn_server(placement, spec, spaces):
@@ -316,7 +364,8 @@ class ReplayTrainer(Trainer):
                                 in enumerate([self.server, *self.replicas])])
 
     def make_learner(self, slot, generation, local, node=None):  # near the driver, always
-        return spawn_learner(self.placement, self.spec, self.spaces, slot)
+        return spawn_learner(self.placement, self.spec, self.spaces, slot,
+                             compile_update=self.args.compile_update)
 
     def make_worker(self, slot, generation, local, node=None):
         # The first workers share --start_steps of uniform random actions (the warm-up); a

@@ -180,5 +180,20 @@ def graphs_note(model, device, wanted):
     return None
 
 
+def compile_if_asked(model, wanted):
+    """--compile_update on: the model's update_loss compiled (models/base.py
+    ``ReplayModelSteps.compile_update``) where its class declares the update graph-safe (a
+    branch on a host value would make torch.compile recompile at every change); else a note.
+    Returns whether it was compiled."""
+    if wanted != "on":
+        return False
+    if not graph_safe(model) or not hasattr(model, "compile_update"):
+        warn(f"--compile_update is not used: model {type(model).__name__} does not declare its "
+             f"update graph-safe (update_graph_safe = True in its class body)")
+        return False
+    model.compile_update()
+    return True
+
+
 def warn(text):
     print(f"ddrl: {text}", file=sys.stderr, flush=True)

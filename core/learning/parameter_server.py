@@ -71,6 +71,7 @@ class ParameterServer:
             device_rounds.warn(f"--cuda_graphs is not used: {note}")
         self.use_graphs = self.rounds and loop.cuda_graphs != "off" and note is None
         self.graph, self.graph_error = None, None
+        self.compiled = device_rounds.compile_if_asked(self.model, loop.compile_update)
 
     def join_group(self, path, rank, shares):
         """Join the allreduce learner group (core/learning/allreduce.py) as ``rank`` (0: this is the
@@ -95,7 +96,8 @@ class ParameterServer:
         auto measured there, if it did."""
         timings = getattr(self.model, "precision_timings", None)
         how = {"device_rounds": self.rounds, "pinned_batches": self.pin,
-               "cuda_graphs": self.use_graphs and self.graph is not None}
+               "cuda_graphs": self.use_graphs and self.graph is not None,
+               "compiled_update": self.compiled}
         if self.graph_error:
             how["cuda_graphs_error"] = self.graph_error
         return {**device_info(self.device), **how,
@@ -236,8 +238,10 @@ class LearnerWorker:
     parameter server (``compute``), or on its share of an on-policy batch (``adopt_data``,
     then ``fetch_grads`` per minibatch: the asynchronous loop's --num_learners)."""
 
-    def __init__(self, spec, observation_space, action_space, learner_index=0, threads=None):
-        """``threads``: torch's threads here; None: the replay loop's --learner_threads."""
+    def __init__(self, spec, observation_space, action_space, learner_index=0, threads=None,
+                 compile_update="off"):
+        """``threads``: torch's threads here; None: the replay loop's --learner_threads.
+        ``compile_update``: the replay loop's --compile_update."""
         setup_process(spec.loop, learner_threads(spec.loop) if threads is None else threads)
         plugins = load_plugins(spec)
         torch.manual_seed(seeding.learner_worker_torch(spec.run.seed, learner_index))
@@ -248,6 +252,7 @@ class LearnerWorker:
         self.agent = plugins.agent_cls(
             spec.agent, self.model, seed=seeding.learner_worker_agent(spec.run.seed,
                                                                      learner_index))
+        self.compiled = device_rounds.compile_if_asked(self.model, compile_update)
 
     def compute(self, weights, weights_version, batch, buffer=None):
         result = self.agent.fetch_grads(weights, batch, weights_version)
@@ -286,8 +291,9 @@ def _send_priorities(result, batch, buffer):
 
 
 
-def spawn_learner(placement, spec, spaces, slot, threads=None):
+def spawn_learner(placement, spec, spaces, slot, threads=None, compile_update="off"):
     """A learner worker, with its share of the GPUs when there are several
-    (core/distributed/devices.py); ``threads`` as LearnerWorker takes it."""
-    return placement.spawn(LearnerWorker, spec, *spaces, slot, threads, num_cpus=0,
-                           num_gpus=plan_of(spec).learner_worker_gpus)
+    (core/distributed/devices.py); ``threads`` and ``compile_update`` as LearnerWorker takes
+    them."""
+    return placement.spawn(LearnerWorker, spec, *spaces, slot, threads, compile_update,
+                           num_cpus=0, num_gpus=plan_of(spec).learner_worker_gpus)
