@@ -88,10 +88,12 @@ LEARNING_RUNS = {
     # FastTD3's shape: many envs, big batches, the replay buffer on the GPU (issue 50 item 3),
     # and the same settings with the buffer and the learner on the CPU
     "sac_lunar_gpu_bigbatch": ("--model_name sac --gym_id LunarLanderContinuous-v3 --num_gpus 1 "
-                               "--num_envs_per_worker 64 --batch_size 4096 --replay_device cuda",
+                               "--num_envs_per_worker 64 --batch_size 4096 --utd_ratio 0.0625 "
+                               "--replay_device cuda",
                                True),
     "sac_lunar_cpu_bigbatch": ("--model_name sac --gym_id LunarLanderContinuous-v3 "
-                               "--num_envs_per_worker 64 --batch_size 4096", False),
+                               "--num_envs_per_worker 64 --batch_size 4096 --utd_ratio 0.0625",
+                               False),
     "sac_lunar_gpu_compiled": ("--model_name sac --gym_id LunarLanderContinuous-v3 --num_gpus 1 "
                                "--cuda_graphs on --compile_update on", True),
 }
