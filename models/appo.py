@@ -143,9 +143,11 @@ class APPOModel(PPOModel):
                                                (length + 1, count))
         log_prob, _ = self.policy_terms(actor_input[:steps], batch.actions,
                                         action_mask_of(rows(batch.observations, 0, steps)))
-        return log_prob
+        return log_prob.float()
 
-    def step(self, batch: VTraceBatch, progress: float = 0.0):
+    def loss_and_gradients(self, batch: VTraceBatch, progress: float = 0.0):
+        """V-trace's loss and its gradients: the body of PPOModel.step (inside its
+        --ppo_precision autocast)."""
         length, count = batch.rewards.shape
         steps = length * count
         observations = batch.observations
@@ -161,7 +163,8 @@ class APPOModel(PPOModel):
         log_prob, entropy = self.policy_terms(
             actor_input[:steps], batch.actions,
             action_mask_of(rows(batch.observations, 0, steps)))
-        all_values = self.values(critic_input)
+        log_prob, entropy = log_prob.float(), entropy.float()  # out of a bf16 autocast
+        all_values = self.values(critic_input).float()
         values = all_values[:steps].reshape(length, count)
         with torch.no_grad():
             next_values = torch.cat([values[1:], all_values[steps:steps + count][None]]).detach()

@@ -28,8 +28,63 @@ def host_stats(scalars, td_errors, extras):
     return stats
 
 
-#: a model's compiled ``update_loss`` (--compile), kept outside the model so that copies of it
-#: (deepcopy, pickling for Ray) carry no compiled code
+class TimedPrecision:
+    """A model whose update may run under bf16 autocast, chosen by a flag of its own
+    (``precision_flag``, e.g. --sac_precision) that takes fp32, bf16 or auto: 'auto' is fp32
+    where bf16 is emulated (core/distributed/devices.py resolve_precision); where it is native,
+    the first update is timed on a copy of the model in both precisions and the faster kept
+    (``time_precisions``), both figures on stderr and in ``precision_timings``. The model gives
+    ``requested_precision()`` and ``timed_update(inputs)`` (one whole update on its own weights,
+    under whatever autocast the caller set)."""
+    precision_flag = "--precision"
+
+    def requested_precision(self) -> str:
+        raise NotImplementedError
+
+    def timed_update(self, inputs):
+        raise NotImplementedError
+
+    def update_precision(self, device_type, inputs=None):
+        """The precision resolved for the device that computes the update. Without ``inputs``
+        nothing is measured and an 'auto' that would measure answers bf16 uncached (the first
+        batch still measures)."""
+        cached = getattr(self, "_update_precision", None)
+        if cached is not None and cached[0] == device_type:
+            return cached[1]
+        from core.distributed.devices import resolve_precision
+        requested = self.requested_precision()
+        chosen = resolve_precision(requested, device_type)
+        if requested == "auto" and chosen == "bf16":
+            if inputs is None:
+                return chosen
+            chosen = self.measure_precision(device_type, inputs)
+        self._update_precision = (device_type, chosen)
+        return chosen
+
+    def measure_precision(self, device_type, inputs):
+        """'auto' where bf16 is native: the faster precision for this update on this device,
+        timed on a copy of the model (its gradients and any running statistics stay apart)."""
+        import copy
+        import sys
+        from core.distributed.devices import time_precisions
+        probe = copy.deepcopy(self)
+        choice, ms = time_precisions(lambda: probe.timed_update(inputs), self.device)
+        self.precision_timings = {"device": device_type, "chosen": choice,
+                                  "fp32_ms": round(ms["fp32"], 3), "bf16_ms": round(ms["bf16"], 3)}
+        print(f"ddrl: {self.precision_flag} auto on {device_type}: {choice} (an update took "
+              f"{ms['fp32']:.2f} ms in fp32 and {ms['bf16']:.2f} ms in bf16, timed on the "
+              f"first batch)", file=sys.stderr, flush=True)
+        return choice
+
+    def autocast(self, inputs):
+        """The autocast context of an update on ``inputs`` in the chosen precision."""
+        device_type = self.device.type
+        return torch.autocast(device_type, dtype=torch.bfloat16,
+                              enabled=self.update_precision(device_type, inputs) == "bf16")
+
+
+#: a model's compiled ``update_loss`` (--compile_update), kept outside the model so that
+#: copies of it (deepcopy, pickling for Ray) carry no compiled code
 _COMPILED_LOSSES = weakref.WeakKeyDictionary()
 
 

@@ -35,7 +35,7 @@ from core.errors import ConfigError
 from models import register_model
 from core.spaces import ACTION_MASK, is_tree, layout_of
 from core.spaces import batch_size as num_rows
-from models.base import BaseModel
+from models.base import BaseModel, TimedPrecision
 from models.distributions import action_head
 from models.encoders import Flatten, MultiInputEncoder, add_encoder_args, make_encoder
 from models.exporting import ObservationInputs, refuse_changed_acting
@@ -143,9 +143,10 @@ def schedule(start, kind, progress):
 
 
 @register_model("ppo")
-class PPOModel(BaseModel):
+class PPOModel(TimedPrecision, BaseModel):
     """Actor-critic MLP trained with PPO's clipped objective, value loss and entropy bonus."""
     trainer = "ppo"
+    precision_flag = "--ppo_precision"
 
     @staticmethod
     def add_args(parser):
@@ -203,6 +204,16 @@ class PPOModel(BaseModel):
                             help="the critic shares the actor's recurrent core (its value loss "
                                  "then trains it too, as in CleanRL's ppo_atari_lstm); by "
                                  "default it has one of its own, as sb3-contrib's RecurrentPPO "
+                                 "(default: %(default)s)")
+        parser.add_argument("--ppo_precision", choices=["auto", "fp32", "bf16"],
+                            default="fp32",
+                            help="bf16: the update's forward pass (the encoder's convolutions "
+                                 "and the layers' matrix products) in bfloat16 under "
+                                 "torch.autocast, backward likewise; weights, Adam and the "
+                                 "loss's arithmetic stay float32. auto: fp32 where bf16 is "
+                                 "emulated; where the device that computes the gradients has "
+                                 "bf16 units, the first minibatch is timed in both and the "
+                                 "faster kept (both figures on stderr). Acting stays float32 "
                                  "(default: %(default)s)")
 
     @classmethod
@@ -628,6 +639,19 @@ class PPOModel(BaseModel):
 
     # -- learning -----------------------------------------------------------------------------
     def step(self, batch: PPOBatch, progress: float = 0.0):
+        """The gradients of PPO's loss on a minibatch, by parameter name, and its statistics;
+        in --ppo_precision (models/base.py ``TimedPrecision``)."""
+        with self.autocast((batch, progress)):
+            return self.loss_and_gradients(batch, progress)
+
+    def requested_precision(self):
+        return self.args.ppo_precision
+
+    def timed_update(self, inputs):
+        return self.loss_and_gradients(*inputs)
+
+    def loss_and_gradients(self, batch: PPOBatch, progress: float = 0.0):
+        """The body of ``step``, inside its autocast."""
         clip_range = schedule(self.args.clip_range, self.args.clip_schedule, progress)
         features = self.features(batch.observations)  # one encoder pass for both heads
         actor_input = critic_input = features
@@ -636,7 +660,9 @@ class PPOModel(BaseModel):
                 features, batch.states, batch.episode_starts, batch.sequence_shape)
         log_prob, entropy = self.policy_terms(actor_input, batch.actions,
                                               action_mask_of(batch.observations))
-        values = self.values(critic_input)
+        # float32 out of a bf16 autocast (no-ops in fp32): the loss's arithmetic in full precision
+        log_prob, entropy = log_prob.float(), entropy.float()
+        values = self.values(critic_input).float()
         if batch.weights is None:
             mean = torch.mean
         else:  # the steps that count (a sequence keeps an env failure's cut for its shape)

@@ -14,7 +14,6 @@ env got them (env bounds, also for uniform warm-up actions); the critics see the
 """
 import copy
 import math
-import sys
 
 import numpy as np
 import torch
@@ -23,10 +22,9 @@ from gymnasium import spaces
 from torch import nn
 
 from core.argtypes import non_negative_float, positive_float, unit_interval
-from core.distributed.devices import resolve_precision, time_precisions
 from core.errors import ConfigError
 from models import register_model
-from models.base import BaseModel, ReplayModelSteps
+from models.base import BaseModel, ReplayModelSteps, TimedPrecision
 from core.spaces import layout_of
 from models.encoders import Flatten, add_encoder_args, make_encoder
 from models.exporting import ObservationInputs, refuse_changed_acting
@@ -164,10 +162,11 @@ def polyak_update(target, online, tau):
 
 
 @register_model("sac")
-class SACModel(ReplayModelSteps, BaseModel):
+class SACModel(ReplayModelSteps, TimedPrecision, BaseModel):
     """Soft Actor-Critic: tanh-Gaussian actor, twin Q critics with polyak targets, learned alpha."""
     trainer = "replay"
     update_graph_safe = True
+    precision_flag = "--sac_precision"
     default_agent = "sac_agent"
     update_metrics = ("critic_loss", "actor_loss", "alpha_loss", "alpha", "q_mean", "entropy",
                       "td_error_mean")
@@ -380,42 +379,16 @@ class SACModel(ReplayModelSteps, BaseModel):
     def update_on_inputs(self, *inputs):
         """The critic, actor and alpha losses' gradients into .grad, all from the current
         weights (models/base.py ``ReplayModelSteps.step`` returns them by parameter name, with
-        "td_errors": |Q1 - target| per transition for the priority updates)."""
-        device_type = self.device.type
-        with torch.autocast(device_type, dtype=torch.bfloat16,
-                            enabled=self.update_precision(device_type, inputs) == "bf16"):
+        "td_errors": |Q1 - target| per transition for the priority updates), in
+        --sac_precision (models/base.py ``TimedPrecision``)."""
+        with self.autocast(inputs):
             return self.losses_and_gradients(*inputs)
 
-    def update_precision(self, device_type, inputs=None):
-        """--sac_precision resolved for the device that computes the update
-        (core/distributed/devices.py). 'auto' is fp32 where bf16 is emulated; where it is
-        native, the first update's batch (``inputs``) decides: the update is timed on a copy
-        of this model in both precisions and the faster kept (``time_precisions``), with both
-        figures on stderr and in ``precision_timings``. Without ``inputs`` nothing is measured
-        and such an 'auto' answers bf16 uncached (the first batch still measures)."""
-        cached = getattr(self, "_update_precision", None)
-        if cached is not None and cached[0] == device_type:
-            return cached[1]
-        requested = self.args.sac_precision
-        chosen = resolve_precision(requested, device_type)
-        if requested == "auto" and chosen == "bf16":
-            if inputs is None:
-                return chosen
-            chosen = self.measure_precision(device_type, inputs)
-        self._update_precision = (device_type, chosen)
-        return chosen
+    def requested_precision(self):
+        return self.args.sac_precision
 
-    def measure_precision(self, device_type, inputs):
-        """'auto' where bf16 is native: the faster precision for this update on this device,
-        timed on a copy of the model (its gradients and any running statistics stay apart)."""
-        probe = copy.deepcopy(self)
-        choice, ms = time_precisions(lambda: probe.losses_and_gradients(*inputs), self.device)
-        self.precision_timings = {"device": device_type, "chosen": choice,
-                                  "fp32_ms": round(ms["fp32"], 3), "bf16_ms": round(ms["bf16"], 3)}
-        print(f"ddrl: --sac_precision auto on {device_type}: {choice} (an update took "
-              f"{ms['fp32']:.2f} ms in fp32 and {ms['bf16']:.2f} ms in bf16, timed on the "
-              f"first batch)", file=sys.stderr, flush=True)
-        return choice
+    def timed_update(self, inputs):
+        return self.losses_and_gradients(*inputs)
 
     def update_loss(self, obs, actions, rewards, next_obs, terminated, weights):
         """The critic, actor and temperature losses' sum, statistics and |TD errors| (inside

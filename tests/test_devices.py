@@ -209,7 +209,7 @@ def test_the_model_computes_its_update_in_the_precision_auto_resolves_to(monkeyp
     def fake_resolve(requested, device_type="cpu"):
         calls.append((requested, device_type))
         return "fp32"
-    monkeypatch.setattr("models.sac.resolve_precision", fake_resolve)
+    monkeypatch.setattr("core.distributed.devices.resolve_precision", fake_resolve)
     env = gym.make("Pendulum-v1")
     args = parse_args(["--config", "none", "--model_name", "sac", "--gym_id", "Pendulum-v1",
                        "--sac_precision", "auto", "--sac_hidden_sizes", "8,8"])

@@ -300,3 +300,47 @@ def test_value_norm_counts_every_learned_return(tmp_path):
     saved = torch.load(os.path.join(run_dir, "checkpoints", "last.pt"), weights_only=True)
     assert float(saved["model"]["return_count"]) == 512
     assert float(saved["model"]["return_mean"]) > 1.0  # CartPole's returns-to-go are positive
+
+
+# -- --ppo_precision ------------------------------------------------------------------------------
+def test_a_bf16_update_computes_the_fp32_gradients_to_bf16_precision():
+    """bf16 autocast over the forward pass: the same statistics and gradients as fp32 to
+    bfloat16's ~3 significant digits, the loss's arithmetic in float32, float32 gradients."""
+    fp32 = make_model(spaces.Discrete(2), "--ppo_precision", "fp32")
+    bf16 = make_model(spaces.Discrete(2), "--ppo_precision", "bf16")
+    batch = batch_with_ratios(fp32, [1.1, 0.9, 1.0, 1.05] * 8, list(np.linspace(-1, 1, 32)))
+    expected, expected_stats = fp32.step(batch)
+    got, stats = bf16.step(batch)
+    assert bf16.update_precision("cpu") == "bf16"
+    for name, grad in expected.items():
+        assert got[name].dtype == np.float32
+        scale = np.abs(grad).max() + 1e-3
+        assert np.abs(got[name] - grad).max() <= 0.05 * scale, name
+    for key in ("policy_loss", "value_loss", "entropy"):
+        assert stats[key] == pytest.approx(expected_stats[key], rel=0.02, abs=1e-3), key
+
+
+def test_auto_precision_times_the_first_minibatch_once(monkeypatch, capsys):
+    """--ppo_precision auto where bf16 is native: the first step times the update on a copy of
+    the model in both precisions (time_precisions), keeps the faster, says so once."""
+    import core.distributed.devices as devices
+    calls = []
+
+    def fake_time(update, device, repeats=10, margin=0.05):
+        calls.append(str(device))
+        update()  # the copy's update
+        return "bf16", {"fp32": 3.0, "bf16": 1.5}
+    monkeypatch.setattr(devices, "resolve_precision",
+                        lambda requested, device_type="cpu": "bf16" if requested == "auto"
+                        else requested)
+    monkeypatch.setattr(devices, "time_precisions", fake_time)
+    model = make_model(spaces.Discrete(2), "--ppo_precision", "auto")
+    batch = batch_with_ratios(model, [1.0] * 8, [0.5] * 8)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    for _ in range(3):
+        model.step(batch)
+    assert calls == ["cpu"] and model.update_precision("cpu") == "bf16"
+    assert model.precision_timings == {"device": "cpu", "chosen": "bf16", "fp32_ms": 3.0,
+                                       "bf16_ms": 1.5}
+    assert capsys.readouterr().err.count("--ppo_precision auto on cpu: bf16") == 1
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())

@@ -503,7 +503,7 @@ def test_auto_precision_where_bf16_is_native_keeps_what_the_first_update_measure
     """--sac_precision auto on hardware with bf16 units times the first update in both
     precisions (core/distributed/devices.py time_precisions) and keeps the faster: once per
     device, both figures on stderr and in precision_timings; the update then runs in it."""
-    import models.sac as sac_module
+    import core.distributed.devices as sac_module  # TimedPrecision (models/base.py) asks it
     calls = []
 
     def fake_time(update, device, repeats=10, margin=0.05):
@@ -536,7 +536,7 @@ def test_measuring_the_precision_leaves_the_update_as_an_explicit_choice_compute
         monkeypatch):
     """The real timing (on a copy of the model, the random generators restored): the first
     update's gradients are those of a model told the chosen precision outright."""
-    import models.sac as sac_module
+    import core.distributed.devices as sac_module  # TimedPrecision (models/base.py) asks it
     monkeypatch.setattr(sac_module, "resolve_precision", lambda requested, device_type="cpu":
                         "bf16" if requested == "auto" else requested)
     auto = make_model("--sac_hidden_sizes", "16,16", "--sac_precision", "auto")

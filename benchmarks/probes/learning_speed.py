@@ -19,6 +19,7 @@ Workloads (random data of the envs' shapes: no ROM, no env is built):
   in ``.grad`` (``gradients_in_place``) and ``Learner.apply_in_place`` stepping the model's own
   optimizer on DEVICE: no weights or gradients cross to the host, the bound a GPU learner
   could reach. The gap between the two is the cost of ddrl's gradient-collecting path.
+  ``--precisions`` gives its --ppo_precision too (fp32, bf16).
 - ``dqn-atari``: DQN with the Nature CNN as configs/dqn-atari.yaml (batch 32), and
 - ``sac-lunar``: SAC with configs/sac-LunarLanderContinuous-v3.yaml's networks (256,256, batch
   256, 8 observations, 2 actions) in ``--precisions`` (the model's own autocast): one update
@@ -87,7 +88,8 @@ def add_args(p):
     p.add_argument("--server_modes", nargs="+", choices=SERVER_MODES, default=["server"],
                    help="the other workloads' modes (default: %(default)s)")
     p.add_argument("--precisions", nargs="+", choices=("fp32", "bf16"), default=["fp32", "bf16"],
-                   help="sac-lunar's --sac_precision values (default: %(default)s)")
+                   help="sac-lunar's --sac_precision and ppo-atari's --ppo_precision values "
+                        "(default: %(default)s)")
     p.add_argument("--seconds", type=float, default=10.0,
                    help="timed seconds per configuration (default: %(default)s)")
     p.add_argument("--warmup", type=int, default=5,
@@ -135,14 +137,15 @@ def preset(workload, *flags):
 
 
 class PPOAtari(Workload):
-    def __init__(self, device, mode, seed):
+    def __init__(self, device, mode, seed, precision="fp32"):
         import copy
         import numpy as np
         import torch
         from gymnasium import spaces
         from core.learning.learner import Learner
         from core.plugins import load_plugins
-        args, spec = preset("ppo-atari")
+        args, spec = preset("ppo-atari", "--ppo_precision", precision)
+        self.precision = precision
         plugins = load_plugins(spec)
         torch.manual_seed(seed)
         model = plugins.model_cls(spec.model, spaces.Box(0, 255, FRAMES, np.uint8),
@@ -330,10 +333,10 @@ def build(workload, device, mode=None, precision=None, seed=0):
     if workload not in WORKLOADS:
         raise ValueError(f"workload {workload!r}: one of {', '.join(WORKLOADS)}")
     if workload == "ppo-atari":
-        if mode not in (None, *PPO_MODES) or precision not in (None, "fp32"):
-            raise ValueError(f"ppo-atari runs in mode ddrl or device, in fp32 (asked: mode "
-                             f"{mode}, precision {precision})")
-        return PPOAtari(device, mode or "ddrl", seed)
+        if mode not in (None, *PPO_MODES) or precision not in (None, "fp32", "bf16"):
+            raise ValueError(f"ppo-atari runs in mode ddrl or device, in fp32 or bf16 (asked: "
+                             f"mode {mode}, precision {precision})")
+        return PPOAtari(device, mode or "ddrl", seed, precision or "fp32")
     if mode not in (None, *SERVER_MODES):
         raise ValueError(f"{workload} runs the parameter server's update in a mode of "
                          f"{', '.join(SERVER_MODES)} (asked: {mode})")
@@ -471,7 +474,8 @@ def run(args, argv):
         for n in threads:
             for workload in args.workloads:
                 modes = args.modes if workload == "ppo-atari" else args.server_modes
-                precisions = args.precisions if workload == "sac-lunar" else [None]
+                precisions = (args.precisions if workload in ("sac-lunar", "ppo-atari")
+                              else [None])
                 for mode in modes:
                     for precision in precisions:
                         if device.startswith("cuda") and missing:
