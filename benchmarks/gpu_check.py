@@ -94,6 +94,14 @@ LEARNING_RUNS = {
     "sac_lunar_cpu_bigbatch": ("--model_name sac --gym_id LunarLanderContinuous-v3 "
                                "--num_envs_per_worker 64 --batch_size 4096 --utd_ratio 0.0625",
                                False),
+    # the same on MuJoCo (carry made with gpu_carry.sh --mujoco): HalfCheetah-v5, its preset
+    "sac_cheetah_gpu": ("--model_name sac --gym_id HalfCheetah-v5 --num_gpus 1", True),
+    "sac_cheetah_gpu_bigbatch": ("--model_name sac --gym_id HalfCheetah-v5 --num_gpus 1 "
+                                 "--num_envs_per_worker 64 --batch_size 4096 --utd_ratio 0.0625 "
+                                 "--replay_device cuda", True),
+    "sac_cheetah_cpu_bigbatch": ("--model_name sac --gym_id HalfCheetah-v5 "
+                                 "--num_envs_per_worker 64 --batch_size 4096 --utd_ratio 0.0625",
+                                 False),
     "sac_lunar_gpu_compiled": ("--model_name sac --gym_id LunarLanderContinuous-v3 --num_gpus 1 "
                                "--cuda_graphs on --compile_update on", True),
 }
