@@ -273,16 +273,19 @@ class BaseModel(nn.Module):
         raise NotImplementedError
 
     # -- updates that never wait on the device (the replay loop's device rounds) ------------
-    #: whether ``update_on_inputs`` may be captured as a CUDA graph (--cuda_graphs): the same
-    #: kernels on tensors of the same shapes every call, no host branch on values or counters
-    #: inside, no state written but the gradients (batch-norm statistics are state)
+    #: whether ``update_on_inputs`` may be captured as a CUDA graph (--cuda_graphs) or compiled
+    #: (--compile_update): the same kernels on tensors of the same shapes every call, no host
+    #: branch on values or counters inside, no state written but the gradients (batch-norm
+    #: statistics are state). Read from the model's own class body only: a subclass that
+    #: keeps the update safe says so again (core/learning/device_rounds.py graph_safe)
     update_graph_safe = False
 
     def update_inputs(self, batch) -> Tuple[torch.Tensor, ...]:
         """A replay batch as the tuple of tensors on this model's device that
         ``update_on_inputs`` takes. A model that learns from replay implements this,
-        ``update_on_inputs`` and ``update_extras``; ``ReplayModelSteps`` then gives ``step``,
-        and the parameter server may run its updates without waiting on the device
+        ``update_loss`` and (if it has host-side statistics) ``update_extras``, and mixes in
+        ``ReplayModelSteps``, which gives ``update_on_inputs`` and ``step``; the parameter
+        server may then run its updates without waiting on the device
         (core/learning/device_rounds.py)."""
         raise NotImplementedError
 

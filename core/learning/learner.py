@@ -130,9 +130,9 @@ class Learner:
         tensors on the device. An update whose ``scalars`` (its losses, 0-d tensors) or
         gradients hold NaN or inf changes neither the weights nor the optimizer's state: a fused
         optimizer skips it on the device (its ``found_inf``, as torch.amp's GradScaler uses
-        it); any other optimizer makes this one update wait for the check. The model's
-        ``after_update`` and the version count every update either way (the caller takes the
-        skipped ones off the version once it reads them)."""
+        it), though the model's ``after_update`` and the version still count that update;
+        any other optimizer makes this one update wait for the check and skips it whole. The
+        caller sets the version from the updates it reads were applied."""
         stepped = [p for p in self.parameters.values() if p.grad is not None]
         norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in stepped]))
         finite = torch.isfinite(norm)
