@@ -622,6 +622,59 @@ def test_an_env_on_the_old_gym_api_is_one_paragraph_not_a_flaky_env(tmp_path):
     assert summary["env_errors"] == 0 and summary["stopped_because"] == "error"
 
 
+SHAPE_ENV = '''
+import gymnasium as gym
+import numpy as np
+from envs import register_env
+
+
+@register_env("shape_env")
+class ShapeEnv:
+    """CartPole whose observation grows an entry from its 10th step on (the start of a run
+    tries 8 steps: this one gets past, the hot path names it)."""
+
+    def __init__(self, args, seed=None):
+        self.env = gym.make("CartPole-v1")
+        self.observation_space = self.env.observation_space
+        self.action_space = self.env.action_space
+        self.steps = 0
+
+    def reset(self, seed=None):
+        return self.env.reset(seed=seed)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.steps += 1
+        if self.steps >= 10:
+            obs = np.append(obs, 0.0).astype(np.float32)
+        return obs, reward, terminated, truncated, info
+'''
+
+
+@pytest.mark.e2e
+def test_an_env_whose_observation_changes_shape_is_one_paragraph(tmp_path):
+    """An observation of another shape than the first reset's: exit 2, one paragraph naming
+    the plugin, the env, both shapes and the observation space; no traceback from the
+    fragment's arrays, no env error counted."""
+    import json
+    from test_e2e import run_main
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "shape_env.py").write_text(SHAPE_ENV)
+    run_dir = tmp_path / "run"
+    proc = run_main("--user_dir", str(plugins), "--env_name", "shape_env", "--num_workers",
+                    "0", "--num_envs_per_worker", "2", "--total_steps", "4096", "--run_dir",
+                    str(run_dir), "--quiet")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and "max_env_errors" not in proc.stderr
+    message = proc.stderr.strip().splitlines()[-1]
+    assert "env plugin ShapeEnv" in message and "from step() has shape (5,)" in message
+    assert "the first reset's had (4,)" in message and "observation_space: Box(" in message
+    with open(run_dir / "summary.json") as f:
+        summary = json.load(f)
+    assert summary["env_errors"] == 0 and summary["stopped_because"] == "error"
+
+
 NAN_ENV = '''
 import gymnasium as gym
 import numpy as np
@@ -677,3 +730,33 @@ def test_an_env_that_returns_nan_observations_is_named_not_the_optimizer(tmp_pat
     assert re.search(r"env \d of rollout worker 0, step \d+ of a \d+-step fragment",
                      message), message
     assert "entry [2]" in message
+
+
+@pytest.mark.unit
+def test_the_group_names_the_env_whose_observation_has_another_shape():
+    """EnvGroup.stack on its own: the first stack sets the shapes; a later one with an env of
+    another shape (Dict leaves too), or envs that cannot be stacked, is an EnvContractError
+    naming that env and both shapes."""
+    from types import SimpleNamespace
+    from gymnasium import spaces as gym_spaces
+    from core.errors import EnvContractError
+    from core.sampling.envs import EnvGroup
+
+    class Plugin:
+        pass
+
+    group = EnvGroup.__new__(EnvGroup)
+    group.plugins = SimpleNamespace(env_cls=Plugin)
+    group.worker_index, group.leaf_shapes = 1, None
+    group.observation_space = gym_spaces.Dict({"a": gym_spaces.Box(0, 1, (2,)),
+                                               "b": gym_spaces.Box(0, 1, (3,))})
+    ok = {"a": np.zeros(2, np.float32), "b": np.zeros(3, np.float32)}
+    assert group.stack([ok, ok], "reset()")["b"].shape == (2, 3)
+    bad = {"a": np.zeros(2, np.float32), "b": np.zeros(4, np.float32)}
+    # unstackable (env 1 differs), and stackable but changed (env 0 first)
+    for observations, odd in (([ok, bad], 1), ([bad, bad], 0)):
+        with pytest.raises(EnvContractError) as raised:
+            group.stack(observations, "step()")
+        text = str(raised.value)
+        assert "env plugin Plugin" in text and f"env {odd} of rollout worker 1" in text
+        assert "{'a': (2,), 'b': (4,)}" in text and "{'a': (2,), 'b': (3,)}" in text

@@ -201,6 +201,48 @@ class EnvGroup:
         spaces.check_action_mask(self.layout, self.action_space)
         self.encode = self.layout.encode
         self.policy_source = None
+        self.leaf_shapes = None  # each leaf's shape per env, from the first reset
+
+    def stack(self, observations, what):
+        """The envs' encoded observations stacked, each checked to have the shape the first
+        reset gave (ddrl stores them in arrays of that shape): an env whose observation changes
+        shape is an EnvContractError naming it, not a traceback from deep in the fragment."""
+        try:
+            stacked = spaces.stack(observations)
+        except ValueError:
+            stacked = None
+        shapes = [tuple(a.shape[1:]) for a in spaces.leaves(stacked)] if stacked is not None \
+            else None
+        if self.leaf_shapes is None and shapes is not None:
+            self.leaf_shapes = shapes
+        if shapes is not None and shapes == self.leaf_shapes:
+            return stacked
+        raise EnvContractError(self.shape_error(observations, what))
+
+    def shape_error(self, observations, what):
+        def shape_of(obs):
+            leaves = spaces.leaves(obs)
+            return tuple(np.shape(leaves[0])) if len(leaves) == 1 and not spaces.is_tree(obs) \
+                else {k: tuple(np.shape(v)) for k, v in obs.items()}
+
+        found = [shape_of(o) for o in observations]
+        expected = (self.leaf_shapes[0] if self.leaf_shapes is not None
+                    and not spaces.is_tree(observations[0]) else None)
+        if self.leaf_shapes is not None and spaces.is_tree(observations[0]):
+            expected = dict(zip(sorted(observations[0]), self.leaf_shapes))
+        odd = next((e for e, shape in enumerate(found) if shape != (expected or found[0])), 0)
+        name = getattr(self.plugins.env_cls, "__name__", str(self.plugins.env_cls))
+        module = getattr(self.plugins.env_cls, "__module__", "")
+        worker = f" of rollout worker {self.worker_index}" if self.worker_index is not None \
+            else ""
+        return (f"env plugin {name} ({module}): the observation env {odd}{worker} returned "
+                f"from {what} has shape {found[odd]}, where "
+                + (f"the first reset's had {expected}" if expected is not None
+                   else f"env 0's has {found[0]}")
+                + f" (its observation_space: {self.observation_space}). An env's observations "
+                f"keep one shape: ddrl stores them in arrays of it. This is the env's code, not "
+                f"a flaky env (never retried or counted as an env error): fix its {what}, or "
+                f"declare the observation_space it returns.")
 
     def bind_policy(self, source):
         """Hand every env that asks for one (an optional ``bind_policy(source)`` method, e.g.
@@ -330,11 +372,13 @@ class EnvGroup:
     # -- the group's API -----------------------------------------------------------------------
     def reset(self):
         """First reset, seeded: env e of this group gets seeds[e]."""
-        return spaces.stack(self._reset(range(len(self.seeds)), self.seeds, self.reset_errors))
+        return self.stack(self._reset(range(len(self.seeds)), self.seeds, self.reset_errors),
+                          "reset()")
 
     def reset_all(self, seeds):
         """Reset every env with these seeds; the new first observations, stacked."""
-        return spaces.stack(self._reset(range(len(self.seeds)), list(seeds), self.reset_errors))
+        return self.stack(self._reset(range(len(self.seeds)), list(seeds), self.reset_errors),
+                          "reset()")
 
     def take_reset_errors(self):
         """The errors reset() and reset_all() survived since the last call, cleared."""
@@ -400,8 +444,8 @@ class EnvGroup:
                 observations[e] = self._rebuild(e, errors)
         for e in np.flatnonzero(failed):
             observations[e] = self._rebuild(int(e), errors)
-        return StepResult(spaces.stack(observations), rewards, terminated, truncated, final,
-                          failed, errors, episode_metrics, report or None)
+        return StepResult(self.stack(observations, "step()"), rewards, terminated, truncated,
+                          final, failed, errors, episode_metrics, report or None)
 
     def get_state(self):
         """Every env's state (see envs/gym_env.py:get_state), or None if one of them cannot
