@@ -405,7 +405,8 @@ def test_several_learners_share_the_gpus_and_the_server_stays_on_the_cpu(placed)
     assert placed["two_learners"]["server"] == {
         "device": "cpu", "gpu_ids": [], "warning": None,
         # on the CPU the updates run one by one (--device_rounds auto), without graphs
-        "device_rounds": False, "pinned_batches": False, "cuda_graphs": False}
+        "device_rounds": False, "pinned_batches": False, "cuda_graphs": False,
+        "compiled_update": False}
     for case, shared in (("two_learners", False), ("two_learners_one_gpu", True)):
         found = placed[case]
         ids = [info["gpu_ids"] for info in found["learners"]]
