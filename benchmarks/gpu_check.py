@@ -138,9 +138,9 @@ UPDATE_CONFIGS = [
     ("sac-lunar", "graphs_compiled", "cuda", 1, "fp32"),
     ("dqn-lunar", "graphs_compiled", "cuda", 1, None),
     ("dqn-atari", "graphs_compiled", "cuda", 1, None),
-    # PPO's Atari update with --ppo_precision bf16 (not in a dry run: emulated bf16 on an AVX2
-    # CPU makes the CNN's update many seconds)
-    ("ppo-atari", "device", "cuda", 1, "bf16"),
+    # the Atari updates in bf16 (--ppo_precision, --dqn_precision; not in a dry run: emulated
+    # bf16 on an AVX2 CPU makes the CNN's update many seconds)
+    ("ppo-atari", "device", "cuda", 1, "bf16"), ("dqn-atari", "graphs", "cuda", 1, "bf16"),
 ]
 #: modes a dry run leaves out: inductor's compile on the CPU takes ~40 s a configuration
 #: (tests/test_device_rounds.py checks --compile_update's plumbing with aot_eager)
@@ -379,7 +379,7 @@ def updates(check):
     results = []
     for workload, mode, device, threads, precision in UPDATE_CONFIGS:
         if check.args.dry_run:
-            if mode in DRY_SKIPPED_MODES or (workload == "ppo-atari" and precision == "bf16"):
+            if mode in DRY_SKIPPED_MODES or (workload.endswith("-atari") and precision == "bf16"):
                 results.append({"workload": workload, "mode": mode, "device": device,
                                 "threads": threads, "precision": precision or "fp32",
                                 "skipped": "not in a dry run"})

@@ -35,7 +35,7 @@ from core.argtypes import non_negative_float, positive_float, positive_int, unit
 from core.errors import ConfigError
 from core.spaces import action_mask, layout_of
 from models import register_model
-from models.base import BaseModel, ReplayModelSteps
+from models.base import BaseModel, ReplayModelSteps, TimedPrecision
 from models.encoders import Flatten, add_encoder_args, make_encoder
 from models.exporting import ObservationInputs, refuse_changed_acting
 from models.numpy_mlp import NumpyMLP
@@ -111,10 +111,11 @@ def linear_epsilon(progress, initial, final, fraction):
 
 
 @register_model("dqn")
-class DQNModel(ReplayModelSteps, BaseModel):
+class DQNModel(ReplayModelSteps, TimedPrecision, BaseModel):
     """Double DQN (optionally dueling) with n-step targets, for Discrete actions."""
     trainer = "replay"
     update_graph_safe = True
+    precision_flag = "--dqn_precision"
     default_agent = "dqn_agent"
     update_metrics = ("q_loss", "q_mean", "td_error_mean", "epsilon")
     line_metrics = (("q_loss", "q loss", ".3f"), ("epsilon", "eps", ".3f"))
@@ -169,7 +170,18 @@ class DQNModel(ReplayModelSteps, BaseModel):
         parser.add_argument("--eval_eps", type=unit_interval, default=0.0,
                             help="epsilon of the test worker, --evaluate and videos (0: "
                                  "greedy) (default: %(default)s)")
+        parser.add_argument("--dqn_precision", choices=["auto", "fp32", "bf16"], default="fp32",
+                            help="bf16: the update's forward pass (the Q network's convolutions "
+                                 "and matrix products) in bfloat16 under torch.autocast, the "
+                                 "loss's arithmetic in float32; auto: fp32 where bf16 is "
+                                 "emulated, else the first update timed in both and the faster "
+                                 "kept (as --sac_precision). Acting stays float32 "
+                                 "(default: %(default)s)")
         add_encoder_args(parser)
+
+    @classmethod
+    def update_precision_of(cls, config):
+        return config.dqn_precision
 
     @classmethod
     def check_spaces(cls, observation_space, action_space):
@@ -320,6 +332,18 @@ class DQNModel(ReplayModelSteps, BaseModel):
 
     def update_inputs(self, batch):
         return self.unpack(batch)
+
+    def update_on_inputs(self, *inputs):
+        """The loss's backward pass into .grad (ReplayModelSteps), in --dqn_precision
+        (models/base.py ``TimedPrecision``)."""
+        with self.autocast(inputs):
+            return self.losses_and_gradients(*inputs)
+
+    def requested_precision(self):
+        return self.args.dqn_precision
+
+    def timed_update(self, inputs):
+        return self.losses_and_gradients(*inputs)
 
     def update_loss(self, obs, actions, rewards, next_obs, terminated, discounts, weights):
         """The weighted Huber loss, statistics, and |Q - y| per transition for the priority

@@ -88,8 +88,8 @@ def add_args(p):
     p.add_argument("--server_modes", nargs="+", choices=SERVER_MODES, default=["server"],
                    help="the other workloads' modes (default: %(default)s)")
     p.add_argument("--precisions", nargs="+", choices=("fp32", "bf16"), default=["fp32", "bf16"],
-                   help="sac-lunar's --sac_precision and ppo-atari's --ppo_precision values "
-                        "(default: %(default)s)")
+                   help="sac-lunar's --sac_precision, ppo-atari's --ppo_precision and "
+                        "dqn-atari's --dqn_precision values (default: %(default)s)")
     p.add_argument("--seconds", type=float, default=10.0,
                    help="timed seconds per configuration (default: %(default)s)")
     p.add_argument("--warmup", type=int, default=5,
@@ -257,8 +257,9 @@ class ServerUpdate(Workload):
 
 
 class DQNAtari(ServerUpdate):
-    def __init__(self, device, seed, mode="server"):
-        super().__init__("dqn-atari", device, seed, mode=mode)
+    def __init__(self, device, seed, mode="server", precision="fp32"):
+        super().__init__("dqn-atari", device, seed, ("--dqn_precision", precision), mode)
+        self.precision = precision
 
     @staticmethod
     def spaces():
@@ -341,10 +342,14 @@ def build(workload, device, mode=None, precision=None, seed=0):
         raise ValueError(f"{workload} runs the parameter server's update in a mode of "
                          f"{', '.join(SERVER_MODES)} (asked: {mode})")
     mode = mode or "server"
-    if workload in ("dqn-atari", "dqn-lunar"):
+    if workload == "dqn-atari":
+        if precision not in (None, "fp32", "bf16"):
+            raise ValueError(f"dqn-atari's precision: fp32 or bf16 (asked: {precision})")
+        return DQNAtari(device, seed, mode, precision or "fp32")
+    if workload == "dqn-lunar":
         if precision not in (None, "fp32"):
             raise ValueError(f"{workload} runs in fp32 (asked: {precision})")
-        return (DQNAtari if workload == "dqn-atari" else DQNLunar)(device, seed, mode)
+        return DQNLunar(device, seed, mode)
     if precision not in (None, "fp32", "bf16"):
         raise ValueError(f"sac-lunar's precision: fp32 or bf16 (asked: {precision})")
     return SACLunar(device, seed, precision or "fp32", mode)
@@ -474,8 +479,8 @@ def run(args, argv):
         for n in threads:
             for workload in args.workloads:
                 modes = args.modes if workload == "ppo-atari" else args.server_modes
-                precisions = (args.precisions if workload in ("sac-lunar", "ppo-atari")
-                              else [None])
+                precisions = (args.precisions
+                              if workload in ("sac-lunar", "ppo-atari", "dqn-atari") else [None])
                 for mode in modes:
                     for precision in precisions:
                         if device.startswith("cuda") and missing:
