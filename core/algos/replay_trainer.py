@@ -199,7 +199,6 @@ def spawn_buffer(placement, spec, spaces, with_discounts=False):
         buffer_cls = HERReplayBuffer
         buffer_kwargs.update(spec=spec, strategy=args.her_strategy, k=args.her_k)
     if args.replay_device == "cuda":  # in this process, beside the parameter server
-        check_replay_device(args)
         device = resolve_device(plan_of(spec).parameter_server_gpus, "the replay buffer")
         if device == "cpu":
             print("ddrl: --replay_device cuda: the parameter server computes on the CPU "
@@ -277,11 +276,15 @@ class ReplayTrainer(Trainer):
     @classmethod
     def check_plugins(cls, plugins, spec):
         """A model that cannot learn from averaged gradients (CrossQ: its batch statistics are
-        per batch) says so with ``single_learner_only``; then --num_learners must be 1."""
+        per batch) says so with ``single_learner_only``; then --num_learners must be 1. The
+        settings --replay_device cuda and --her need are checked here, before anything
+        starts."""
         reason = plugins.model_cls.single_learner_only
         if reason and spec.loop.num_learners > 1:
             raise ConfigError(f"--num_learners {spec.loop.num_learners} with --model_name "
                               f"{spec.model_name}: {reason} Use --num_learners 1.")
+        if spec.loop.replay_device == "cuda":
+            check_replay_device(spec.loop)
         if spec.loop.her:
             label = env_label(plugins.env_cls, spec.env)
             check_her(spec, plugins, f"{spec.env_name}{' ' + label if label else ''}")
