@@ -145,7 +145,7 @@ class APPOModel(PPOModel):
                                         action_mask_of(rows(batch.observations, 0, steps)))
         return log_prob.float()
 
-    def loss_and_gradients(self, batch: VTraceBatch, progress: float = 0.0):
+    def losses_and_gradients(self, batch: VTraceBatch, progress: float = 0.0):
         """V-trace's loss and its gradients: the body of PPOModel.step (inside its
         --ppo_precision autocast)."""
         length, count = batch.rewards.shape

@@ -34,15 +34,16 @@ class TimedPrecision:
     where bf16 is emulated (core/distributed/devices.py resolve_precision); where it is native,
     the first update is timed on a copy of the model in both precisions and the faster kept
     (``time_precisions``), both figures on stderr and in ``precision_timings``. The model gives
-    ``requested_precision()`` and ``timed_update(inputs)`` (one whole update on its own weights,
-    under whatever autocast the caller set)."""
+    ``requested_precision()`` and ``losses_and_gradients(*inputs)`` (one whole update on its own
+    weights, its gradients into .grad, under whatever autocast the caller set), and runs its
+    update inside ``autocast(inputs)``."""
     precision_flag = "--precision"
 
     def requested_precision(self) -> str:
         raise NotImplementedError
 
     def timed_update(self, inputs):
-        raise NotImplementedError
+        return self.losses_and_gradients(*inputs)
 
     def update_precision(self, device_type, inputs=None):
         """The precision resolved for the device that computes the update. Without ``inputs``

@@ -342,9 +342,6 @@ class DQNModel(ReplayModelSteps, TimedPrecision, BaseModel):
     def requested_precision(self):
         return self.args.dqn_precision
 
-    def timed_update(self, inputs):
-        return self.losses_and_gradients(*inputs)
-
     def update_loss(self, obs, actions, rewards, next_obs, terminated, discounts, weights):
         """The weighted Huber loss, statistics, and |Q - y| per transition for the priority
         update (models/base.py ``ReplayModelSteps``: the backward pass, and ``step``'s

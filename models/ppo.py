@@ -642,15 +642,12 @@ class PPOModel(TimedPrecision, BaseModel):
         """The gradients of PPO's loss on a minibatch, by parameter name, and its statistics;
         in --ppo_precision (models/base.py ``TimedPrecision``)."""
         with self.autocast((batch, progress)):
-            return self.loss_and_gradients(batch, progress)
+            return self.losses_and_gradients(batch, progress)
 
     def requested_precision(self):
         return self.args.ppo_precision
 
-    def timed_update(self, inputs):
-        return self.loss_and_gradients(*inputs)
-
-    def loss_and_gradients(self, batch: PPOBatch, progress: float = 0.0):
+    def losses_and_gradients(self, batch: PPOBatch, progress: float = 0.0):
         """The body of ``step``, inside its autocast."""
         clip_range = schedule(self.args.clip_range, self.args.clip_schedule, progress)
         features = self.features(batch.observations)  # one encoder pass for both heads

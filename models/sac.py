@@ -387,9 +387,6 @@ class SACModel(ReplayModelSteps, TimedPrecision, BaseModel):
     def requested_precision(self):
         return self.args.sac_precision
 
-    def timed_update(self, inputs):
-        return self.losses_and_gradients(*inputs)
-
     def update_loss(self, obs, actions, rewards, next_obs, terminated, weights):
         """The critic, actor and temperature losses' sum, statistics and |TD errors| (inside
         autocast for --sac_precision bf16; ``losses_and_gradients`` runs the backward pass)."""

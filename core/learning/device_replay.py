@@ -74,33 +74,19 @@ class TorchReplayBuffer(ReplayBuffer):
         laps, position = divmod(self._total_added, self._capacity)
         return laps + (indices < position).long()
 
+    @staticmethod
+    def _host_rows(column, size):
+        return column[:size].cpu().numpy()
+
     def state_dict(self) -> dict:
-        """As ReplayBuffer's (numpy rows on the host: checkpoints load anywhere), with torch's
-        generator state for the draws."""
-        size = len(self)
-        state = {name: spaces.tree_map(lambda c: c[:size].cpu().numpy(), column)
-                 for name, column in zip(Transitions._fields, self._columns)
-                 if column is not None}
-        state.update(capacity=self._capacity, total_added=self._total_added,
-                     torch_rng=self.generator.get_state().numpy())
+        """ReplayBuffer's (numpy rows on the host: checkpoints load anywhere), with torch's
+        generator state for the draws in place of numpy's."""
+        state = super().state_dict()
+        state.update(rng=None, torch_rng=self.generator.get_state().numpy())
         return state
 
     def load_state_dict(self, state: dict):
-        if int(state["capacity"]) != self._capacity:
-            raise ValueError(f"checkpoint capacity {state['capacity']} != {self._capacity}")
-        size = min(int(state["total_added"]), self._capacity)
-        for name, column in zip(Transitions._fields, self._columns):
-            if column is None:
-                continue
-            if name not in state:
-                raise ValueError(f"checkpoint has no {name} column (a buffer of another kind)")
-            for path, leaf in (column.items() if spaces.is_tree(column) else [(None, column)]):
-                saved = np.asarray(state[name] if path is None else state[name][path])
-                if saved.shape != (size, *leaf.shape[1:]):
-                    raise ValueError(f"checkpoint {name} has shape {saved.shape}, "
-                                     f"expected {(size, *leaf.shape[1:])}")
-                leaf[:size] = torch.as_tensor(saved).to(self.device, leaf.dtype)
-        self._total_added = int(state["total_added"])
+        super().load_state_dict(state)  # the rows, through _write; numpy's generator unused
         if state.get("torch_rng") is not None:
             self.generator.set_state(torch.as_tensor(np.asarray(state["torch_rng"]),
                                                      dtype=torch.uint8))

@@ -159,12 +159,7 @@ class ParameterServer:
                 self.group.allreduce(self.model, result.stats, share)
             stats.append(self.apply(result, progress=progress) if result.gradients is not None
                          else self.apply_in_place(result, progress))
-        if buffer is not None and priorities:
-            # One fire-and-forget call for all; the buffer ignores slots rewritten since.
-            buffer.update_priorities.remote(
-                np.concatenate([b.indices for b, _ in priorities]),
-                np.concatenate([b.generations for b, _ in priorities]),
-                np.concatenate([p for _, p in priorities]))
+        _send_all_priorities(buffer, priorities)
         return stats
 
     def update_round(self, batches, buffer=None, progress=0.0):
@@ -194,11 +189,7 @@ class ParameterServer:
                               "why": "a loss is NaN or inf" if not all_finite(values)
                               else "the gradient has NaN or inf"})
         learner.version = version  # the skipped updates did not move the weights
-        if buffer is not None and priorities:
-            buffer.update_priorities.remote(
-                np.concatenate([b.indices for b, _ in priorities]),
-                np.concatenate([b.generations for b, _ in priorities]),
-                np.concatenate([p for _, p in priorities]))
+        _send_all_priorities(buffer, priorities)
         return stats
 
     def compute_on_device(self, inputs):
@@ -279,6 +270,16 @@ class LearnerWorker:
         """Where the updates run, and what --sac_precision auto measured there, if it did."""
         timings = getattr(self.model, "precision_timings", None)
         return {**device_info(self.device), **({"precision": timings} if timings else {})}
+
+
+def _send_all_priorities(buffer, priorities):
+    """[(batch, |TD errors|)] of one call's updates to a prioritized buffer (None: uniform) in
+    one fire-and-forget call; the buffer ignores slots rewritten since."""
+    if buffer is not None and priorities:
+        buffer.update_priorities.remote(
+            np.concatenate([b.indices for b, _ in priorities]),
+            np.concatenate([b.generations for b, _ in priorities]),
+            np.concatenate([p for _, p in priorities]))
 
 
 def _send_priorities(result, batch, buffer):

@@ -151,7 +151,7 @@ class ReplayBuffer:
         """The stored rows (slot order), counters and the sampling generator's state, for
         checkpoints (a restored buffer draws the batches this one would have)."""
         size = len(self)
-        state = {name: spaces.tree_map(lambda c: c[:size].copy(), column)
+        state = {name: spaces.tree_map(lambda c: self._host_rows(c, size), column)
                  for name, column in zip(Transitions._fields, self._columns)
                  if column is not None}
         state.update(capacity=self._capacity, total_added=self._total_added,
@@ -177,7 +177,7 @@ class ReplayBuffer:
                 if data.shape != (size, *leaf.shape[1:]):
                     raise ValueError(f"checkpoint {name} has shape {data.shape}, "
                                      f"expected {(size, *leaf.shape[1:])}")
-                leaf[:size] = data
+                self._write(leaf, data, 0)
         self._total_added = int(state["total_added"])
         if state.get("rng") is not None:  # (not in checkpoints written before it was kept)
             self.rng.bit_generator.state = state["rng"]
@@ -207,6 +207,11 @@ class ReplayBuffer:
                 if shape != expected:
                     raise ValueError(f"{name} has shape {shape}, expected {expected}")
         return n
+
+    @staticmethod
+    def _host_rows(column, size):
+        """A copy of a column's first ``size`` rows as a host array (checkpoints)."""
+        return column[:size].copy()
 
     def _write(self, column: np.ndarray, data: np.ndarray, start: int):
         """Copy `data` (at most capacity rows) into the ring at `start`: two slices, no gather."""
