@@ -1,0 +1,203 @@
+"""D4RL-style datasets: one file of flat arrays, a .hdf5/.h5 as D4RL ships them or a .npz.
+
+The arrays: ``observations`` [N, ...], ``actions`` [N, ...], ``rewards`` [N], ``terminals``
+[N], and optionally ``timeouts`` [N] (True where a time limit cut the episode) and
+``next_observations`` [N, ...]. Rows are steps in order, episodes one after another; an
+episode ends at a row whose terminal or timeout is True.
+
+Without next_observations, a row's next observation is the following row's, as D4RL's
+``qlearning_dataset`` builds it; so the last row of an episode cut by a timeout has none in
+the file and is dropped, as is the file's last row (unless terminal), as qlearning_dataset
+drops them. A terminal row is kept, its next observation its own (a placeholder: terminated
+1 means no bootstrap; qlearning_dataset takes the next episode's first observation there).
+Without timeouts, a time-limit cut cannot be seen: that row pairs with the next episode's
+first observation (D4RL's older files share the flaw); include timeouts where known.
+
+Observations are one Box (arrays have no Dict or Tuple; a structured space needs a Minari
+dataset). The spaces are the env's when given (checked against the arrays' shapes; discrete
+actions against their range), else inferred: a Box with infinite bounds (uint8 arrays as
+0-255 pixels), and for integer actions a Discrete (1-D) or MultiDiscrete (2-D) over the
+values seen. The env's spaces are the ones to learn with: inferred action bounds are infinite.
+"""
+import numpy as np
+from gymnasium import spaces as gym_spaces
+
+from core.data.native import actions_to_carried, observations_to_carried
+from core.data.offline import DatasetError, OfflineData, check_fits, episode_statistics
+from core.learning.replay_buffer import Transitions
+
+REQUIRED = ("observations", "actions", "rewards", "terminals")
+OPTIONAL = ("timeouts", "next_observations")
+SUFFIXES = (".hdf5", ".h5", ".npz")
+
+
+def read_arrays(path, source, observation_space=None, action_space=None):
+    """The arrays in ``path`` (.npz, .hdf5 or .h5) as OfflineData (the module's docstring)."""
+    arrays, metadata = _load_npz(path, source) if str(path).endswith(".npz") else \
+        _load_hdf5(path, source)
+    observations, actions = arrays["observations"], arrays["actions"]
+    rewards = arrays["rewards"].reshape(len(arrays["rewards"]), -1)
+    rows = len(rewards)
+    if rewards.shape[1] != 1:
+        raise DatasetError(f"{source}: rewards has shape {arrays['rewards'].shape}; one "
+                           f"reward per row ([N] or [N, 1]) is what ddrl reads.")
+    lengths = {name: len(array) for name, array in arrays.items()}
+    if set(lengths.values()) != {rows}:
+        raise DatasetError(f"{source}: its arrays have different numbers of rows ({lengths}); "
+                           f"every array holds one row per step.")
+    if rows == 0:
+        raise DatasetError(f"{source} holds no rows: nothing to learn from.")
+    rewards = rewards[:, 0].astype(np.float32)
+    terminals = np.asarray(arrays["terminals"], bool).reshape(rows)
+    timeouts = np.asarray(arrays.get("timeouts", np.zeros(rows, bool)), bool).reshape(rows)
+
+    if observation_space is not None and not isinstance(observation_space, gym_spaces.Box):
+        raise DatasetError(f"{source} holds observations as one array, but this run's env has "
+                           f"{observation_space}: arrays carry Box observations only. Record "
+                           f"the dataset as a Minari dataset (core/data/ DatasetWriter) to keep "
+                           f"Dict or Tuple observations.")
+    actions = _discrete_actions(actions, action_space)
+    env_id = _env_id(metadata)
+    inferred = (_infer_observation_space(observations),
+                _infer_action_space(actions, action_space))
+    check_fits(source, inferred, (observation_space, action_space), env_id, counts=False)
+    if observation_space is None:
+        observation_space = inferred[0]
+    if action_space is None:
+        action_space = inferred[1]
+    _check_action_range(source, actions, action_space)
+
+    ends = terminals | timeouts
+    if "next_observations" in arrays:
+        keep = np.ones(rows, bool)
+        next_observations = arrays["next_observations"]
+    else:
+        keep = ~timeouts | terminals
+        keep[-1] &= terminals[-1]
+        following = np.minimum(np.arange(rows) + 1, rows - 1)
+        following[terminals] = np.flatnonzero(terminals)
+        next_observations = observations[following[keep]]
+        observations = observations[keep]
+    if not keep.any():
+        raise DatasetError(f"{source} has no row with a next observation (one row, not "
+                           f"terminal, and no next_observations array): nothing to learn from.")
+    episode = np.concatenate([[0], np.cumsum(ends[:-1])])[keep]
+    returns, lengths = episode_statistics(rewards, ends)
+    transitions = Transitions(
+        observations=observations_to_carried(observation_space, observations),
+        actions=actions_to_carried(action_space, actions[keep]),
+        rewards=rewards[keep],
+        next_observations=observations_to_carried(observation_space, next_observations),
+        terminated=terminals[keep].astype(np.float32),
+        episode_ends=np.concatenate([episode[1:] != episode[:-1], [True]]))
+    return OfflineData(transitions=transitions, truncated=timeouts[keep],
+                       episode_returns=returns, episode_lengths=lengths,
+                       observation_space=observation_space, action_space=action_space,
+                       env_id=env_id, metadata=metadata, source=str(source))
+
+
+def _missing(source, found):
+    missing = [name for name in REQUIRED if name not in found]
+    if missing:
+        raise DatasetError(f"{source} has no {', '.join(missing)} array: a D4RL-style file "
+                           f"holds {', '.join(REQUIRED)} (and optionally "
+                           f"{', '.join(OPTIONAL)}); it has {sorted(found) or 'none'}.")
+
+
+def _load_npz(path, source):
+    try:
+        with np.load(path, allow_pickle=False) as file:
+            _missing(source, file.files)
+            arrays = {name: file[name] for name in REQUIRED + OPTIONAL if name in file.files}
+            metadata = {name: _plain(file[name]) for name in file.files
+                        if name not in arrays and file[name].ndim == 0}
+    except (OSError, ValueError) as error:
+        raise DatasetError(f"{source} is not a .npz file numpy can read without pickles "
+                           f"({error}).") from None
+    return arrays, metadata
+
+
+def _load_hdf5(path, source):
+    import h5py
+    try:
+        with h5py.File(path, "r") as file:
+            found = [name for name, item in file.items() if isinstance(item, h5py.Dataset)]
+            _missing(source, found)
+            arrays = {name: file[name][()] for name in REQUIRED + OPTIONAL if name in found}
+            metadata = {key: _plain(value) for key, value in file.attrs.items()}
+            group = file.get("metadata")   # D4RL's: metadata/algorithm and such
+
+            def scalar(name, item):
+                if isinstance(item, h5py.Dataset) and item.size == 1:
+                    metadata.setdefault(name, _plain(item[()]))
+                # (None: h5py's visititems goes on)
+            if isinstance(group, h5py.Group):
+                group.visititems(scalar)
+    except OSError as error:
+        raise DatasetError(f"{source} is not an HDF5 file h5py can read ({error}).") from None
+    if "algorithm_name" not in metadata and isinstance(metadata.get("algorithm"), str):
+        metadata["algorithm_name"] = metadata["algorithm"]
+    return arrays, metadata
+
+
+def _plain(value):
+    """A numpy scalar, 0-d or one-element array, or bytes as a plain Python value."""
+    value = np.asarray(value)
+    value = value.reshape(()).item() if value.size == 1 else value.tolist()
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def _env_id(metadata):
+    for key in ("env_id", "env_name", "env"):
+        if isinstance(metadata.get(key), str):
+            return metadata[key]
+    return None
+
+
+def _infer_observation_space(observations):
+    shape = observations.shape[1:]
+    if observations.dtype == np.uint8:
+        return gym_spaces.Box(0, 255, shape, np.uint8)
+    return gym_spaces.Box(-np.inf, np.inf, shape, np.float32)
+
+
+def _infer_action_space(actions, env_space=None):
+    integers = np.issubdtype(actions.dtype, np.integer) or actions.dtype == bool
+    if integers and isinstance(env_space, gym_spaces.MultiBinary) and actions.ndim > 1:
+        return gym_spaces.MultiBinary(list(actions.shape[1:]))
+    if integers and actions.ndim in (1, 2):
+        low, high = actions.min(axis=0), actions.max(axis=0)
+        start = np.minimum(low, 0)
+        if actions.ndim == 1:
+            return gym_spaces.Discrete(int(high - start + 1), start=int(start))
+        return gym_spaces.MultiDiscrete(high - start + 1, start=start)
+    return gym_spaces.Box(-np.inf, np.inf, actions.shape[1:], np.float32)
+
+
+def _discrete_actions(actions, action_space):
+    """Actions as the env's discrete space reads them: whole-number floats as int64, a
+    Discrete's [N, 1] as [N]."""
+    if not isinstance(action_space, (gym_spaces.Discrete, gym_spaces.MultiDiscrete,
+                                     gym_spaces.MultiBinary)):
+        return actions
+    if isinstance(action_space, gym_spaces.Discrete) and actions.ndim == 2 \
+            and actions.shape[1] == 1:
+        actions = actions[:, 0]
+    if np.issubdtype(actions.dtype, np.floating) and np.array_equal(actions, np.round(actions)):
+        actions = actions.astype(np.int64)
+    return actions
+
+
+def _check_action_range(source, actions, space):
+    if isinstance(space, gym_spaces.Box):
+        return
+    if isinstance(space, gym_spaces.MultiBinary):
+        low, high = np.zeros(space.shape, np.int64), np.ones(space.shape, np.int64)
+    else:
+        low = np.asarray(space.start, np.int64)
+        high = low + np.asarray(space.n if isinstance(space, gym_spaces.Discrete)
+                                else space.nvec, np.int64) - 1
+    if actions.size and ((actions < low).any() or (actions > high).any()):
+        raise DatasetError(f"{source}'s actions take values {actions.min()}..{actions.max()}; "
+                           f"the env's {space} takes {low.min()}..{high.max()} (as stored: "
+                           f"the env's own values, a Discrete's start included).")
