@@ -10,6 +10,7 @@ enjoy.py and export_onnx.py, as subcommands of one command).
     ddrl cluster start|stop ...     Ray nodes on this machine's loopback (for --address)
     ddrl list [--user_dir DIR]      the registered envs, models, agents, loggers; the presets
     ddrl check [FLAGS] [--steps N]  an env plugin tried against ddrl's contract
+    ddrl dataset PATH --out TARGET --steps N   a saved policy's rollouts as a Minari dataset
 
 Only ``train`` and ``sweep`` build the plugin and loop flags (``ddrl train --model_name sac -h``
 lists SAC's); the others take a path and a few flags of their own. Exit codes: 0 done, 1 a fault
@@ -38,6 +39,7 @@ COMMANDS = {
     "cluster": "start or stop Ray nodes on this machine's loopback",
     "list": "the registered plugins and the presets",
     "check": "try an env plugin against ddrl's contract (reset, step, spaces, seeding)",
+    "dataset": "roll out a saved policy into a Minari dataset (what --dataset reads)",
 }
 
 #: the old command flags of main.py -> the subcommand that replaces each
@@ -222,8 +224,48 @@ def check(argv, start_time=None, leave_quickly=False):
     return check_main(list(argv))
 
 
+def dataset(argv, start_time=None, leave_quickly=False):
+    """``ddrl dataset PATH --out TARGET --steps N``: a saved policy's rollouts as a Minari
+    dataset (ddrl/datasets.py)."""
+    parser = command_parser(
+        "dataset", "Roll out a saved policy and write its transitions as a Minari dataset "
+        "(in this process, no Ray): what `ddrl train --dataset` and Minari's own tools read. "
+        "The D4RL recipe for a 'medium' set: a policy stopped at about a third of its final "
+        "return, acting with its own sampled actions.")
+    parser.add_argument("path", metavar="PATH",
+                        help="a run directory (its checkpoints/best.pt) or a checkpoint file")
+    parser.add_argument("--out", required=True, metavar="TARGET",
+                        help="a directory to write the dataset to (Minari's layout: "
+                             "TARGET/data/), or a Minari id (namespace/name-v0) written into "
+                             "the local Minari store (MINARI_DATASETS_PATH, else "
+                             "~/.minari/datasets); an existing dataset is never overwritten")
+    parser.add_argument("--steps", type=int, required=True,
+                        help="env steps to record, over all envs; the episodes still running "
+                             "at the end are left out")
+    parser.add_argument("--envs", type=int, default=1, help="envs stepped side by side "
+                                                            "(default: %(default)s)")
+    parser.add_argument("--deterministic", action="store_true",
+                        help="the policy's most likely action (default: its sampled actions)")
+    parser.add_argument("--epsilon", type=float, default=0.0,
+                        help="probability of a uniform random action instead "
+                             "(default: %(default)s)")
+    parser.add_argument("--action_noise", type=float, default=0.0,
+                        help="Box actions: Gaussian noise of this fraction of the half-range "
+                             "added, then clipped to the bounds (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="seeds the envs and the noise (default: the run's --seed)")
+    parser.add_argument("--description", default=None,
+                        help="the dataset's description in its metadata")
+    args = parser.parse_args(argv)
+    from ddrl.datasets import collect_dataset
+    collect_dataset(args.path, args.out, args.steps, args.envs, args.deterministic,
+                    args.epsilon, args.action_noise, args.seed, args.description)
+    return 0
+
+
 HANDLERS = {"train": train, "evaluate": evaluate, "export": export, "card": card,
-            "sweep": sweep, "cluster": cluster, "list": list_plugins, "check": check}
+            "sweep": sweep, "cluster": cluster, "list": list_plugins, "check": check,
+            "dataset": dataset}
 
 
 # -- main.py's old command flags ---------------------------------------------------------------

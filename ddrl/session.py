@@ -165,7 +165,8 @@ class TrainingSession:
                                                                args.env_name)
         self.spaces = observation_space, action_space
         self.plugins.model_cls.check_spaces(observation_space, action_space)
-        trainer_cls = trainer_class(self.plugins.model_cls.trainer, self.plugins.model_cls)
+        trainer_cls = trainer_class(self.plugins.model_cls.trainer,
+                                    self.plugins.model_cls).for_run(spec.loop)
         check_agent_kind(trainer_cls, self.plugins, args)
         trainer_cls.check_plugins(self.plugins, spec)
         # Where GPUs go is the loop's to say; every actor reads it from the spec.
@@ -176,6 +177,9 @@ class TrainingSession:
         self.run_dir = args.run_dir or default_run_dir(args, self.env_label)
         if not args.restore:
             check_run_dir(self.run_dir)
+        if args.record_dataset:
+            from core.sampling.recording import check_target
+            check_target(args.record_dataset)
         if args.num_workers > 0 or args.env_placement == "actor":
             # Ray starts in the background: a trainer that can learn in this process meanwhile
             # (PPO) starts at once; the others wait for it here. Envs in actors of their own
@@ -460,6 +464,7 @@ class TrainingSession:
         extra = {"run_dir": self.run_dir, **self.faults.counts}
         if self.trainer is not None:
             extra.update(getattr(self.trainer, "summary_extra", dict)())
+            extra.update(self.finish_recording())
         if self.error is not None:
             extra["error"] = short_error(self.error)
         try:
@@ -487,6 +492,34 @@ class TrainingSession:
                       f"{str(exc).splitlines()[0][:300] if str(exc) else ''}", file=sys.stderr,
                       flush=True)
         return summary
+
+    def finish_recording(self):
+        """--record_dataset DIR: the workers' shards written whole and merged into one Minari
+        dataset at DIR (core/sampling/recording.py); summary.json's ``recorded_dataset``. A
+        failure here is reported, never the run's fate."""
+        args = self.args
+        if not getattr(args, "record_dataset", None):
+            return {}
+        from core.sampling.recording import merge_shards
+        try:
+            self.trainer.close_recorders()
+            merged = merge_shards(args.record_dataset, env_id=self.env_label,
+                                  algorithm_name=f"ddrl {args.model_name}",
+                                  metadata={"ddrl_run": {"run_dir": os.path.abspath(
+                                      self.run_dir), "env_steps": self.context.env_steps}})
+        except Exception as exc:  # noqa: BLE001 - the shards stay for a later merge
+            print(f"ddrl: --record_dataset {args.record_dataset}: could not merge the "
+                  f"workers' shards: {short_error(exc)}", file=sys.stderr, flush=True)
+            return {}
+        if merged is None:
+            print(f"ddrl: --record_dataset {args.record_dataset}: no episode ended, nothing "
+                  f"recorded", file=sys.stderr, flush=True)
+            return {}
+        path, episodes, steps = merged
+        if not args.quiet:
+            print(f"ddrl: recorded {episodes:,} episodes ({steps:,} steps) as a Minari dataset "
+                  f"in {path}", flush=True)
+        return {"recorded_dataset": {"path": path, "episodes": episodes, "steps": steps}}
 
     def write_model_card(self):
         """RUN_DIR/README.md (core/run/model_card.py), after the plot and summary.json are

@@ -138,6 +138,13 @@ def add_common_args(parser):
     group.add_argument("--obs_clip", type=positive_float, default=10.0,
                        help="with --normalize_obs, clip normalized observations to "
                             "[-obs_clip, obs_clip] (default: %(default)s)")
+    group.add_argument("--record_dataset", default=None, metavar="DIR",
+                       help="write every step the rollout workers take (the warm-up's random "
+                            "ones too) as a Minari dataset in DIR (a new directory): each "
+                            "worker records a shard, merged into DIR when the run ends "
+                            "(core/sampling/recording.py); the off-policy loop's whole "
+                            "experience, D4RL's 'replay' sets. Episodes still running at the "
+                            "end, and those an env failure cut, are left out")
     group.add_argument("--torch_threads", type=positive_int, default=1,
                        help="torch threads per process: driver and every actor "
                             "(default: %(default)s; more is slower on small machines)")

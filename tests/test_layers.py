@@ -20,7 +20,7 @@ LAYERS = [
                     "core.config", "core.spaces", "core.space_codec", "core.batched_env")),
     ("distribution", ("core.distributed",)),
     ("run records", ("core.run",)),
-    ("sampling and learning", ("core.sampling", "core.learning")),
+    ("sampling and learning", ("core.sampling", "core.learning", "core.data")),
     ("training loops", ("core.algos",)),
     ("env plugins", ("envs",)),
     ("model plugins", ("models",)),

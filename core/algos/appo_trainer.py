@@ -520,5 +520,8 @@ class APPOTrainer(Trainer):
         weights, optimizer_state, version = self.learner.state()
         return weights, to_cpu(optimizer_state), version
 
+    def recording_groups(self):
+        return [self.group]
+
     def worker_groups(self):
         return [self.group, self.learners]

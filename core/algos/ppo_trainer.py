@@ -615,5 +615,8 @@ class PPOTrainer(Trainer):
         weights, optimizer_state, version = self.learner.state()
         return weights, to_cpu(optimizer_state), version  # loads where no GPU is
 
+    def recording_groups(self):
+        return [self.group]
+
     def worker_groups(self):
         return [self.group]

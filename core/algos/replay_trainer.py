@@ -42,7 +42,7 @@ from core.algos.trainer import Iteration, LoopPartLost, Trainer
 from core.algos.trainers import register_trainer
 from core.sampling.worker_group import MISSING, WorkerGroup, alive
 from core.argtypes import (auto_or_positive_int, non_negative_float, non_negative_int,
-                             positive_float, positive_int)
+                             positive_float, positive_int, unit_interval)
 
 # The model's update statistics (BaseModel.update_metrics) go between these two.
 METRIC_COLUMNS = [
@@ -170,12 +170,21 @@ def add_args(parser):
     group.add_argument("--log_steps", type=positive_int, default=1000,
                        help="write a metrics row every this many env steps (default: "
                             "%(default)s)")
-
-
-def spawn_core(placement, spec, spaces, agent_cls):
-    """The replay buffer (as ``agent_cls``'s transitions need it) and the parameter server."""
-    return (spawn_buffer(placement, spec, spaces, agent_cls.transition_discounts),
-            spawn_server(placement, spec, spaces))
+    data = parser.add_argument_group("learning from data (offline RL)")
+    data.add_argument("--dataset", default=None, metavar="PATH_OR_ID",
+                      help="learn from a dataset: a Minari dataset's directory, a Minari id in "
+                           "the local store (MINARI_DATASETS_PATH, else ~/.minari/datasets) or a "
+                           "D4RL-style .hdf5/.npz file of arrays (core/data/). With "
+                           "--offline_ratio 1 no env is stepped but the test worker's: the "
+                           "step clock (--total_steps, --eval_interval, --log_steps, "
+                           "--checkpoint_interval, metrics' env_steps) counts gradient updates "
+                           "(core/algos/offline_trainer.py)")
+    data.add_argument("--offline_ratio", type=unit_interval, default=1.0,
+                      help="with --dataset, the share of every batch drawn from the dataset: 1 "
+                           "learns from it alone (offline); below 1 rollout workers collect as "
+                           "in an online run and the rest of each batch comes from their "
+                           "replay (offline-to-online fine-tuning; 0.5 as RLPD) "
+                           "(default: %(default)s)")
 
 
 def spawn_buffer(placement, spec, spaces, with_discounts=False):
@@ -274,6 +283,14 @@ class ReplayTrainer(Trainer):
                          args.num_learners)
 
     @classmethod
+    def for_run(cls, args):
+        """--dataset alone (--offline_ratio 1): the loop without rollout workers."""
+        if getattr(args, "dataset", None) and args.offline_ratio >= 1.0:
+            from core.algos.trainers import trainer_class
+            return trainer_class("offline")  # core/algos/offline_trainer.py
+        return cls
+
+    @classmethod
     def check_plugins(cls, plugins, spec):
         """A model that cannot learn from averaged gradients (CrossQ: its batch statistics are
         per batch) says so with ``single_learner_only``; then --num_learners must be 1. The
@@ -327,8 +344,7 @@ class ReplayTrainer(Trainer):
         self.num_workers = max(1, args.num_workers)
         self.workers = WorkerGroup("rollout worker", self.make_worker, faults, env_steps,
                                    timeout=args.worker_timeout)
-        for i in range(self.num_workers):
-            self.workers.add(i, local=self.local)
+        self.add_rollout_workers()
         self.steps_per_env = max(1, args.weight_sync_interval // args.num_envs_per_worker)
         self.fragment = self.steps_per_env * args.num_envs_per_worker
         self.updates_done = 0
@@ -352,11 +368,19 @@ class ReplayTrainer(Trainer):
         self.episode_returns, self.episode_lengths, self.lags, self.update_stats = [], [], [], []
 
     # -- actors --------------------------------------------------------------------------------
+    def add_rollout_workers(self):
+        for i in range(self.num_workers):
+            self.workers.add(i, local=self.local)
+
+    def make_buffer(self):
+        return spawn_buffer(self.placement, self.spec, self.spaces,
+                            self.plugins.agent_cls.transition_discounts)
+
     def make_core(self):
         """The replay buffer and the parameter server (again after they died), with its
         replicas in one allreduce group under --learner_sync allreduce."""
-        self.buffer, self.server = spawn_core(self.placement, self.spec, self.spaces,
-                                              self.plugins.agent_cls)
+        self.buffer = self.make_buffer()
+        self.server = spawn_server(self.placement, self.spec, self.spaces)
         if self.allreduce:
             self.replicas = [spawn_server(self.placement, self.spec, self.spaces)
                              for _ in range(self.args.num_learners - 1)]
@@ -719,6 +743,9 @@ class ReplayTrainer(Trainer):
             except Exception:  # noqa: BLE001 - a dead actor: left out
                 continue
         return {"devices": reports}
+
+    def recording_groups(self):
+        return [self.workers]
 
     def worker_groups(self):
         return [self.workers, self.learners]

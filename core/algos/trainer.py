@@ -101,6 +101,12 @@ class Trainer:
         return ""
 
     @classmethod
+    def for_run(cls, args):
+        """The loop class that drives a run with these flags (``args``: the loop's config): this
+        one, or a variant of it (the replay loop's offline form for --dataset)."""
+        return cls
+
+    @classmethod
     def gpu_plan(cls, args):
         """GPUs per kind of actor for a run with ``args`` (--num_gpus, --num_workers)."""
         return plan_gpus(cls.updates_computed_by, args.num_gpus, args.num_workers)
@@ -179,6 +185,16 @@ class Trainer:
     def worker_groups(self):
         """The loop's WorkerGroups (close() retires their members)."""
         return []
+
+    def recording_groups(self):
+        """The WorkerGroups of rollout workers (--record_dataset: each records a shard)."""
+        return []
+
+    def close_recorders(self):
+        """--record_dataset: every rollout worker writes its shard whole (after ``end``)."""
+        for group in self.recording_groups():
+            group.gather({group.submit(m, "close_recorder"): m for m in group.members},
+                         timeout=None)
 
     def close(self):
         for group in self.worker_groups():

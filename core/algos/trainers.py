@@ -17,7 +17,7 @@ register_trainer = TRAINER_REGISTRY.register
 # Imported on first use, not here: they import Ray and torch, which `-h` and option errors
 # do not need until a model names its loop.
 BUILTIN_TRAINER_MODULES = ("core.algos.ppo_trainer", "core.algos.replay_trainer",
-                           "core.algos.appo_trainer")
+                           "core.algos.appo_trainer", "core.algos.offline_trainer")
 
 
 def trainer_class(name, model_cls=None):

@@ -235,6 +235,7 @@ class DatasetWriter:
             "description": description, **extra, "ddrl": self._ddrl})
 
         self._open = [_OpenEpisode() for _ in range(self.num_envs)]
+        self.dropped_episodes = self.dropped_steps = 0  # cut by env failures, then at close
         self._last_next = None                 # the latest next_observations [E, ...]
         self._finished, self._finished_steps = [], 0
         self.episodes_written = self.steps_written = 0
@@ -242,14 +243,16 @@ class DatasetWriter:
 
     # -- steps in ------------------------------------------------------------------------------
     def add_steps(self, observations, actions, rewards, terminated, truncated,
-                  next_observations):
+                  next_observations, cut=None):
         """One step of each of the E env slots, in ddrl's carried form: observations and
         next_observations [E, ...] (trees for structured spaces), actions [E, ...] (indices
         from 0 for discrete spaces), rewards, terminated, truncated [E]. A slot whose step
         ended its episode (terminated or truncated) gives its final observation in
         next_observations; its next step starts a new episode. Only those final observations
         are read from next_observations: a step that goes on has its next observation in
-        the next call's observations."""
+        the next call's observations. ``cut`` (bool [E], optional): slots whose env failed at
+        this step (core/sampling/envs.py rebuilt it): the step is not recorded and the
+        slot's open episode is dropped (counted with those ``close`` drops)."""
         if self.closed:
             raise DatasetError(f"add_steps after close: the dataset {self.directory} is "
                                f"written; open a new DatasetWriter for more.")
@@ -270,7 +273,13 @@ class DatasetWriter:
                               f"space {self.action_space} takes {action_shape} from "
                               f"{self.num_envs} env slot(s).")
         self._last_next = spaces.copy(next_observations)
+        cut = np.zeros(self.num_envs, bool) if cut is None else np.asarray(cut, bool)
         for e, episode in enumerate(self._open):
+            if cut[e]:
+                self.dropped_episodes += bool(len(episode))
+                self.dropped_steps += len(episode)
+                self._open[e] = _OpenEpisode()
+                continue
             episode.append(spaces.copy(spaces.take(observations, e)), np.array(actions[e]),
                            rewards[e], terminated[e], truncated[e])
             if terminated[e] or truncated[e]:
@@ -306,6 +315,25 @@ class DatasetWriter:
         self._finished.append(buffer)
         self._finished_steps += len(episode)
 
+    def add_episodes(self, episodes):
+        """Whole episodes as Minari's ``get_episodes`` gives them (native form: T+1
+        observations, T actions, rewards, terminations, truncations): another dataset's, to
+        merge (``merge_datasets``)."""
+        from minari.data_collector.episode_buffer import EpisodeBuffer
+        for episode in episodes:
+            steps = len(episode["rewards"])
+            if not steps:
+                continue
+            self._finished.append(EpisodeBuffer(
+                observations=episode["observations"], actions=episode["actions"],
+                rewards=np.asarray(episode["rewards"], np.float64),
+                terminations=np.asarray(episode["terminations"], bool),
+                truncations=np.asarray(episode["truncations"], bool), infos={}))
+            self._finished_steps += steps
+            if (len(self._finished) >= self.FLUSH_EPISODES
+                    or self._finished_steps >= self.FLUSH_STEPS):
+                self.flush()
+
     # -- out -----------------------------------------------------------------------------------
     def flush(self):
         """Write the finished episodes to the file now."""
@@ -322,16 +350,17 @@ class DatasetWriter:
         nothing more."""
         if self.closed:
             return str(self.directory)
-        dropped = steps = 0
         for e, episode in enumerate(self._open):
             if not len(episode):
                 continue
             if keep_partial:
                 self._finish(e, spaces.take(self._last_next, e), cut=True)
             else:
-                dropped, steps = dropped + 1, steps + len(episode)
+                self.dropped_episodes += 1
+                self.dropped_steps += len(episode)
         self.flush()
-        self._ddrl.update(open_episodes_dropped=dropped, open_steps_dropped=steps)
+        self._ddrl.update(open_episodes_dropped=self.dropped_episodes,
+                          open_steps_dropped=self.dropped_steps)
         self._storage.update_metadata({"ddrl": self._ddrl})
         self._open, self.closed = [], True
         return str(self.directory)
@@ -485,3 +514,29 @@ def _recorded_env_id(metadata):
             return env_id
     ours = metadata.get("ddrl")
     return ours.get("env_id") if isinstance(ours, dict) else None
+
+
+def merge_datasets(data_paths, target, *, env_id=None, algorithm_name=None, metadata=None):
+    """The Minari datasets in ``data_paths`` (each a directory holding metadata.json: a
+    rollout worker's shard of --record_dataset) as one dataset at ``target`` (DatasetWriter's
+    target), their episodes in the order given; returns the target's directory. The first
+    dataset's spaces are the merged one's; the others must have the same."""
+    from minari.dataset.minari_storage import MinariStorage
+    storages = [MinariStorage.read(path) for path in data_paths]
+    if not storages:
+        raise DatasetError(f"nothing to merge into {target}: no dataset was given.")
+    first = storages[0]
+    for path, storage in zip(data_paths[1:], storages[1:]):
+        if (storage.observation_space != first.observation_space
+                or storage.action_space != first.action_space):
+            raise DatasetError(f"cannot merge {path} into {target}: its spaces differ from "
+                               f"{data_paths[0]}'s.")
+    writer = DatasetWriter(target, first.observation_space, first.action_space, env_id=env_id,
+                           algorithm_name=algorithm_name, metadata=metadata)
+    with writer:
+        for storage in storages:
+            total = int(storage.metadata.get("total_episodes", 0))
+            for start in range(0, total, writer.FLUSH_EPISODES):
+                writer.add_episodes(storage.get_episodes(
+                    range(start, min(total, start + writer.FLUSH_EPISODES))))
+    return str(writer.directory)

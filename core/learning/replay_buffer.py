@@ -182,6 +182,18 @@ class ReplayBuffer:
         if state.get("rng") is not None:  # (not in checkpoints written before it was kept)
             self.rng.bit_generator.state = state["rng"]
 
+    def sampling_state(self) -> dict:
+        """The sampling generator's state and the count of rows added, without the rows: what a
+        buffer filled again with the same data (a dataset, read from its file) needs to draw the
+        batches this one would have drawn next."""
+        return {"total_added": self._total_added, "rng": self.rng.bit_generator.state}
+
+    def load_sampling_state(self, state: dict):
+        if int(state["total_added"]) != self._total_added:
+            raise ValueError(f"the saved sampler drew from {int(state['total_added']):,} rows; "
+                             f"this buffer holds {self._total_added:,} (another dataset?)")
+        self.rng.bit_generator.state = state["rng"]
+
     # -- helpers ---------------------------------------------------------------------------
 
     def _stored(self, transitions: Transitions) -> tuple:

@@ -59,6 +59,15 @@ class RolloutWorker:
         self.envs.bind_policy(lambda: self.acting_model)
         self.observations = self.envs.reset()
         num_envs = len(self.envs)
+        # --record_dataset: this worker's steps into a shard of the run's dataset
+        self.recorder = None
+        if getattr(args, "record_dataset", None):
+            from core.plugins import env_label
+            from core.sampling.recording import StepRecorder
+            self.recorder = StepRecorder(
+                args.record_dataset, worker_index, generation, self.envs.observation_space,
+                self.envs.action_space, num_envs, env_id=env_label(plugins.env_cls, spec.env),
+                algorithm_name=f"ddrl {spec.model_name}")
         self.episode_return = np.zeros(num_envs)
         self.episode_length = np.zeros(num_envs, dtype=np.int64)
         self.random_steps_left = int(random_steps)
@@ -265,6 +274,8 @@ class RolloutWorker:
             else:
                 action, extras = model.choose_actions(obs_t)
             result = self.envs.step(action)
+            if self.recorder is not None:
+                self.recorder.record(self.observations, action, result)
             actions.append(action)
             if "log_probs" in extras:
                 log_probs.append(extras["log_probs"])
@@ -438,7 +449,16 @@ class RolloutWorker:
     def spaces(self):
         return self.envs.observation_space, self.envs.action_space
 
+    def close_recorder(self):
+        """--record_dataset: the shard written whole (the episodes still running left out);
+        its directory, or None."""
+        if self.recorder is None:
+            return None
+        recorder, self.recorder = self.recorder, None
+        return recorder.close()
+
     def close(self):
+        self.close_recorder()
         self.drop_ahead()
         if self.executor is not None:
             self.executor.shutdown(wait=True)

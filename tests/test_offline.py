@@ -1,0 +1,129 @@
+"""Learning from data (issue 49): the offline loop (--dataset: no rollout workers, the step clock
+in updates, the dataset's normalizer in the checkpoint, an exact resume), recording a run's
+experience (--record_dataset) and a saved policy's (`ddrl dataset`), and a missing dataset's
+paragraph."""
+import json
+import os
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import ddrl
+from core.data import DatasetWriter, load_dataset
+from core.errors import ConfigError
+from core.run.checkpoint import load_checkpoint
+
+pytestmark = pytest.mark.e2e
+
+QUIET = dict(quiet=True, plots=False, target_return="none")
+OFFLINE = dict(gym_id="Pendulum-v1", model_name="sac", num_workers=0, sac_hidden_sizes="32,32",
+               learner_threads=1, batch_size=64, eval_episodes=1, log_steps=20, **QUIET)
+
+
+def random_pendulum_dataset(directory, episodes=4, seed=0):
+    """Pendulum-v1 under uniform random actions (200-step episodes, truncated), written with
+    ddrl's own writer."""
+    env = gym.make("Pendulum-v1")
+    env.action_space.seed(seed)
+    with DatasetWriter(str(directory), env.observation_space, env.action_space,
+                       env_id="Pendulum-v1", algorithm_name="random") as writer:
+        for episode in range(episodes):
+            obs, _ = env.reset(seed=seed + episode)
+            done = False
+            while not done:
+                action = env.action_space.sample()
+                next_obs, reward, terminated, truncated, _ = env.step(action)
+                writer.add_steps(obs[None], action[None], [reward], [terminated], [truncated],
+                                 next_obs[None].astype(np.float32))
+                obs, done = next_obs, terminated or truncated
+    return str(directory)
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    return random_pendulum_dataset(tmp_path_factory.mktemp("data") / "pendulum-random-v0")
+
+
+def model_weights(run_dir, name="last.pt"):
+    payload, meta = load_checkpoint(os.path.join(run_dir, "checkpoints", name))
+    return payload, meta
+
+
+def test_an_offline_run_counts_updates_and_keeps_the_datasets_normalizer(dataset, tmp_path):
+    run = ddrl.train(dataset=dataset, total_steps=60, eval_interval=60, normalize_obs=True,
+                     run_dir=str(tmp_path / "run"), **OFFLINE)
+    summary = run.summary
+    assert summary["step_clock"] == "updates"
+    assert summary["dataset"]["transitions"] == 800 and summary["dataset"]["episodes"] == 4
+    payload, meta = model_weights(run.run_dir)
+    assert int(meta["updates"]) == int(meta["env_steps"]) == 60
+    # the normalizer is the dataset's: its count is the dataset's rows, never grown
+    saved = payload["state"]["obs_normalizer"]
+    data = load_dataset(dataset)
+    assert float(saved["count"]) == len(data)
+    np.testing.assert_allclose(np.asarray(saved["mean"]),
+                               data.transitions.observations.astype(np.float64).mean(0),
+                               rtol=1e-6)
+    assert np.isfinite(summary["last_eval_return"])  # the test worker played the env
+    # ddrl.load acts with the saved statistics
+    policy = ddrl.load(run.run_dir)
+    assert policy.obs_statistics is not None
+    assert policy.action_space.contains(policy.act(np.zeros(3, np.float32)))
+
+
+def test_an_offline_run_resumes_exactly(dataset, tmp_path):
+    """40 + 40 updates with a restore between equal 80 in one go: the weights, the optimizer
+    and the batches drawn (the buffer's sampler is in the checkpoint)."""
+    straight = ddrl.train(dataset=dataset, total_steps=80, eval_interval=1000,
+                          run_dir=str(tmp_path / "straight"), **OFFLINE)
+    first = ddrl.train(dataset=dataset, total_steps=40, eval_interval=1000,
+                       run_dir=str(tmp_path / "resumed"), **OFFLINE)
+    resumed = ddrl.train(restore=first.run_dir, total_steps=80, quiet=True)
+    a, _ = model_weights(straight.run_dir)
+    b, meta = model_weights(resumed.run_dir)
+    assert int(meta["updates"]) == 80
+    for name, tensor in a["model"].items():
+        assert torch.equal(tensor, b["model"][name]), name
+
+
+def test_a_missing_dataset_is_one_paragraph(tmp_path, monkeypatch):
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "store"))
+    with pytest.raises(ConfigError) as error:
+        ddrl.train(dataset="nowhere/pendulum-medium-v0", total_steps=10,
+                   run_dir=str(tmp_path / "run"), **OFFLINE)
+    text = str(error.value)
+    assert "nowhere/pendulum-medium-v0" in text and "download" in text and "\n" not in text
+
+
+def test_a_run_records_its_experience_and_a_saved_policy_its_rollouts(dataset, tmp_path):
+    """--record_dataset: every step the worker took, whole episodes, read back by Minari and by
+    --dataset; `ddrl dataset`: a saved policy's rollouts, the behaviour in the metadata."""
+    import minari
+    from ddrl.datasets import collect_dataset
+    recorded = str(tmp_path / "replay")
+    run = ddrl.train(gym_id="Pendulum-v1", model_name="sac", num_workers=0, total_steps=450,
+                     learning_starts=100, start_steps=100, sac_hidden_sizes="32,32",
+                     learner_threads=1, eval_interval=1000, log_steps=100,
+                     record_dataset=recorded, run_dir=str(tmp_path / "run"), **QUIET)
+    info = run.summary["recorded_dataset"]
+    assert (info["episodes"], info["steps"]) == (2, 400)  # the third episode was running
+    on_disk = minari.MinariDataset(os.path.join(recorded, "data"))
+    assert on_disk.total_episodes == 2 and on_disk.total_steps == 400
+    episode = next(iter(on_disk.iterate_episodes()))
+    assert episode.truncations[-1] and not episode.terminations.any()
+    data = load_dataset(recorded)
+    assert len(data) == 400 and data.env_id == "Pendulum-v1"
+    # each step's reward is Pendulum's for its observation and action (a recorded step is the
+    # one the env took, its action clipped to the bounds)
+    theta = np.arctan2(data.transitions.observations[:, 1], data.transitions.observations[:, 0])
+    expected = -(theta ** 2 + 0.1 * data.transitions.observations[:, 2] ** 2
+                 + 0.001 * data.transitions.actions[:, 0] ** 2)
+    np.testing.assert_allclose(data.transitions.rewards, expected, rtol=1e-4, atol=1e-4)
+    out = collect_dataset(run.run_dir, str(tmp_path / "medium"), steps=400, envs=2,
+                          quiet=True)
+    meta = json.load(open(os.path.join(out, "data", "metadata.json")))
+    assert meta["algorithm_name"] == "ddrl sac"
+    assert meta["ddrl_behaviour_policy"]["model_name"] == "sac"
+    assert minari.MinariDataset(os.path.join(out, "data")).total_steps == 400
