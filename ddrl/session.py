@@ -146,6 +146,7 @@ class TrainingSession:
         self.plotter = None
         self.ray_starter = None
         self.trainer = None
+        self.fine_tune_from = None
         self.context = None
         self.error = None
         self.previous_handlers = {}
@@ -175,7 +176,8 @@ class TrainingSession:
         target = threshold if args.target_return == "auto" else args.target_return
         self.check_gpus()
         self.run_dir = args.run_dir or default_run_dir(args, self.env_label)
-        if not args.restore:
+        self.fine_tune_from = self.offline_run_to_fine_tune()
+        if not args.restore or self.fine_tune_from:
             check_run_dir(self.run_dir)
         if args.record_dataset:
             from core.sampling.recording import check_target
@@ -200,7 +202,8 @@ class TrainingSession:
         self.observers = in_call_order(self.observers + [RowRecorder(self.context)] + trackers)
         self.view = RunView(self.context, vars(args), self.save)
         self.faults = Faults(args)
-        self.wrote_run_files = not args.restore  # from here a failed start leaves a summary
+        # from here a failed start leaves a summary (a fine-tuning run is a new one)
+        self.wrote_run_files = not args.restore or bool(self.fine_tune_from)
         self.save_resolved_config()
         self.trainer = trainer_cls(self.spec.loop, self.spec, self.plugins, self.spaces,
                                    self.context, self.faults, self.ray_starter)
@@ -299,6 +302,24 @@ class TrainingSession:
         return (weights, payload.get("optimizer"), int(meta.get("updates", 0)), meta,
                 from_payload(payload.get("state") or {}))
 
+    def offline_run_to_fine_tune(self):
+        """(checkpoint, meta) when --restore names an offline run (--dataset, --offline_ratio
+        1) and this run has --offline_ratio below 1: offline-to-online fine-tuning, a new run
+        (in a new directory: the offline run's stays as it was) that starts from the offline
+        run's weights and optimizer, at env step 0. None otherwise."""
+        from core.run.checkpoint import load_for_restore
+        args = self.args
+        if not (args.restore and getattr(args, "dataset", None)
+                and getattr(args, "offline_ratio", 1.0) < 1.0):
+            return None
+        path, _, meta = load_for_restore(args.restore, args)
+        saved = meta.get("config") or {}
+        if not saved.get("dataset") or float(saved.get("offline_ratio", 1.0)) < 1.0:
+            return None
+        if os.path.abspath(self.run_dir) == os.path.abspath(meta.get("run_dir") or ""):
+            self.run_dir = default_run_dir(args, self.env_label)
+        return path, meta
+
     def restore(self):
         """Continue from --restore: weights, optimizer state, counters, the workers' episodes
         and RNGs, evaluation records (core/run/checkpoint.py). A checkpoint whose tensors do not
@@ -311,6 +332,16 @@ class TrainingSession:
         check_model_fits(payload["model"], expected, path)
         weights = {k: v.numpy() for k, v in payload["model"].items()}
         state = from_payload(payload.get("state") or {})
+        if self.fine_tune_from:  # the learner's state only: the run itself starts afresh
+            updates = int(meta.get("updates", 0))
+            self.trainer.restore(weights, payload.get("optimizer"), updates)
+            self.trainer.load_evaluation_state(state)
+            if not args.quiet:
+                print(f"ddrl: fine-tuning online from the offline run's {path} ({updates:,} "
+                      f"updates on {args.dataset}), --offline_ratio {args.offline_ratio} of "
+                      f"every batch from the dataset; env steps count from 0 in {self.run_dir}",
+                      flush=True)
+            return
         env_steps = int(meta.get("env_steps", 0))
         self.trainer.restore(weights, payload.get("optimizer"), int(meta.get("updates", 0)))
         exact = self.trainer.set_state(state, seeding.resume_base(args.seed, env_steps))

@@ -19,7 +19,8 @@ pytestmark = pytest.mark.e2e
 
 QUIET = dict(quiet=True, plots=False, target_return="none")
 OFFLINE = dict(gym_id="Pendulum-v1", model_name="sac", num_workers=0, sac_hidden_sizes="32,32",
-               learner_threads=1, batch_size=64, eval_episodes=1, log_steps=20, **QUIET)
+               learner_threads=1, batch_size=64, eval_episodes=1, log_steps=20,
+               sac_precision="fp32", **QUIET)  # (the preset's "auto" times both: not exact)
 
 
 def random_pendulum_dataset(directory, episodes=4, seed=0):
@@ -127,3 +128,43 @@ def test_a_run_records_its_experience_and_a_saved_policy_its_rollouts(dataset, t
     assert meta["algorithm_name"] == "ddrl sac"
     assert meta["ddrl_behaviour_policy"]["model_name"] == "sac"
     assert minari.MinariDataset(os.path.join(out, "data")).total_steps == 400
+
+
+def test_an_offline_run_fine_tunes_online_in_a_new_run(dataset, tmp_path):
+    """--restore of an offline run with --offline_ratio below 1: a new run directory, the
+    offline weights and update count carried on, env steps from 0, half of every batch from
+    the dataset (the mixed buffer: core/learning/mixed_replay.py)."""
+    offline = ddrl.train(dataset=dataset, total_steps=40, eval_interval=1000,
+                         run_dir=str(tmp_path / "offline"), **OFFLINE)
+    online = ddrl.train(restore=offline.run_dir, offline_ratio=0.5, total_steps=300,
+                        learning_starts=0, start_steps=0, log_steps=100,
+                        run_dir=str(tmp_path / "online"), quiet=True)
+    assert online.run_dir != offline.run_dir
+    summary = online.summary
+    assert "step_clock" not in summary and summary["env_steps"] >= 300
+    assert summary["dataset"]["transitions"] == 800
+    _, meta = model_weights(online.run_dir)
+    assert int(meta["updates"]) >= 40 + 250  # the offline updates, then about one per step
+    _, offline_meta = model_weights(offline.run_dir)
+    assert int(offline_meta["updates"]) == 40  # the offline run is left as it was
+
+
+@pytest.mark.unit
+def test_a_mixed_batch_takes_its_share_from_the_dataset():
+    from core.learning.mixed_replay import MixedReplayBuffer
+    from core.learning.replay_buffer import Transitions
+
+    def block(value, rows):
+        return Transitions(np.full((rows, 2), value, np.float32), np.zeros((rows, 1), np.float32),
+                           np.full(rows, value, np.float32), np.full((rows, 2), value, np.float32),
+                           np.zeros(rows, np.float32))
+    buffer = MixedReplayBuffer(50, (2,), (1,), dataset=block(7.0, 30), ratio=0.25)
+    assert set(buffer.sample(16).transitions.rewards) == {7.0}  # the ring is empty: all data
+    buffer.add(block(1.0, 10))
+    rewards = buffer.sample(16).transitions.rewards
+    assert list(rewards) == [7.0] * 4 + [1.0] * 12
+    state = buffer.state_dict()
+    again = MixedReplayBuffer(50, (2,), (1,), dataset=block(7.0, 30), ratio=0.25)
+    again.load_state_dict(state)
+    a, b = buffer.sample(16), again.sample(16)
+    assert np.array_equal(a.indices, b.indices)

@@ -302,6 +302,17 @@ class ReplayTrainer(Trainer):
                               f"{spec.model_name}: {reason} Use --num_learners 1.")
         if spec.loop.replay_device == "cuda":
             check_replay_device(spec.loop)
+        if spec.loop.dataset:
+            refused = [flag for bad, flag in ((spec.loop.prioritized_replay,
+                                               "--prioritized_replay"), (spec.loop.her, "--her"),
+                                              (spec.loop.replay_device == "cuda",
+                                               "--replay_device cuda")) if bad]
+            if refused:
+                raise ConfigError(f"--dataset {spec.loop.dataset}: the dataset's rows are "
+                                  f"sampled uniformly from a buffer on the host; "
+                                  f"{', '.join(refused)} {'is' if len(refused) == 1 else 'are'}"
+                                  f" not implemented with it. Leave "
+                                  f"{'it' if len(refused) == 1 else 'them'} off.")
         if spec.loop.her:
             label = env_label(plugins.env_cls, spec.env)
             check_her(spec, plugins, f"{spec.env_name}{' ' + label if label else ''}")
@@ -373,8 +384,33 @@ class ReplayTrainer(Trainer):
             self.workers.add(i, local=self.local)
 
     def make_buffer(self):
+        if self.args.dataset:  # offline-to-online: the dataset mixed into every batch
+            return self.make_mixed_buffer()
         return spawn_buffer(self.placement, self.spec, self.spaces,
                             self.plugins.agent_cls.transition_discounts)
+
+    def make_mixed_buffer(self):
+        """The online ring beside the dataset's rows (core/learning/mixed_replay.py), each
+        batch --offline_ratio of them; under --normalize_obs the dataset's statistics, frozen
+        (core/algos/dataset_rows.py)."""
+        from core.algos.dataset_rows import dataset_info, prepared_dataset
+        from core.learning.mixed_replay import MixedReplayBuffer
+        args, (observation_space, action_space) = self.args, self.spaces
+        data, transitions = prepared_dataset(args, self.spec, self.spaces,
+                                             self.plugins.agent_cls, self.obs_normalizer)
+        shapes, dtypes = carried(observation_space, args.normalize_obs)
+        discrete = isinstance(action_space, (gym_spaces.Discrete, gym_spaces.MultiDiscrete,
+                                             gym_spaces.MultiBinary))
+        self.dataset_rows = len(data)
+        self.dataset_summary, self.dataset_info = data.summary(), dataset_info(data)
+        return self.placement.spawn(
+            MixedReplayBuffer, args.buffer_size, shapes, action_space.shape, num_cpus=0,
+            dataset=transitions, ratio=args.offline_ratio, observation_dtype=dtypes,
+            action_dtype=np.int64 if discrete else np.float32, seed=args.seed,
+            with_discounts=self.plugins.agent_cls.transition_discounts)
+
+    #: rows of a --dataset in the buffer besides the online ones (they count for the warm-up)
+    dataset_rows = 0
 
     def make_core(self):
         """The replay buffer and the parameter server (again after they died), with its
@@ -477,7 +513,7 @@ class ReplayTrainer(Trainer):
         self.rollouts, self.updates, self.replica_updates, self.update_counts = {}, [], {}, {}
         # A restored buffer keeps the budgets running as if the run had never stopped; an empty
         # one starts them (and the warm-up) again from the restore point.
-        self.replay_size = self.restored_replay_size
+        self.replay_size = self.restored_replay_size + self.dataset_rows
         if self.restored_replay_size:
             self.base_env_steps = self.base_updates = 0
         self.next_log = self.run.env_steps + args.log_steps
@@ -577,7 +613,8 @@ class ReplayTrainer(Trainer):
             self.faults.env_errors(stats.env_errors, self.run.env_steps)
             # what the agent handed the buffer (whole episodes: those that ended), else every step
             stored = stats.agent_stats.get("transitions", stats.env_steps)
-            self.replay_size = min(self.args.buffer_size, self.replay_size + stored)
+            self.replay_size = min(self.args.buffer_size + self.dataset_rows,
+                                   self.replay_size + stored)
             self.episode_returns += stats.episode_returns
             self.episode_lengths += stats.episode_lengths
             self.lags.append(self.updates_done - stats.weights_version)
@@ -735,14 +772,17 @@ class ReplayTrainer(Trainer):
             if not self.placement.local:  # the run is over: its summary waits 30 s at most
                 ray.wait([ref for _, ref in calls], num_returns=len(calls), timeout=30.0)
         except Exception:  # noqa: BLE001 - a report, never the run's fate
-            return {"devices": reports}
+            calls = []
         for role, ref in calls:
             try:
                 if self.placement.ready(ref):
                     reports.append({"role": role, **self.placement.get(ref)})
             except Exception:  # noqa: BLE001 - a dead actor: left out
                 continue
-        return {"devices": reports}
+        extra = {"devices": reports}
+        if self.args.dataset:
+            extra["dataset"] = self.dataset_info
+        return extra
 
     def recording_groups(self):
         return [self.workers]

@@ -211,7 +211,7 @@ class Trainer:
         return None if self.obs_normalizer is None else self.obs_normalizer.statistics()
 
     def merge_obs_moments(self, rollout_stats):
-        if self.obs_normalizer is not None:
+        if self.obs_normalizer is not None and not self.obs_normalizer.frozen:
             for stats in rollout_stats:
                 self.obs_normalizer.update(stats.obs_moments)
 

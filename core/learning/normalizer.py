@@ -58,6 +58,8 @@ class ObsNormalizer:
                             for path in self.paths}
         self.clip = clip
         self.epsilon = epsilon
+        #: statistics taken once from a dataset (--dataset) and kept: rollouts no longer merge in
+        self.frozen = False
 
     @staticmethod
     def _var(moments):
