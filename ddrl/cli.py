@@ -236,8 +236,8 @@ def dataset(argv, start_time=None, leave_quickly=False):
                         help="a run directory (its checkpoints/best.pt) or a checkpoint file")
     parser.add_argument("--out", required=True, metavar="TARGET",
                         help="a directory to write the dataset to (Minari's layout: "
-                             "TARGET/data/), or a Minari id (namespace/name-v0) written into "
-                             "the local Minari store (MINARI_DATASETS_PATH, else "
+                             "TARGET/data/), or minari:ID (minari:namespace/name-v0) for the "
+                             "local Minari store (MINARI_DATASETS_PATH, else "
                              "~/.minari/datasets); an existing dataset is never overwritten")
     parser.add_argument("--steps", type=int, required=True,
                         help="env steps to record, over all envs; the episodes still running "

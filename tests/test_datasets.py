@@ -196,7 +196,7 @@ def test_episodes_from_interleaved_slots_come_out_whole(tmp_path):
 def test_minari_reads_an_id_written_to_the_store(tmp_path, monkeypatch):
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "store"))
     observation_space, action_space = S.Box(-5, 5, (4,)), S.Discrete(2)
-    writer, episodes = record("ddrl/cartpole/tiny-v0", observation_space, action_space,
+    writer, episodes = record("minari:ddrl/cartpole/tiny-v0", observation_space, action_space,
                               env_id="CartPole-v1", algorithm_name="ddrl dqn",
                               metadata={"flags": {"lr": 0.001}, "author": "ddrl tests"})
     assert writer.close() == str(tmp_path / "store" / "ddrl" / "cartpole" / "tiny-v0")
@@ -261,12 +261,12 @@ def test_finished_episodes_are_flushed_in_chunks(tmp_path, monkeypatch):
 def test_an_existing_dataset_is_never_overwritten(tmp_path, monkeypatch):
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "store"))
     observation_space, action_space = SPACES["box"]
-    for target in (tmp_path / "taken-v0", "ddrl/taken-v0"):
+    for target in (tmp_path / "taken-v0", "minari:ddrl/taken-v0"):
         record(target, observation_space, action_space)
         with pytest.raises(DatasetError, match="already holds a dataset.*never overwrites"):
             DatasetWriter(target, observation_space, action_space)
     with pytest.raises(DatasetError, match="ddrl/taken-v1"):   # the next version suggested
-        DatasetWriter("ddrl/taken-v0", observation_space, action_space)
+        DatasetWriter("minari:ddrl/taken-v0", observation_space, action_space)
 
 
 def test_a_missing_dataset_is_one_paragraph(tmp_path, monkeypatch):
@@ -278,7 +278,7 @@ def test_a_missing_dataset_is_one_paragraph(tmp_path, monkeypatch):
     assert f"MINARI_DATASETS_PATH={tmp_path / 'store'}" in message
     assert "never downloads" in message and "minari download" in message
     assert not (tmp_path / "store").exists()   # looking created nothing
-    record("ddrl/here-v0", *SPACES["box"])
+    record("minari:ddrl/here-v0", *SPACES["box"])
     with pytest.raises(DatasetError, match="which holds ddrl/here-v0"):
         load_dataset("ddrl/elsewhere-v0")
     with pytest.raises(DatasetError, match="holds no Minari dataset"):
@@ -448,3 +448,17 @@ def test_the_metadata_file_is_plain_json(tmp_path):
     assert metadata["dataset_id"] == "meta-v0" and metadata["minari_version"] == minari.__version__
     assert metadata["code_permalink"] == "https://example.org/ddrl"
     assert metadata["jpeg_encoding"] is False and metadata["ddrl"]["num_envs"] == 2
+
+
+def test_a_relative_path_of_an_ids_shape_is_a_directory(tmp_path, monkeypatch):
+    """Only minari:ID writes into the store: data/pendulum-v0 is a directory here, as
+    --record_dataset and ddrl dataset --out mean it; a reader finds it by that path, and by
+    the id with the prefix only in the store."""
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "store"))
+    monkeypatch.chdir(tmp_path)
+    writer, _ = record("data/pendulum-v0", *SPACES["box"])
+    assert writer.close() == str(tmp_path / "data" / "pendulum-v0")
+    assert not (tmp_path / "store").exists()
+    assert len(load_dataset("data/pendulum-v0")) == STEPS
+    with pytest.raises(DatasetError, match="not a Minari id"):
+        DatasetWriter("minari:pendulum", *SPACES["box"])

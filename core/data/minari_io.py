@@ -58,12 +58,25 @@ def store_root():
     return pathlib.Path(root)
 
 
+#: a writer's target that names an id of the local Minari store ("minari:ddrl/pendulum-v0");
+#: any other target is a directory (an id and a relative path look alike)
+STORE_PREFIX = "minari:"
+
+
 def is_dataset_id(text):
-    """Whether ``text`` names a dataset in the store rather than a directory: a string of
-    Minari's id form (``(namespace/)name-vN``) that does not start with '/', '.' or '~'.
-    ('runs/pendulum-v0' is an id; write './runs/pendulum-v0' for the directory.)"""
+    """Whether ``text`` reads as an id of the local store: Minari's id form
+    ``(namespace/)name-vN`` (after an optional ``minari:``), not starting with '/', '.' or
+    '~'. A reader tries a path of that spelling first; a writer takes the store only with the
+    ``minari:`` prefix."""
+    if isinstance(text, str) and text.startswith(STORE_PREFIX):
+        text = text[len(STORE_PREFIX):]
     return (isinstance(text, str) and not text.startswith(("/", ".", "~"))
             and DATASET_ID.fullmatch(text) is not None)
+
+
+def store_id(text):
+    """``text`` without its ``minari:`` prefix."""
+    return text[len(STORE_PREFIX):] if text.startswith(STORE_PREFIX) else text
 
 
 def local_ids(root=None):
@@ -83,10 +96,15 @@ def local_ids(root=None):
 
 
 def _resolve_target(target):
-    """(dataset directory, dataset_id, in the store?) for a writer's ``target``."""
-    if is_dataset_id(target):
+    """(dataset directory, dataset_id, in the store?) for a writer's ``target``: the store
+    for ``minari:ID``, else a directory."""
+    if isinstance(target, str) and target.startswith(STORE_PREFIX):
+        dataset_id = store_id(target)
+        if not is_dataset_id(dataset_id):
+            raise DatasetError(f"{target}: {dataset_id!r} is not a Minari id; ids read "
+                               f"(namespace/)name-vN, e.g. minari:ddrl/pendulum/medium-v0.")
         import minari.storage
-        return pathlib.Path(minari.storage.get_dataset_path(target)), target, True
+        return pathlib.Path(minari.storage.get_dataset_path(dataset_id)), dataset_id, True
     directory = pathlib.Path(os.path.expanduser(os.fspath(target))).resolve()
     name = directory.name
     if NAME_AND_VERSION.fullmatch(name):
@@ -169,9 +187,9 @@ def _caller_metadata(metadata):
 class DatasetWriter:
     """Steps from E envs in, a Minari dataset out.
 
-    ``target``: a Minari id (``ddrl/pendulum/medium-v0``: written into the local store,
-    ``minari.load_dataset(id)`` reads it) or a directory path (absolute, or starting with '.'
-    or '~', or any os.PathLike): written as one dataset directory, ``DIR/data/metadata.json``
+    ``target``: ``minari:`` and a Minari id (``minari:ddrl/pendulum/medium-v0``: written into
+    the local store, ``minari.load_dataset(id)`` reads it), or any other string or
+    os.PathLike, a directory: written as one dataset directory, ``DIR/data/metadata.json``
     and ``DIR/data/main_data.hdf5``, read by ``minari.MinariDataset(DIR + "/data")`` and by
     ddrl's ``load_dataset(DIR)``. Its dataset_id is the directory's name when that is of
     Minari's form name-vN (then ``minari.load_dataset(name)`` reads it with

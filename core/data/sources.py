@@ -8,7 +8,8 @@ import os
 import pathlib
 
 from core.data.arrays import SUFFIXES, read_arrays
-from core.data.minari_io import is_dataset_id, local_ids, read_minari, store_root
+from core.data.minari_io import (is_dataset_id, local_ids, read_minari, store_id,
+                                 store_root)
 from core.data.offline import DatasetError
 
 LISTED_IDS = 20   # local ids named in the paragraph for a dataset not found
@@ -41,7 +42,7 @@ def load_dataset(source, observation_space=None, action_space=None):
                            f"as DIR/data/metadata.json beside DIR/data/main_data.hdf5. Pass "
                            f"the directory that holds data/ (or a .hdf5/.npz file of arrays).")
     if is_dataset_id(label):
-        data = store_root() / label / "data"
+        data = store_root() / store_id(label) / "data"
         if (data / "metadata.json").is_file():
             return read_minari(data, label, observation_space, action_space)
     raise DatasetError(not_found(label))
