@@ -157,6 +157,8 @@ class TrainingSession:
         # First: it imports matplotlib while the run starts (core/run/plots.py).
         self.plotter = PlotProcess() if args.plots else None
         setup_process(args)
+        if getattr(args, "record_dataset", None):  # Ray's workers need not share our cwd
+            args.record_dataset = os.path.abspath(os.path.expanduser(args.record_dataset))
         spec = run_spec(args)  # each component's typed config (core/config.py)
         self.plugins = load_plugins(spec)
         self.plugins.model_cls.check_contract(args.model_name)

@@ -53,9 +53,14 @@ def model_weights(run_dir, name="last.pt"):
 
 
 def test_an_offline_run_counts_updates_and_keeps_the_datasets_normalizer(dataset, tmp_path):
-    run = ddrl.train(dataset=dataset, total_steps=60, eval_interval=60, normalize_obs=True,
+    run = ddrl.train(dataset=dataset, total_steps=60, eval_interval=20, normalize_obs=True,
                      run_dir=str(tmp_path / "run"), **OFFLINE)
     summary = run.summary
+    # evaluations at exact multiples of --eval_interval (updates pause there), as d3rlpy's
+    # epochs end, though a call makes 4 updates and two are submitted at once
+    evaluated = [int(row["env_steps"]) for row in run.metrics
+                 if row.get("eval_return") is not None]
+    assert evaluated == [20, 40, 60]
     assert summary["step_clock"] == "updates"
     assert summary["dataset"]["transitions"] == 800 and summary["dataset"]["episodes"] == 4
     payload, meta = model_weights(run.run_dir)

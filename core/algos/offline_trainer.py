@@ -52,7 +52,14 @@ class OfflineTrainer(ReplayTrainer):
 
     # -- the budgets: updates only, up to --total_steps ----------------------------------------
     def updates_allowed(self, env_steps, replay_size):
-        return self.args.total_steps - self.base_updates
+        """Up to --total_steps, pausing at the next evaluation's point while none is running:
+        evaluations come at exact multiples of --eval_interval (as d3rlpy's epochs end),
+        never a call's few updates past them."""
+        budget = self.args.total_steps
+        evaluations = self.evaluations
+        if evaluations.pending is None and evaluations.next_eval is not None:
+            budget = min(budget, evaluations.next_eval)
+        return budget - self.base_updates
 
     def start_loop(self):
         super().start_loop()
