@@ -15,13 +15,9 @@ are the dataset's, computed once, applied to the buffer's rows and frozen; they 
 every checkpoint (``ddrl.load`` acts with them). A restore reads the dataset again and puts
 the buffer's sampler back where it was, so a resumed run draws the batches it would have.
 """
-import numpy as np
-
-from core.algos.replay_trainer import ReplayTrainer
+from core.algos.replay_trainer import ReplayTrainer, buffer_columns
 from core.algos.trainers import register_trainer
-from core.algos.dataset_rows import dataset_info, prepared_dataset
 from core.learning.replay_buffer import ReplayBuffer
-from core.spaces import carried
 
 
 @register_trainer("offline")
@@ -36,18 +32,13 @@ class OfflineTrainer(ReplayTrainer):
     def make_buffer(self):
         """A buffer of the dataset's size holding its rows (normalized with the dataset's own
         statistics under --normalize_obs). Read again after the buffer died."""
-        args, (observation_space, action_space) = self.args, self.spaces
-        data, transitions = prepared_dataset(args, self.spec, self.spaces,
-                                             self.plugins.agent_cls, self.obs_normalizer)
-        shapes, dtypes = carried(observation_space, args.normalize_obs)
-        action_dtype = np.asarray(transitions.actions).dtype
+        transitions = self.read_dataset()
+        shapes, dtypes, action_dtype = buffer_columns(self.spaces, self.args.normalize_obs)
         buffer = self.placement.spawn(
-            ReplayBuffer, len(data), shapes, action_space.shape, num_cpus=0,
-            observation_dtype=dtypes, action_dtype=action_dtype, seed=args.seed,
+            ReplayBuffer, self.dataset_rows, shapes, self.spaces[1].shape, num_cpus=0,
+            observation_dtype=dtypes, action_dtype=action_dtype, seed=self.args.seed,
             with_discounts=transitions.discounts is not None)
         self.placement.get(buffer.add.remote(transitions))
-        self.dataset_rows = len(data)
-        self.dataset_summary, self.dataset_info = data.summary(), dataset_info(data)
         return buffer
 
     # -- the budgets: updates only, up to --total_steps ----------------------------------------

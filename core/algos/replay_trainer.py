@@ -187,20 +187,27 @@ def add_args(parser):
                            "(default: %(default)s)")
 
 
+def buffer_columns(spaces, normalized):
+    """(observation shapes, their dtypes, the action dtype) of a replay buffer's columns: the
+    observations as rollout workers carry them (core/spaces.py carried: uint8 pixels as uint8,
+    a quarter of float32's memory; indices and masks in their dtypes; the rest float32), the
+    actions as the agent hands them (indices for discrete spaces, else float32)."""
+    observation_space, action_space = spaces
+    shapes, dtypes = carried(observation_space, normalized)
+    discrete = isinstance(action_space, (gym_spaces.Discrete, gym_spaces.MultiDiscrete,
+                                         gym_spaces.MultiBinary))
+    return shapes, dtypes, np.int64 if discrete else np.float32
+
+
 def spawn_buffer(placement, spec, spaces, with_discounts=False):
     """The replay buffer: numpy arrays only, no GPU (core/distributed/devices.py);
     ``with_discounts``: it keeps the transitions' discounts (n-step returns)."""
     args = spec.loop
     observation_space, action_space = spaces
     buffer_cls = PrioritizedReplayBuffer if args.prioritized_replay else ReplayBuffer
-    # Stored as the rollout workers carry them (core/spaces.py carried): uint8 pixels as uint8
-    # (a quarter of float32's memory), indices and masks in their dtypes, the rest float32.
-    shapes, dtypes = carried(observation_space, args.normalize_obs)
-    # Actions in the dtype the agent hands them: indices for discrete spaces, else float32.
-    discrete = isinstance(action_space, (gym_spaces.Discrete, gym_spaces.MultiDiscrete,
-                                         gym_spaces.MultiBinary))
+    shapes, dtypes, action_dtype = buffer_columns(spaces, args.normalize_obs)
     buffer_kwargs = dict(observation_dtype=dtypes, seed=args.seed, with_discounts=with_discounts,
-                         action_dtype=np.int64 if discrete else np.float32)
+                         action_dtype=action_dtype)
     if args.prioritized_replay:
         buffer_kwargs.update(alpha=args.priority_alpha, beta0=args.priority_beta,
                              beta_steps=max(1, int(args.total_steps * args.utd_ratio)))
@@ -329,7 +336,9 @@ class ReplayTrainer(Trainer):
             chosen = "fp32 or bf16 (auto: the faster, timed at the first update)"
         elif requested == "auto":
             chosen += " (auto)"
-        return f", update in {chosen} on {threads} thread{'s' if threads != 1 else ''}"
+        mixed = (f"; {self.args.offline_ratio:g} of every batch from {self.dataset_summary}"
+                 if self.args.dataset and self.args.offline_ratio < 1.0 else "")
+        return f", update in {chosen} on {threads} thread{'s' if threads != 1 else ''}{mixed}"
 
     def __init__(self, args, spec, plugins, spaces, run, faults, ray_starter=None):
         super().__init__(args, spec, plugins, spaces, run, faults, ray_starter)
@@ -389,24 +398,28 @@ class ReplayTrainer(Trainer):
         return spawn_buffer(self.placement, self.spec, self.spaces,
                             self.plugins.agent_cls.transition_discounts)
 
-    def make_mixed_buffer(self):
-        """The online ring beside the dataset's rows (core/learning/mixed_replay.py), each
-        batch --offline_ratio of them; under --normalize_obs the dataset's statistics, frozen
-        (core/algos/dataset_rows.py)."""
+    def read_dataset(self):
+        """--dataset's rows as this run's buffer stores them (core/algos/dataset_rows.py:
+        discounted for the agent, normalized with the dataset's frozen statistics under
+        --normalize_obs); its size, summary line and summary.json entry kept."""
         from core.algos.dataset_rows import dataset_info, prepared_dataset
-        from core.learning.mixed_replay import MixedReplayBuffer
-        args, (observation_space, action_space) = self.args, self.spaces
-        data, transitions = prepared_dataset(args, self.spec, self.spaces,
+        data, transitions = prepared_dataset(self.args, self.spec, self.spaces,
                                              self.plugins.agent_cls, self.obs_normalizer)
-        shapes, dtypes = carried(observation_space, args.normalize_obs)
-        discrete = isinstance(action_space, (gym_spaces.Discrete, gym_spaces.MultiDiscrete,
-                                             gym_spaces.MultiBinary))
         self.dataset_rows = len(data)
         self.dataset_summary, self.dataset_info = data.summary(), dataset_info(data)
+        return transitions
+
+    def make_mixed_buffer(self):
+        """The online ring beside the dataset's rows (core/learning/mixed_replay.py), each
+        batch --offline_ratio of them."""
+        from core.learning.mixed_replay import MixedReplayBuffer
+        args = self.args
+        transitions = self.read_dataset()
+        shapes, dtypes, action_dtype = buffer_columns(self.spaces, args.normalize_obs)
         return self.placement.spawn(
-            MixedReplayBuffer, args.buffer_size, shapes, action_space.shape, num_cpus=0,
+            MixedReplayBuffer, args.buffer_size, shapes, self.spaces[1].shape, num_cpus=0,
             dataset=transitions, ratio=args.offline_ratio, observation_dtype=dtypes,
-            action_dtype=np.int64 if discrete else np.float32, seed=args.seed,
+            action_dtype=action_dtype, seed=args.seed,
             with_discounts=self.plugins.agent_cls.transition_discounts)
 
     #: rows of a --dataset in the buffer besides the online ones (they count for the warm-up)
