@@ -46,10 +46,32 @@ class Parser(argparse.ArgumentParser):
         hints = []
         for token in message.split(":", 1)[1].split():
             if token.startswith("--"):
-                close = difflib.get_close_matches(token.split("=")[0], known, n=1, cutoff=0.75)
+                flag = token.split("=")[0]
+                close = difflib.get_close_matches(flag, known, n=1, cutoff=0.75)
                 if close:
-                    hints.append(f"{token.split('=')[0]}: did you mean {close[0]}?")
+                    hints.append(f"{flag}: did you mean {close[0]}?")
+                elif loop_of_flag(flag):
+                    hints.append(loop_of_flag(flag))
         return f" ({'; '.join(hints)})" if hints else ""
+
+
+def loop_of_flag(flag):
+    """'--dataset is a flag of the replay loop, which drives --model_name bc, ...' when a
+    built-in training loop other than the run's defines ``flag`` (the models that name it),
+    else None: a flag given with a model whose loop has none (--dataset with ppo)."""
+    from core.algos.trainers import TRAINER_REGISTRY, trainer_class
+    from models import MODEL_REGISTRY
+    trainer_class("replay")  # (imports the built-in loops, which register themselves)
+    for name in TRAINER_REGISTRY.names():
+        parser = argparse.ArgumentParser(add_help=False)
+        trainer_class(name).add_args(parser)
+        if flag in parser._option_string_actions:
+            models = sorted(m for m in MODEL_REGISTRY.names()
+                            if getattr(MODEL_REGISTRY.get(m), "trainer", None) == name)
+            if models:
+                return (f"{flag} is a flag of the {name} loop, which drives --model_name "
+                        f"{', '.join(models)}")
+    return None
 
 
 def app_only(action):

@@ -173,3 +173,12 @@ def test_a_mixed_batch_takes_its_share_from_the_dataset():
     again.load_state_dict(state)
     a, b = buffer.sample(16), again.sample(16)
     assert np.array_equal(a.indices, b.indices)
+
+
+@pytest.mark.contract
+def test_a_loop_flag_given_to_a_model_of_another_loop_names_the_loop():
+    from options.options import parse_args
+    with pytest.raises(ConfigError) as error:
+        parse_args(["--model_name", "ppo", "--dataset", "data/x-v0"])
+    text = str(error.value)
+    assert "--dataset is a flag of the replay loop" in text and "iql" in text
