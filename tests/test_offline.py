@@ -182,3 +182,29 @@ def test_a_loop_flag_given_to_a_model_of_another_loop_names_the_loop():
         parse_args(["--model_name", "ppo", "--dataset", "data/x-v0"])
     text = str(error.value)
     assert "--dataset is a flag of the replay loop" in text and "iql" in text
+
+
+@pytest.mark.unit
+def test_reward_scale_auto_is_iqls_recipe_and_every_buffer_keeps_it():
+    from types import SimpleNamespace
+
+    from core.algos.replay_trainer import resolved_reward_scale
+    from core.learning.replay_buffer import ReplayBuffer, Transitions
+    data = SimpleNamespace(episode_returns=np.array([-300.0, -100.0, 200.0]), source="d")
+    assert resolved_reward_scale("auto", data) == pytest.approx(1000.0 / 500.0)
+    assert resolved_reward_scale(0.5) == 0.5
+    with pytest.raises(ConfigError, match="no --dataset"):
+        resolved_reward_scale("auto")
+    buffer = ReplayBuffer(8, (1,), (1,), reward_scale=2.0)
+    buffer.add(Transitions(np.zeros((3, 1), np.float32), np.zeros((3, 1), np.float32),
+                           np.array([1.0, -2.0, 0.5], np.float32), np.zeros((3, 1), np.float32),
+                           np.zeros(3, np.float32)))
+    assert sorted(buffer.state_dict()["rewards"]) == [-4.0, 1.0, 2.0]
+
+
+def test_reward_scale_auto_scales_an_offline_runs_rewards(dataset, tmp_path):
+    run = ddrl.train(dataset=dataset, total_steps=20, eval_interval=1000, reward_scale="auto",
+                     run_dir=str(tmp_path / "run"), **OFFLINE)
+    returns = load_dataset(dataset).episode_returns
+    assert run.summary["dataset"]["reward_scale"] == pytest.approx(
+        1000.0 / (returns.max() - returns.min()))

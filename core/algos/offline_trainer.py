@@ -37,7 +37,7 @@ class OfflineTrainer(ReplayTrainer):
         buffer = self.placement.spawn(
             ReplayBuffer, self.dataset_rows, shapes, self.spaces[1].shape, num_cpus=0,
             observation_dtype=dtypes, action_dtype=action_dtype, seed=self.args.seed,
-            with_discounts=transitions.discounts is not None)
+            with_discounts=transitions.discounts is not None, reward_scale=self.reward_scale)
         self.placement.get(buffer.add.remote(transitions))
         return buffer
 

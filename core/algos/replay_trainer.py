@@ -179,12 +179,41 @@ def add_args(parser):
                            "step clock (--total_steps, --eval_interval, --log_steps, "
                            "--checkpoint_interval, metrics' env_steps) counts gradient updates "
                            "(core/algos/offline_trainer.py)")
+    data.add_argument("--reward_scale", type=reward_scale_type, default=1.0,
+                      help="every reward the replay buffer stores (a dataset's and the online "
+                           "ones) multiplied by this; 'auto' (with --dataset): 1000 / (max - "
+                           "min) of the dataset's episode returns, IQL's recipe for the "
+                           "locomotion datasets (Kostrikov et al. 2021; d3rlpy's "
+                           "ReturnBasedRewardScaler(1000)). Evaluations report the env's own "
+                           "returns (default: %(default)s)")
     data.add_argument("--offline_ratio", type=unit_interval, default=1.0,
                       help="with --dataset, the share of every batch drawn from the dataset: 1 "
                            "learns from it alone (offline); below 1 rollout workers collect as "
                            "in an online run and the rest of each batch comes from their "
                            "replay (offline-to-online fine-tuning; 0.5 as RLPD) "
                            "(default: %(default)s)")
+
+
+def reward_scale_type(text):
+    if str(text).lower() == "auto":
+        return "auto"
+    return positive_float(text)
+
+
+def resolved_reward_scale(setting, data=None):
+    """--reward_scale as a number: itself, or for 'auto' 1000 / (max - min) of ``data``'s
+    (OfflineData) complete episodes' returns."""
+    if setting != "auto":
+        return float(setting)
+    returns = [] if data is None else data.episode_returns
+    if len(returns) < 2 or float(np.max(returns) - np.min(returns)) <= 0.0:
+        why = ("there is no --dataset" if data is None else
+               f"the dataset {data.source}'s {len(returns)} complete episode(s) have no spread "
+               f"of returns")
+        raise ConfigError(f"--reward_scale auto scales rewards by 1000 / (max - min) of the "
+                          f"dataset's episode returns, but {why}. Give a number instead "
+                          f"(--reward_scale 1 keeps the rewards).")
+    return 1000.0 / float(np.max(returns) - np.min(returns))
 
 
 def buffer_columns(spaces, normalized):
@@ -208,6 +237,8 @@ def spawn_buffer(placement, spec, spaces, with_discounts=False):
     shapes, dtypes, action_dtype = buffer_columns(spaces, args.normalize_obs)
     buffer_kwargs = dict(observation_dtype=dtypes, seed=args.seed, with_discounts=with_discounts,
                          action_dtype=action_dtype)
+    if args.reward_scale != 1.0:  # (check_plugins refused it where a buffer cannot keep it)
+        buffer_kwargs["reward_scale"] = resolved_reward_scale(args.reward_scale)
     if args.prioritized_replay:
         buffer_kwargs.update(alpha=args.priority_alpha, beta0=args.priority_beta,
                              beta_steps=max(1, int(args.total_steps * args.utd_ratio)))
@@ -320,6 +351,18 @@ class ReplayTrainer(Trainer):
                                   f"{', '.join(refused)} {'is' if len(refused) == 1 else 'are'}"
                                   f" not implemented with it. Leave "
                                   f"{'it' if len(refused) == 1 else 'them'} off.")
+        scaled = [flag for bad, flag in ((spec.loop.her, "--her: relabelled rewards come "
+                                          "from the env's compute_reward, unscaled"),
+                                         (spec.loop.replay_device == "cuda",
+                                          "--replay_device cuda: the device buffer stores "
+                                          "rewards as they come"),
+                                         (spec.loop.reward_scale == "auto"
+                                          and not spec.loop.dataset,
+                                          "'auto' reads the returns of a --dataset, and "
+                                          "there is none")) if bad]
+        if spec.loop.reward_scale != 1.0 and scaled:
+            raise ConfigError(f"--reward_scale {spec.loop.reward_scale}: {'; '.join(scaled)}. "
+                              f"Leave --reward_scale at 1 here.")
         if spec.loop.her:
             label = env_label(plugins.env_cls, spec.env)
             check_her(spec, plugins, f"{spec.env_name}{' ' + label if label else ''}")
@@ -406,7 +449,10 @@ class ReplayTrainer(Trainer):
         data, transitions = prepared_dataset(self.args, self.spec, self.spaces,
                                              self.plugins.agent_cls, self.obs_normalizer)
         self.dataset_rows = len(data)
-        self.dataset_summary, self.dataset_info = data.summary(), dataset_info(data)
+        self.reward_scale = resolved_reward_scale(self.args.reward_scale, data)
+        self.dataset_summary = data.summary() + (f", rewards x {self.reward_scale:.4g}"
+                                                 if self.reward_scale != 1.0 else "")
+        self.dataset_info = {**dataset_info(data), "reward_scale": self.reward_scale}
         return transitions
 
     def make_mixed_buffer(self):
@@ -419,7 +465,7 @@ class ReplayTrainer(Trainer):
         return self.placement.spawn(
             MixedReplayBuffer, args.buffer_size, shapes, self.spaces[1].shape, num_cpus=0,
             dataset=transitions, ratio=args.offline_ratio, observation_dtype=dtypes,
-            action_dtype=action_dtype, seed=args.seed,
+            action_dtype=action_dtype, seed=args.seed, reward_scale=self.reward_scale,
             with_discounts=self.plugins.agent_cls.transition_discounts)
 
     #: rows of a --dataset in the buffer besides the online ones (they count for the warm-up)

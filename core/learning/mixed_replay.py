@@ -19,12 +19,12 @@ class MixedReplayBuffer(ReplayBuffer):
 
     def __init__(self, capacity, observation_shape, action_shape, dataset, ratio,
                  observation_dtype=np.float32, action_dtype=np.float32, seed=0,
-                 with_discounts=False):
+                 with_discounts=False, reward_scale=1.0):
         super().__init__(capacity, observation_shape, action_shape, observation_dtype,
-                         action_dtype, seed, with_discounts)
+                         action_dtype, seed, with_discounts, reward_scale)
         rows = len(dataset.rewards)
         self.dataset = ReplayBuffer(rows, observation_shape, action_shape, observation_dtype,
-                                    action_dtype, seed + 1, with_discounts)
+                                    action_dtype, seed + 1, with_discounts, reward_scale)
         self.dataset.add(dataset)
         self.ratio = float(ratio)
 

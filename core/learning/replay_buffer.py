@@ -57,11 +57,12 @@ class ReplayBatch(NamedTuple):
 
 class ReplayBuffer:
     """A ring of `capacity` transitions stored column by column in their own dtypes;
-    ``with_discounts``: a column for Transitions.discounts too (n-step transitions)."""
+    ``with_discounts``: a column for Transitions.discounts too (n-step transitions);
+    ``reward_scale``: every reward added is stored multiplied by it (--reward_scale)."""
 
     def __init__(self, capacity, observation_shape, action_shape,
                  observation_dtype=np.float32, action_dtype=np.float32, seed=0,
-                 with_discounts=False):
+                 with_discounts=False, reward_scale=1.0):
         if capacity < 1:
             raise ValueError(f"capacity must be positive, got {capacity}")
         self._capacity = int(capacity)
@@ -88,6 +89,7 @@ class ReplayBuffer:
             discounts=np.zeros(capacity, np.float32) if with_discounts else None)
         self._total_added = 0
         self.rng = np.random.default_rng(seed)
+        self.reward_scale = float(reward_scale)
 
     @property
     def capacity(self) -> int:
@@ -112,6 +114,9 @@ class ReplayBuffer:
         `priorities` is accepted for a common interface and ignored.
         """
         n = self._check_block(transitions)
+        if self.reward_scale != 1.0:
+            transitions = transitions._replace(
+                rewards=np.asarray(transitions.rewards, np.float32) * self.reward_scale)
         kept = min(n, self._capacity)
         start = (self._total_added + n - kept) % self._capacity
         for column, data in zip(self._stored(self._columns), self._stored(transitions)):
@@ -381,6 +386,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         """Store a block with the initial priorities (|TD|) the explorer computed, or the
         largest priority seen so far when None, so new data is drawn at least once soon."""
         n = self._check_block(transitions)
+        if self.reward_scale != 1.0:
+            transitions = transitions._replace(
+                rewards=np.asarray(transitions.rewards, np.float32) * self.reward_scale)
         kept = min(n, self._capacity)
         if priorities is None:
             leaves = np.full(kept, self.max_priority ** self.alpha)
