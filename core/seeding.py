@@ -28,7 +28,8 @@ resume at env step t, when a    ``s + 7_919 * t + 100 * i + j`` for env j of wor
 worker's envs cannot continue   resumed run does not replay its first episodes
 parameter server (SAC)          torch and agent ``s``; allreduce replica r: torch ``s + 1_000 r``
 learner worker i (SAC)          torch ``s + 100 + i``, agent ``s + i``
-replay buffer sampling          ``s``
+replay buffer sampling          ``s``; a --dataset's rows beside the online ones (the mixed
+                                buffer of offline-to-online fine-tuning) ``s + 2_000_000``
 ==============================  =================================================================
 
 Seeds may grow past 2**32 for large step counts; every consumer here takes any non-negative int
@@ -130,3 +131,8 @@ def learner_worker_torch(seed, index):
 
 def learner_worker_agent(seed, index):
     return seed + index
+
+
+def dataset_sampling(seed):
+    """The sampler of a --dataset's rows kept beside the online replay (their own stream)."""
+    return seed + 2_000_000

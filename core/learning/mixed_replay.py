@@ -10,7 +10,7 @@ of one batch are the dataset's first, then the ring's.
 """
 import numpy as np
 
-from core import spaces
+from core import seeding, spaces
 from core.learning.replay_buffer import ReplayBatch, ReplayBuffer, Transitions
 
 
@@ -24,7 +24,8 @@ class MixedReplayBuffer(ReplayBuffer):
                          action_dtype, seed, with_discounts, reward_scale)
         rows = len(dataset.rewards)
         self.dataset = ReplayBuffer(rows, observation_shape, action_shape, observation_dtype,
-                                    action_dtype, seed + 1, with_discounts, reward_scale)
+                                    action_dtype, seeding.dataset_sampling(seed), with_discounts,
+                                    reward_scale)
         self.dataset.add(dataset)
         self.ratio = float(ratio)
 
