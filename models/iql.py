@@ -24,12 +24,13 @@ With Q_t = min(Q1_target(s, a), Q2_target(s, a)) at the dataset's (s, a):
   [-1 + 1e-5, 1 - 1e-5] (the official D4RL loader's clip; harmless for a Gaussian) under
   Normal(tanh(f(s)), std).
 
-All three from the same weights (as CORL and d3rlpy; the official code steps V first and
-uses the new V in the other two), one backward pass of their sum: V, Q and w are detached
-where another loss reads them, so each parameter gets its own loss's gradient. The actor's
-learning rate decays by a cosine to 0 over --total_steps (--iql_actor_lr_schedule, the
-paper's and CORL's). Reward scaling (the paper's 1000 / return range for MuJoCo) belongs
-to the dataset, not here.
+All three from the same weights (as CORL; the official code steps V first and uses the new V
+in the other two; d3rlpy 2.8.1 steps Q and V, then weighs the actor with the new V), one
+backward pass of their sum: V, Q and w are detached where another loss reads them, so each
+parameter gets its own loss's gradient. The actor's learning rate decays by a cosine to 0
+over --total_steps (--iql_actor_lr_schedule, the paper's and CORL's). Reward scaling (the
+paper's 1000 / return range for MuJoCo) is the replay loop's --reward_scale auto: it applies
+to every reward the buffer stores, online ones included.
 
 Acting: deterministic, tanh(f(s)) (the mean); stochastic, a Gaussian sample clipped to
 [-1, 1] (the official sampler's clip); both scaled into the env's bounds. Discrete: the
