@@ -157,7 +157,7 @@ class TrainingSession:
         # First: it imports matplotlib while the run starts (core/run/plots.py).
         self.plotter = PlotProcess() if args.plots else None
         setup_process(args)
-        if getattr(args, "record_dataset", None):  # Ray's workers need not share our cwd
+        if args.record_dataset:  # Ray's workers need not share our cwd
             args.record_dataset = os.path.abspath(os.path.expanduser(args.record_dataset))
         spec = run_spec(args)  # each component's typed config (core/config.py)
         self.plugins = load_plugins(spec)
@@ -531,7 +531,7 @@ class TrainingSession:
         dataset at DIR (core/sampling/recording.py); summary.json's ``recorded_dataset``. A
         failure here is reported, never the run's fate."""
         args = self.args
-        if not getattr(args, "record_dataset", None):
+        if not args.record_dataset:
             return {}
         from core.sampling.recording import merge_shards
         try:

@@ -323,7 +323,7 @@ class ReplayTrainer(Trainer):
     @classmethod
     def for_run(cls, args):
         """--dataset alone (--offline_ratio 1): the loop without rollout workers."""
-        if getattr(args, "dataset", None) and args.offline_ratio >= 1.0:
+        if args.dataset and args.offline_ratio >= 1.0:
             from core.algos.trainers import trainer_class
             return trainer_class("offline")  # core/algos/offline_trainer.py
         return cls

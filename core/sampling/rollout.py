@@ -61,7 +61,7 @@ class RolloutWorker:
         num_envs = len(self.envs)
         # --record_dataset: this worker's steps into a shard of the run's dataset
         self.recorder = None
-        if getattr(args, "record_dataset", None):
+        if args.record_dataset:
             from core.plugins import env_label
             from core.sampling.recording import StepRecorder
             self.recorder = StepRecorder(
