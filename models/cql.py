@@ -196,12 +196,7 @@ class CQLModel(SACModel):
         lagrange_loss = -(lagrange * conservative.detach()).mean()
 
         # Actor and temperature: SAC's (the critics valued with detached parameters).
-        new_actions, log_prob = self.sample(obs)
-        detached = {name: p.detach() for name, p in self.critic.named_parameters()}
-        q_new = torch.min(*torch.func.functional_call(self.critic, detached,
-                                                      (obs, new_actions))).float()
-        actor_loss = (alpha * log_prob - q_new).mean()
-        alpha_loss = -(self.log_alpha * (log_prob + self.target_entropy).detach()).mean()
+        actor_loss, alpha_loss, log_prob = self.actor_and_alpha_losses(obs, alpha)
 
         with torch.no_grad():
             td_errors = (current_q_values[0] - target_q).abs()

@@ -398,17 +398,7 @@ class SACModel(ReplayModelSteps, TimedPrecision, BaseModel):
         critic_loss = 0.5 * sum((weights * (q - target_q).pow(2)).mean()
                                 for q in current_q_values)
 
-        # Actor: the critics are evaluated with detached copies of their parameters, so the
-        # actor loss reaches the critics' weights only as constants and its gradient flows into
-        # the actor alone (through the reparameterized actions).
-        new_actions, log_prob = self.sample(obs)
-        detached = {name: p.detach() for name, p in self.critic.named_parameters()}
-        q_new = torch.min(*torch.func.functional_call(self.critic, detached,
-                                                      (obs, new_actions))).float()
-        actor_loss = (alpha * log_prob - q_new).mean()
-
-        # Temperature: gradient to log_alpha only.
-        alpha_loss = -(self.log_alpha * (log_prob + self.target_entropy).detach()).mean()
+        actor_loss, alpha_loss, log_prob = self.actor_and_alpha_losses(obs, alpha)
 
         with torch.no_grad():
             td_errors = (current_q_values[0] - target_q).abs()
@@ -419,6 +409,20 @@ class SACModel(ReplayModelSteps, TimedPrecision, BaseModel):
         # The three losses share no parameters with a gradient path, so one backward pass of
         # their sum gives each parameter the gradient of its own loss.
         return critic_loss + actor_loss + alpha_loss, scalars, td_errors
+
+    def actor_and_alpha_losses(self, obs, alpha):
+        """(actor loss, temperature loss, log pi(a|s)) at actions sampled at ``obs``.
+
+        The critics are evaluated with detached copies of their parameters, so the actor loss
+        reaches the critics' weights only as constants and its gradient flows into the actor
+        alone (through the reparameterized actions); the temperature's reaches log_alpha only."""
+        new_actions, log_prob = self.sample(obs)
+        detached = {name: p.detach() for name, p in self.critic.named_parameters()}
+        q_new = torch.min(*torch.func.functional_call(self.critic, detached,
+                                                      (obs, new_actions))).float()
+        actor_loss = (alpha * log_prob - q_new).mean()
+        alpha_loss = -(self.log_alpha * (log_prob + self.target_entropy).detach()).mean()
+        return actor_loss, alpha_loss, log_prob
 
     def parameter_groups(self):
         """The optimizer's three groups, named (the learner sets their rates by name)."""
