@@ -130,6 +130,12 @@ def _construct(factory, args, seed, signature_of=None, **extra):
     return factory(args, seed=seed, **extra) if takes_seed else factory(args, **extra)
 
 
+def steps_an_env(env_cls):
+    """False for an env plugin with nothing to step (``simulates = False``: envs/no_env.py):
+    the run's loop then gives the spaces, and nothing is evaluated."""
+    return getattr(unwrap_actor_class(env_cls), "simulates", True)
+
+
 def env_label(env_cls, config):
     """What identifies the env in run directory names, logs and preset names: its optional
     ``label(config)`` (gym_env's is its gymnasium id), else None."""

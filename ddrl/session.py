@@ -22,7 +22,7 @@ from core.distributed.devices import check_local_gpus
 from core.faults import Faults, short_error
 from core.atomic import atomic_write_text
 from core.distributed.placement import RayStarter
-from core.plugins import env_label, load_plugins, make_env
+from core.plugins import env_label, load_plugins, make_env, steps_an_env
 from options.options import run_spec
 from core.distributed.process import setup_process
 from core.errors import ConfigError, EnvContractError
@@ -164,12 +164,16 @@ class TrainingSession:
         self.plugins.model_cls.check_contract(args.model_name)
         # the trackers (--logger) before anything starts: a missing package is a ConfigError
         trackers = make_loggers(args)
-        observation_space, action_space, threshold = probe_env(self.plugins, spec.env,
-                                                               args.env_name)
-        self.spaces = observation_space, action_space
-        self.plugins.model_cls.check_spaces(observation_space, action_space)
         trainer_cls = trainer_class(self.plugins.model_cls.trainer,
                                     self.plugins.model_cls).for_run(spec.loop)
+        if steps_an_env(self.plugins.env_cls):
+            observation_space, action_space, threshold = probe_env(self.plugins, spec.env,
+                                                                   args.env_name)
+        else:  # --env_name none: the loop's own experience gives the spaces
+            (observation_space, action_space), threshold = (
+                trainer_cls.spaces_without_env(spec.loop), None)
+        self.spaces = observation_space, action_space
+        self.plugins.model_cls.check_spaces(observation_space, action_space)
         check_agent_kind(trainer_cls, self.plugins, args)
         trainer_cls.check_plugins(self.plugins, spec)
         # Where GPUs go is the loop's to say; every actor reads it from the spec.

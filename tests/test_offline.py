@@ -103,6 +103,35 @@ def test_a_missing_dataset_is_one_paragraph(tmp_path, monkeypatch):
     assert "nowhere/pendulum-medium-v0" in text and "download" in text and "\n" not in text
 
 
+def test_a_dataset_without_an_env_trains_and_reports_its_losses(dataset, tmp_path):
+    """--env_name none: the dataset's spaces, no test worker, the losses as the report; the
+    checkpoint loads and acts (ddrl.load), and asking it for an env names what is missing. A
+    loop that steps an env refuses the name in one paragraph."""
+    flags = {k: v for k, v in OFFLINE.items() if k != "gym_id"}
+    run = ddrl.train(env_name="none", dataset=dataset, total_steps=40, eval_interval=20,
+                     run_dir=str(tmp_path / "run"), **flags)
+    summary = run.summary
+    assert summary["evaluated"] is False and summary["last_eval_return"] is None
+    assert summary["env_steps"] == 40 and summary["step_clock"] == "updates"
+    assert not any(row.get("eval_return") not in (None, "") for row in run.metrics)
+    assert any(np.isfinite(float(row["critic_loss"])) for row in run.metrics
+               if row.get("critic_loss") not in (None, ""))
+    policy = ddrl.load(os.path.join(run.run_dir, "checkpoints", "last.pt"))
+    data = load_dataset(dataset)
+    assert policy.observation_space == data.observation_space
+    assert policy.action_space.contains(policy.act(data.transitions.observations[0]))
+    with pytest.raises(ConfigError, match="--env_name none has no env to step"):
+        policy.make_env()
+    for refused in (dict(model_name="ppo", **QUIET),                # a loop that steps an env
+                    dict(flags, dataset=dataset, offline_ratio=0.5)):  # online beside the data
+        with pytest.raises(ConfigError) as error:
+            ddrl.train(env_name="none", total_steps=10, run_dir=str(tmp_path / "refused"),
+                       **refused)
+        text = str(error.value)
+        assert "--env_name none names no env" in text and "--offline_ratio 1" in text
+        assert "\n" not in text
+
+
 def test_a_run_records_its_experience_and_a_saved_policy_its_rollouts(dataset, tmp_path):
     """--record_dataset: every step the worker took, whole episodes, read back by Minari and by
     --dataset; `ddrl dataset`: a saved policy's rollouts, the behaviour in the metadata."""

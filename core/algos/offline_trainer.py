@@ -14,10 +14,15 @@ Normalization as the offline papers do it: with --normalize_obs the observation 
 are the dataset's, computed once, applied to the buffer's rows and frozen; they are saved with
 every checkpoint (``ddrl.load`` acts with them). A restore reads the dataset again and puts
 the buffer's sampler back where it was, so a resumed run draws the batches it would have.
+
+A dataset without an env (--env_name none, envs/no_env.py): the spaces are the dataset's
+(``spaces_without_env``), no test worker is built and nothing is evaluated; the metrics rows'
+losses are the run's report and last.pt its result.
 """
 from core.algos.replay_trainer import ReplayTrainer, buffer_columns
 from core.algos.trainers import register_trainer
 from core.learning.replay_buffer import ReplayBuffer
+from core.plugins import steps_an_env
 
 
 @register_trainer("offline")
@@ -25,6 +30,21 @@ class OfflineTrainer(ReplayTrainer):
     """The replay loop on a dataset: the buffer filled once, no rollout workers, the step
     clock in updates (the module's docstring). A model names the replay loop; the replay loop
     hands a run with --dataset and --offline_ratio 1 to this one (``for_run``)."""
+
+    @classmethod
+    def spaces_without_env(cls, args):
+        """--env_name none: the dataset's own spaces (read once more when the buffer fills)."""
+        from core.data import load_dataset
+        data = load_dataset(args.dataset)
+        return data.observation_space, data.action_space
+
+    @property
+    def evaluates(self):
+        """False with no env to step (--env_name none): no test worker, no evaluations."""
+        return steps_an_env(self.plugins.env_cls)
+
+    def evaluate(self):
+        return super().evaluate() if self.evaluates else None
 
     def add_rollout_workers(self):
         """None: the dataset is the experience."""
@@ -48,7 +68,8 @@ class OfflineTrainer(ReplayTrainer):
         never a call's few updates past them."""
         budget = self.args.total_steps
         evaluations = self.evaluations
-        if evaluations.pending is None and evaluations.next_eval is not None:
+        if (self.evaluates and evaluations.pending is None
+                and evaluations.next_eval is not None):
             budget = min(budget, evaluations.next_eval)
         return budget - self.base_updates
 
@@ -70,7 +91,8 @@ class OfflineTrainer(ReplayTrainer):
 
     def start_note(self):
         return (super().start_note() + f"; offline, {self.dataset_summary}; the step clock "
-                f"counts updates")
+                f"counts updates" + ("" if self.evaluates else "; no env: nothing is "
+                                     "evaluated, the losses are the report"))
 
     # -- checkpoints: the weights, the normalizer and the sampler, never the dataset's rows ----
     def get_state(self):
@@ -88,4 +110,4 @@ class OfflineTrainer(ReplayTrainer):
         return True
 
     def summary_extra(self):
-        return {**super().summary_extra(), "step_clock": "updates"}
+        return {**super().summary_extra(), "step_clock": "updates", "evaluated": self.evaluates}

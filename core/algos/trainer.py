@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from core.distributed.devices import ROLLOUT_WORKERS, plan_gpus
+from core.errors import ConfigError
 from core.learning.normalizer import ObsNormalizer
 from core.sampling.eval_runner import EvalRunner
 
@@ -105,6 +106,16 @@ class Trainer:
         """The loop class that drives a run with these flags (``args``: the loop's config): this
         one, or a variant of it (the replay loop's offline form for --dataset)."""
         return cls
+
+    @classmethod
+    def spaces_without_env(cls, args):
+        """(observation space, action space) of a run with no env to step (--env_name none),
+        from this loop's own source of experience; only the offline loop has one."""
+        raise ConfigError(
+            "--env_name none names no env, and this run's loop learns by stepping one: only an "
+            "offline run trains without an env (--dataset PATH with --offline_ratio 1, and a "
+            "model of the replay loop: bc, iql, cql, cql_discrete). Give an env (--env_name, "
+            "e.g. gym_env with --gym_id) or a dataset.")
 
     @classmethod
     def gpu_plan(cls, args):
