@@ -147,6 +147,7 @@ class TrainingSession:
         self.ray_starter = None
         self.trainer = None
         self.fine_tune_from = None
+        self.restored = None  # (checkpoint file, payload, meta) of --restore, read once
         self.context = None
         self.error = None
         self.previous_handlers = {}
@@ -182,7 +183,7 @@ class TrainingSession:
         target = threshold if args.target_return == "auto" else args.target_return
         self.check_gpus()
         self.run_dir = args.run_dir or default_run_dir(args, self.env_label)
-        self.fine_tune_from = self.offline_run_to_fine_tune()
+        self.fine_tune_from = self.offline_run_to_fine_tune(trainer_cls)
         if not args.restore or self.fine_tune_from:
             check_run_dir(self.run_dir)
         if args.record_dataset:
@@ -308,19 +309,19 @@ class TrainingSession:
         return (weights, payload.get("optimizer"), int(meta.get("updates", 0)), meta,
                 from_payload(payload.get("state") or {}))
 
-    def offline_run_to_fine_tune(self):
-        """(checkpoint, meta) when --restore names an offline run (--dataset, --offline_ratio
-        1) and this run has --offline_ratio below 1: offline-to-online fine-tuning, a new run
-        (in a new directory: the offline run's stays as it was) that starts from the offline
-        run's weights and optimizer, at env step 0. None otherwise."""
+    def offline_run_to_fine_tune(self, trainer_cls):
+        """(checkpoint, meta) when --restore names a run this run's loop fine-tunes from
+        (``Trainer.fine_tunes_from``: an offline run restored with --offline_ratio below 1): a
+        new run (in a new directory: the offline run's stays as it was) that starts from its
+        weights and optimizer, at env step 0. None otherwise. The checkpoint read here is the
+        one ``restore`` takes (read once)."""
         from core.run.checkpoint import load_for_restore
         args = self.args
-        if not (args.restore and getattr(args, "dataset", None)
-                and getattr(args, "offline_ratio", 1.0) < 1.0):
+        if not args.restore:
             return None
-        path, _, meta = load_for_restore(args.restore, args)
-        saved = meta.get("config") or {}
-        if not saved.get("dataset") or float(saved.get("offline_ratio", 1.0)) < 1.0:
+        self.restored = load_for_restore(args.restore, args)
+        path, _, meta = self.restored
+        if not trainer_cls.fine_tunes_from(args, meta.get("config") or {}):
             return None
         if os.path.abspath(self.run_dir) == os.path.abspath(meta.get("run_dir") or ""):
             self.run_dir = default_run_dir(args, self.env_label)
@@ -332,7 +333,7 @@ class TrainingSession:
         fit this model is a one-paragraph error; any other error keeps its own message."""
         from core.run.checkpoint import load_for_restore
         args = self.args
-        path, payload, meta = load_for_restore(args.restore, args)
+        path, payload, meta = self.restored or load_for_restore(args.restore, args)
         with torch.random.fork_rng(devices=[]):  # the check must not move the training RNG
             expected = self.plugins.model_cls(self.spec.model, *self.spaces).get_weights()
         check_model_fits(payload["model"], expected, path)

@@ -329,6 +329,13 @@ class ReplayTrainer(Trainer):
         return cls
 
     @classmethod
+    def fine_tunes_from(cls, args, saved):
+        """An offline run (--dataset, --offline_ratio 1) restored with --offline_ratio below 1
+        and a dataset: offline-to-online fine-tuning, a new run from its weights."""
+        return (bool(args.dataset) and args.offline_ratio < 1.0 and bool(saved.get("dataset"))
+                and float(saved.get("offline_ratio", 1.0)) >= 1.0)
+
+    @classmethod
     def check_plugins(cls, plugins, spec):
         """A model that cannot learn from averaged gradients (CrossQ: its batch statistics are
         per batch) says so with ``single_learner_only``; then --num_learners must be 1. The

@@ -108,6 +108,12 @@ class Trainer:
         return cls
 
     @classmethod
+    def fine_tunes_from(cls, args, saved):
+        """Whether --restore of a run saved with config ``saved`` (its flags, a dict) starts a
+        new run of this loop from its weights (offline to online) rather than continuing it."""
+        return False
+
+    @classmethod
     def spaces_without_env(cls, args):
         """(observation space, action space) of a run with no env to step (--env_name none),
         from this loop's own source of experience; only the offline loop has one."""
