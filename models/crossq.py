@@ -240,15 +240,10 @@ class CrossQModel(SACModel):
                    "q_mean": q1.detach().mean()}
 
         if self.policy_update_due():
-            # Actor: its pass on s learns its statistics; the critics judge the new actions with
-            # their running statistics and detached weights (the gradient reaches the actor only).
-            with renorm_training(self.actor):
-                new_actions, log_prob = self.sample(obs)
-            detached = {name: p.detach() for name, p in self.critic.named_parameters()}
-            q_new = torch.min(*torch.func.functional_call(self.critic, detached,
-                                                          (obs, new_actions))).float()
-            actor_loss = (alpha * log_prob - q_new).mean()
-            alpha_loss = -(self.log_alpha * (log_prob + self.target_entropy).detach()).mean()
+            # Actor: its pass on s learns its statistics (``policy_sample``); the critics judge
+            # the new actions with their running statistics and detached weights (the gradient
+            # reaches the actor only).
+            actor_loss, alpha_loss, log_prob = self.actor_and_alpha_losses(obs, alpha)
             total = total + actor_loss + alpha_loss
             scalars.update(actor_loss=actor_loss.detach(), alpha_loss=alpha_loss.detach(),
                            entropy=-log_prob.detach().mean())
@@ -257,6 +252,11 @@ class CrossQModel(SACModel):
             td_errors = (q1.detach() - target_q).abs()
         scalars["td_error_mean"] = td_errors.mean()
         return total, scalars, td_errors
+
+    def policy_sample(self, obs):
+        """SAC's, with the actor's batch renormalization learning from this pass."""
+        with renorm_training(self.actor):
+            return self.sample(obs)
 
     def configure_optimizer(self):
         groups = self.parameter_groups()

@@ -410,13 +410,17 @@ class SACModel(ReplayModelSteps, TimedPrecision, BaseModel):
         # their sum gives each parameter the gradient of its own loss.
         return critic_loss + actor_loss + alpha_loss, scalars, td_errors
 
+    def policy_sample(self, obs):
+        """(actions, log-probabilities) the actor's loss is taken at: ``sample``'s."""
+        return self.sample(obs)
+
     def actor_and_alpha_losses(self, obs, alpha):
         """(actor loss, temperature loss, log pi(a|s)) at actions sampled at ``obs``.
 
         The critics are evaluated with detached copies of their parameters, so the actor loss
         reaches the critics' weights only as constants and its gradient flows into the actor
         alone (through the reparameterized actions); the temperature's reaches log_alpha only."""
-        new_actions, log_prob = self.sample(obs)
+        new_actions, log_prob = self.policy_sample(obs)
         detached = {name: p.detach() for name, p in self.critic.named_parameters()}
         q_new = torch.min(*torch.func.functional_call(self.critic, detached,
                                                       (obs, new_actions))).float()
