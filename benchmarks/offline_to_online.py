@@ -38,15 +38,17 @@ import time
 
 import numpy as np
 
-from offline import REPO, RESULTS, cpu_flags, git_commit, interval, run_process
+from offline import REPO, RESULTS, cpu_flags, git_commit, interval, run_process, write
 
 RUNS = os.path.join(REPO, "benchmarks", "runs")
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--dataset", required=True, help="a Minari dataset's directory (or an id)")
-    p.add_argument("--gym_id", required=True, help="the env the dataset was recorded on")
+    p.add_argument("--from_json", default=None, metavar="PATH",
+                   help="write the tables of a saved report again; runs nothing")
+    p.add_argument("--dataset", help="a Minari dataset's directory (or an id)")
+    p.add_argument("--gym_id", help="the env the dataset was recorded on")
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--offline_updates", type=int, default=30_000)
     p.add_argument("--online_steps", type=int, default=50_000)
@@ -57,11 +59,14 @@ def parse_args(argv=None):
     p.add_argument("--eval_interval", type=int, default=5000)
     p.add_argument("--eval_episodes", type=int, default=5)
     p.add_argument("--parallel", type=int, default=1, help="seeds run at once")
-    p.add_argument("--name", required=True, help="the results' name")
+    p.add_argument("--name", help="the results' name")
     p.add_argument("--out", default=None, help="the JSON (default: benchmarks/results/"
                                                "offline-to-online-NAME.json)")
     p.add_argument("--timeout", type=float, default=0, help="seconds per run (0: none)")
     args = p.parse_args(argv)
+    missing = [f"--{k}" for k in ("dataset", "gym_id", "name") if getattr(args, k) is None]
+    if missing and not args.from_json:
+        p.error(f"{', '.join(missing)} required (or --from_json PATH)")
     if not 0.0 < args.offline_ratio < 1.0:
         p.error(f"--offline_ratio {args.offline_ratio}: the online phase needs a share of the "
                 f"batch from each side, strictly between 0 and 1")
@@ -165,23 +170,22 @@ def table(report):
     return "\n".join(lines)
 
 
-def rebuild(path):
-    """--from_json: the tables again from a saved report (nothing is run)."""
-    with open(path) as f:
-        report = json.load(f)
+def save(report, path):
+    """The report's tables made from its runs, written beside it (.md) and printed."""
     report["table"] = table(report)
-    with open(path, "w") as f:
-        json.dump(report, f, indent=1)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    write(report, path)
     with open(path[:-5] + ".md", "w") as f:
         f.write(report["table"] + "\n")
     print(report["table"])
-    return 0
 
 
 def main(argv=None):
-    if argv is None and len(sys.argv) == 3 and sys.argv[1] == "--from_json":
-        return rebuild(sys.argv[2])
     args = parse_args(argv)
+    if args.from_json:
+        with open(args.from_json) as f:
+            save(json.load(f), args.from_json)
+        return 0
     runs = os.path.join(RUNS, f"offline-to-online-{args.name}")
     os.makedirs(runs, exist_ok=True)
     report = {"name": args.name, "args": vars(args), "machine": cpu_flags(),
@@ -190,14 +194,8 @@ def main(argv=None):
         futures = {seed: pool.submit(run_seed, args, seed, runs) for seed in args.seeds}
         for seed, future in futures.items():
             report["runs"][str(seed)] = future.result()
-    report["table"] = table(report)
     out = args.out or os.path.join(RESULTS, f"offline-to-online-{args.name}.json")
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out, "w") as f:
-        json.dump(report, f, indent=1)
-    with open(out[:-5] + ".md", "w") as f:
-        f.write(report["table"] + "\n")
-    print(report["table"])
+    save(report, out)
     print(f"offline_to_online.py: wrote {out}")
     finals = [report["runs"][str(s)][p].get("final") for s in args.seeds
               for p in ("offline", "online", "scratch")]
