@@ -38,6 +38,7 @@ PROBES = {
     "async-vs-sync": ("async_sync", "APPO's env steps/s against sync PPO's on a slow, uneven env"),
     "appo-vs-sf": ("appo_vs_sf", "ddrl's APPO against Sample Factory's on CartPole, same settings"),
     "learning-speed": ("learning_speed", "samples/s of ddrl's learning step (PPO, DQN, SAC) on a device"),
+    "offline-shards": ("offline_shards", "an offline run's dataset in one buffer or sharded: updates/s, RSS"),
 }
 
 

@@ -136,3 +136,8 @@ def learner_worker_agent(seed, index):
 def dataset_sampling(seed):
     """The sampler of a --dataset's rows kept beside the online replay (their own stream)."""
     return seed + 2_000_000
+
+
+def dataset_shard(seed, index):
+    """The sampler of a learner's shard of a --dataset (--shard_dataset), one stream each."""
+    return seed + 3_000_000 + 1_000 * int(index)

@@ -462,3 +462,41 @@ def test_a_relative_path_of_an_ids_shape_is_a_directory(tmp_path, monkeypatch):
     assert len(load_dataset("data/pendulum-v0")) == STEPS
     with pytest.raises(DatasetError, match="not a Minari id"):
         DatasetWriter("minari:pendulum", *SPACES["box"])
+
+
+@pytest.mark.parametrize("name", ["box", "dict_with_mask", "nested_dict"])
+@pytest.mark.parametrize("count", [2, 3, 5])
+def test_shards_partition_the_rows_and_keep_the_episodes_statistics(tmp_path, name, count):
+    """--shard_dataset: shard i of N holds the rows at i modulo N, read episode by episode
+    (every row in exactly one shard, in order), each with the whole dataset's episode
+    statistics and no episode structure of its own."""
+    observation_space, action_space = SPACES[name]
+    record(tmp_path / "data-v0", observation_space, action_space)
+    whole = load_dataset(str(tmp_path / "data-v0"), observation_space, action_space)
+    shards = [load_dataset(str(tmp_path / "data-v0"), observation_space, action_space,
+                           shard=(i, count)) for i in range(count)]
+    assert sum(len(s) for s in shards) == len(whole) == STEPS
+    for i, shard in enumerate(shards):
+        rows = np.arange(i, STEPS, count)
+        for field in ("observations", "actions", "rewards", "next_observations", "terminated"):
+            assert_same(getattr(shard.transitions, field),
+                        spaces.take(getattr(whole.transitions, field), rows))
+        np.testing.assert_array_equal(shard.truncated, whole.truncated[rows])
+        np.testing.assert_array_equal(shard.episode_returns, whole.episode_returns)
+        assert shard.transitions.episode_ends is None
+        assert shard.overview(rows=len(whole)).summary() == whole.summary()
+
+
+def test_shards_of_arrays_partition_the_rows(tmp_path):
+    whole = load_dataset(write_arrays(tmp_path / "d.npz", d4rl_arrays()))
+    shards = [load_dataset(str(tmp_path / "d.npz"), shard=(i, 3)) for i in range(3)]
+    assert sum(len(s) for s in shards) == len(whole)
+    for i, shard in enumerate(shards):
+        np.testing.assert_array_equal(shard.transitions.observations,
+                                      whole.transitions.observations[i::3])
+        np.testing.assert_array_equal(shard.transitions.next_observations,
+                                      whole.transitions.next_observations[i::3])
+        np.testing.assert_array_equal(shard.truncated, whole.truncated[i::3])
+        assert shard.transitions.observations.base is None  # a copy: the whole may go
+    with pytest.raises(ValueError, match="shard 3 of 3"):
+        load_dataset(str(tmp_path / "d.npz"), shard=(3, 3))

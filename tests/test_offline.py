@@ -94,6 +94,48 @@ def test_an_offline_run_resumes_exactly(dataset, tmp_path):
         assert torch.equal(tensor, b["model"][name]), name
 
 
+SHARDED = dict({k: v for k, v in OFFLINE.items() if not k.startswith("sac_")},
+               model_name="iql", iql_hidden_sizes="32,32", num_learners=2,
+               shard_dataset=True, normalize_obs=True,
+               iql_actor_lr_schedule="constant")  # (a cosine to --total_steps: 40 != 80)
+
+
+def test_a_sharded_run_merges_its_shards_and_resumes_exactly(dataset, tmp_path):
+    """--shard_dataset: two learner workers hold every other row each; the driver's view is
+    the whole dataset's (its rows, its normalizer's count and mean from the merged shards'
+    moments), and 40 + 40 updates with a restore between equal 80 in one go (each shard's
+    sampler is in the checkpoint). (--num_workers 0: in one process, deterministic.)"""
+    straight = ddrl.train(dataset=dataset, total_steps=80, eval_interval=40,
+                          run_dir=str(tmp_path / "straight"), **SHARDED)
+    summary = straight.summary["dataset"]
+    assert summary["transitions"] == 800 and summary["shards"] == [400, 400]
+    payload, _ = model_weights(straight.run_dir)
+    saved = payload["state"]["obs_normalizer"]
+    whole = load_dataset(dataset).transitions.observations.astype(np.float64)
+    assert float(saved["count"]) == len(whole)
+    np.testing.assert_allclose(np.asarray(saved["mean"]), whole.mean(0), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(saved["m2"]) / len(whole), whole.var(0), rtol=1e-6)
+    assert len(payload["state"]["dataset_shard_samplers"]) == 2
+    assert np.isfinite(straight.summary["last_eval_return"])
+    first = ddrl.train(dataset=dataset, total_steps=40, eval_interval=40,
+                       run_dir=str(tmp_path / "resumed"), **SHARDED)
+    resumed = ddrl.train(restore=first.run_dir, total_steps=80, quiet=True)
+    b, meta = model_weights(resumed.run_dir)
+    assert int(meta["updates"]) == 80
+    for name, tensor in payload["model"].items():
+        assert torch.equal(tensor, b["model"][name]), name
+
+
+def test_sharding_is_refused_where_it_cannot_apply_in_one_paragraph(dataset, tmp_path):
+    for flags, named in ((dict(SHARDED, num_learners=1), "--num_learners 1"),
+                         (dict(SHARDED, offline_ratio=0.5), "--offline_ratio below 1")):
+        with pytest.raises(ConfigError) as error:
+            ddrl.train(dataset=dataset, total_steps=10, run_dir=str(tmp_path / "refused"),
+                       **flags)
+        text = str(error.value)
+        assert named in text and "--shard_dataset" in text and "\n" not in text
+
+
 def test_a_missing_dataset_is_one_paragraph(tmp_path, monkeypatch):
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "store"))
     with pytest.raises(ConfigError) as error:

@@ -4,6 +4,7 @@ them from here."""
 import numpy as np
 
 from core.errors import ConfigError
+from core.learning.dataset_shard import with_discount
 from core.learning.normalizer import moments_of, normalize
 
 
@@ -11,9 +12,14 @@ def dataset_transitions(data, agent_cls, agent_config):
     """The dataset's transitions as the agent's buffer keeps them: with the discounts column
     (gamma^1 per row, from the agent's --gamma) for an agent whose transitions carry one (the
     DQN family's n-step transitions; offline they are one-step)."""
-    transitions = data.transitions
+    return with_discount(data.transitions, dataset_discount(agent_cls, agent_config))
+
+
+def dataset_discount(agent_cls, agent_config):
+    """The discount of a dataset row in the agent's buffer: its --gamma for an agent whose
+    transitions carry one, else None (the model applies its own)."""
     if not agent_cls.transition_discounts:
-        return transitions
+        return None
     n_step = getattr(agent_config, "n_step", 1)
     if n_step != 1:
         raise ConfigError(f"--n_step {n_step} with --dataset: a dataset's transitions are one "
@@ -23,7 +29,7 @@ def dataset_transitions(data, agent_cls, agent_config):
     if gamma is None:
         raise ConfigError(f"agent {agent_cls.__name__} stores discounted transitions but has "
                           f"no --gamma for a dataset's one-step rows.")
-    return transitions._replace(discounts=np.full(len(transitions.rewards), gamma, np.float32))
+    return float(gamma)
 
 
 def prepared_dataset(args, spec, spaces, agent_cls, obs_normalizer):

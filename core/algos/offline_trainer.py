@@ -18,9 +18,21 @@ the buffer's sampler back where it was, so a resumed run draws the batches it wo
 A dataset without an env (--env_name none, envs/no_env.py): the spaces are the dataset's
 (``spaces_without_env``), no test worker is built and nothing is evaluated; the metrics rows'
 losses are the run's report and last.pt its result.
+
+Sharded (--shard_dataset, --num_learners N): no replay buffer actor; each process that
+computes a share of the update holds every N-th row of the dataset and draws its rows there
+(core/learning/dataset_shard.py). The driver reads nothing: the shards answer their sizes,
+moments and the episodes' returns, the driver merges them (the normalizer's statistics, the
+reward scale, the summary) and hands the result back for the shards to fill their buffers;
+it keeps that answer, so a replacement learner fills its shard alone. Checkpoints keep each
+shard's sampler.
 """
-from core.algos.replay_trainer import ReplayTrainer, buffer_columns
+from core.algos.dataset_rows import dataset_discount, dataset_info
+from core.algos.replay_trainer import (ReplayTrainer, buffer_columns, resolved_reward_scale,
+                                       split_batch)
 from core.algos.trainers import register_trainer
+from core.errors import ConfigError
+from core.learning.dataset_shard import merged_overview, shard_sizes_note
 from core.learning.replay_buffer import ReplayBuffer
 from core.plugins import steps_an_env
 
@@ -30,6 +42,34 @@ class OfflineTrainer(ReplayTrainer):
     """The replay loop on a dataset: the buffer filled once, no rollout workers, the step
     clock in updates (the module's docstring). A model names the replay loop; the replay loop
     hands a run with --dataset and --offline_ratio 1 to this one (``for_run``)."""
+
+    shards_datasets = True
+    #: --shard_dataset: what the shards' buffers are filled with (fill_shard's keywords, once
+    #: the first round merged their answers), the shards' sizes for the start line
+    shard_fill, shards_note = None, ""
+
+    def __init__(self, args, spec, plugins, spaces, run, faults, ray_starter=None):
+        self.sharded = bool(args.shard_dataset)
+        if self.sharded:
+            self.check_sharding(args)
+        super().__init__(args, spec, plugins, spaces, run, faults, ray_starter)
+        if self.sharded:
+            self.fill_shards()
+
+    @staticmethod
+    def check_sharding(args):
+        why = [what for bad, what in (
+            (args.num_learners < 2, f"--num_learners {args.num_learners} (a shard per learner: "
+                                    f"2 or more)"),
+            (args.prioritized_replay, "--prioritized_replay (priorities need the whole "
+                                      "dataset in one buffer)"),
+            (args.checkpoint_buffer, "--checkpoint_buffer (the shards are read from the "
+                                     "dataset again on restore, their samplers saved)"))
+            if bad]
+        if why:
+            raise ConfigError(f"--shard_dataset spreads the dataset over the learners, which "
+                              f"does not go with {'; '.join(why)}. Drop --shard_dataset, or "
+                              f"change those.")
 
     @classmethod
     def spaces_without_env(cls, args):
@@ -51,7 +91,10 @@ class OfflineTrainer(ReplayTrainer):
 
     def make_buffer(self):
         """A buffer of the dataset's size holding its rows (normalized with the dataset's own
-        statistics under --normalize_obs). Read again after the buffer died."""
+        statistics under --normalize_obs). Read again after the buffer died. None with
+        --shard_dataset: the learners hold the rows."""
+        if self.sharded:
+            return None
         transitions = self.read_dataset()
         shapes, dtypes, action_dtype = buffer_columns(self.spaces, self.args.normalize_obs)
         buffer = self.placement.spawn(
@@ -60,6 +103,80 @@ class OfflineTrainer(ReplayTrainer):
             with_discounts=transitions.discounts is not None, reward_scale=self.reward_scale)
         self.placement.get(buffer.add.remote(transitions))
         return buffer
+
+    # -- --shard_dataset: the rows in the learners ----------------------------------------------
+    def shard_holders(self):
+        """[(shard index, handle)]: the learner workers by slot, or with --learner_sync
+        allreduce the parameter server and its replicas by rank."""
+        if self.allreduce:
+            return list(enumerate([self.server, *self.replicas]))
+        return [(m.slot, m.handle) for m in sorted(self.learners.members, key=lambda m: m.slot)]
+
+    def hold_shard(self, index, handle):
+        """Ask ``handle`` to read shard ``index``: the ref of its answer."""
+        args = self.args
+        return handle.hold_shard.remote(
+            args.dataset, self.spaces, index, args.num_learners,
+            dataset_discount(self.plugins.agent_cls, self.spec.agent),
+            self.obs_normalizer is not None)
+
+    def fill_shards(self, holders=None):
+        """Every shard (``holders``, default all) read and filled. The first time the
+        answers are merged into the run's view of the dataset (the module's docstring);
+        after that the kept fill is used."""
+        holders = self.shard_holders() if holders is None else holders
+        answers = self.placement.get([self.hold_shard(i, h) for i, h in holders])
+        if self.shard_fill is None:
+            overview, moments = merged_overview(answers)
+            if moments is not None and not self.obs_normalizer.frozen:
+                for part in moments:
+                    self.obs_normalizer.update(part)
+                self.obs_normalizer.frozen = True
+            self.dataset_rows = len(overview)
+            self.reward_scale = resolved_reward_scale(self.args.reward_scale, overview)
+            self.dataset_summary = overview.summary() + (
+                f", rewards x {self.reward_scale:.4g}" if self.reward_scale != 1.0 else "")
+            self.dataset_info = {**dataset_info(overview), "reward_scale": self.reward_scale,
+                                 "shards": [a["rows"] for a in answers]}
+            self.shards_note = shard_sizes_note(answers)
+            self.shard_fill = {
+                "columns": buffer_columns(self.spaces, self.args.normalize_obs),
+                "statistics": (None if self.obs_normalizer is None
+                               else self.obs_normalizer.statistics()),
+                "obs_clip": self.args.obs_clip, "reward_scale": self.reward_scale,
+                "seed": self.args.seed}
+        self.placement.get([h.fill_shard.remote(**self.shard_fill) for _, h in holders])
+
+    def make_core(self):
+        """The parameter server (and replicas) again; with --shard_dataset under allreduce
+        their shards are read again once the first fill is known (a recovery)."""
+        super().make_core()
+        if self.sharded and self.allreduce and self.shard_fill is not None:
+            self.fill_shards()
+
+    def make_learner(self, slot, generation, local, node=None):
+        """A learner worker; with --shard_dataset a replacement reads its shard at once."""
+        handle = super().make_learner(slot, generation, local, node)
+        if self.sharded and not self.allreduce and self.shard_fill is not None:
+            self.fill_shards([(slot, handle)])
+        return handle
+
+    def learner_gradients(self, buffer):
+        if not self.sharded:
+            return super().learner_gradients(buffer)
+        return [learner.handle.compute_on_shard.remote(self.learner_weights,
+                                                       self.learner_version, share)
+                for learner, share in self.learner_shares()]
+
+    def server_updates(self, count, buffer, progress):
+        if not self.sharded:
+            return super().server_updates(count, buffer, progress)
+        ranks = [self.server, *self.replicas]
+        shares = split_batch(self.args.batch_size, len(ranks))
+        refs = [rank.update_on_shard.remote(count, share, progress=progress)
+                for rank, share in zip(ranks, shares)]
+        self.replica_updates[refs[0]] = refs[1:]
+        return refs[0]
 
     # -- the budgets: updates only, up to --total_steps ----------------------------------------
     def updates_allowed(self, env_steps, replay_size):
@@ -90,19 +207,30 @@ class OfflineTrainer(ReplayTrainer):
         return row
 
     def start_note(self):
-        return (super().start_note() + f"; offline, {self.dataset_summary}; the step clock "
+        shards = f" in {self.shards_note}" if self.sharded else ""
+        return (super().start_note() + f"; offline, {self.dataset_summary}{shards}; the step clock "
                 f"counts updates" + ("" if self.evaluates else "; no env: nothing is "
                                      "evaluated, the losses are the report"))
 
     # -- checkpoints: the weights, the normalizer and the sampler, never the dataset's rows ----
     def get_state(self):
+        if self.sharded:
+            return {**self.evaluation_state(), "dataset_shard_samplers": self.placement.get(
+                [h.shard_sampling_state.remote() for _, h in self.shard_holders()])}
         return {**self.evaluation_state(),
                 "dataset_sampler": self.placement.get(self.buffer.sampling_state.remote())}
 
     def set_state(self, state, fresh_episode_seed):
-        """The normalizer and the buffer's sampler as saved: True (the run continues exactly)
-        when the checkpoint has the sampler."""
+        """The normalizer and the buffer's (or shards') sampler as saved: True (the run
+        continues exactly) when the checkpoint has the sampler of this run's layout."""
         self.load_evaluation_state(state)
+        if self.sharded:
+            samplers, holders = state.get("dataset_shard_samplers"), self.shard_holders()
+            if samplers is None or len(samplers) != len(holders):
+                return False
+            self.placement.get([h.load_shard_sampling_state.remote(sampler)
+                                for (_, h), sampler in zip(holders, samplers)])
+            return True
         sampler = state.get("dataset_sampler")
         if sampler is None:
             return False

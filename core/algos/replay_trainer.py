@@ -192,6 +192,14 @@ def add_args(parser):
                            "in an online run and the rest of each batch comes from their "
                            "replay (offline-to-online fine-tuning; 0.5 as RLPD) "
                            "(default: %(default)s)")
+    data.add_argument("--shard_dataset", action=argparse.BooleanOptionalAction, default=False,
+                      help="offline, with --num_learners N above 1: each process that computes "
+                           "a share of the update (the learner workers; with --learner_sync "
+                           "allreduce the parameter server and its replicas) reads 1/N of the "
+                           "dataset's rows (every N-th) into a buffer of its own and draws its "
+                           "share of each batch there: no replay buffer actor, no batch "
+                           "crossing processes, no process holding the whole dataset "
+                           "(core/learning/dataset_shard.py) (default: %(default)s)")
 
 
 def reward_scale_type(text):
@@ -399,6 +407,13 @@ class ReplayTrainer(Trainer):
                 f"--learner_sync allreduce runs the {args.num_learners} learners as processes "
                 f"(Ray actors), but --num_workers 0 runs everything in this process. Use "
                 f"--num_workers 1 or more, or --learner_sync server.")
+        if args.shard_dataset and not self.shards_datasets:
+            raise ConfigError(
+                "--shard_dataset spreads an offline run's dataset over its learners (--dataset "
+                "with --offline_ratio 1); this run "
+                + ("mixes its dataset with online replay (--offline_ratio below 1), which "
+                   "keeps both in one buffer" if args.dataset else "has no --dataset")
+                + ". Drop --shard_dataset.")
         self.replicas = []  # with allreduce: the parameter server's replicas, ranks 1..N-1
         self.placement = Placement(local=self.local)
         self.make_core()
@@ -477,6 +492,8 @@ class ReplayTrainer(Trainer):
 
     #: rows of a --dataset in the buffer besides the online ones (they count for the warm-up)
     dataset_rows = 0
+    #: whether this loop can spread its dataset over the learners (--shard_dataset)
+    shards_datasets = False
 
     def make_core(self):
         """The replay buffer and the parameter server (again after they died), with its
@@ -509,7 +526,7 @@ class ReplayTrainer(Trainer):
                     for rank, handle in enumerate(self.replicas, start=1)]
         for name, handle in (("replay buffer", self.buffer), ("parameter server", self.server),
                              *replicas):
-            if not alive(handle):
+            if handle is not None and not alive(handle):
                 raise CoreActorLost(f"the {name} died ({short_error(error)})")
 
     # -- the two budgets of the update-to-data ratio -------------------------------------------
@@ -636,21 +653,11 @@ class ReplayTrainer(Trainer):
             progress = self.run.env_steps / max(1, args.total_steps)  # the lr schedule's clock
             if self.learners.members:
                 count = 1
-                members = self.learners.members
-                ref = self.server.apply.remote(*[
-                    learner.handle.compute.remote(self.learner_weights, self.learner_version,
-                                                  self.buffer.sample.remote(share), buffer)
-                    for learner, share in zip(members, split_batch(args.batch_size,
-                                                                   len(members)))
-                    if share > 0], progress=progress)
+                ref = self.server.apply.remote(*self.learner_gradients(buffer),
+                                               progress=progress)
             else:
                 count = min(args.updates_per_call, allowed - self.updates_submitted)
-                batches = self.buffer.sample_batches.remote(args.batch_size, count)
-                ref = self.server.update.remote(batches, buffer, progress=progress)
-                if self.replicas:  # the same batches: each rank computes its own rows
-                    self.replica_updates[ref] = [
-                        replica.update.remote(batches, buffer, progress=progress)
-                        for replica in self.replicas]
+                ref = self.server_updates(count, buffer, progress)
             self.updates.append(ref)
             self.update_counts[ref] = count
             self.updates_submitted += count
@@ -662,6 +669,29 @@ class ReplayTrainer(Trainer):
                                               self.updates_submitted)
                 self.learner_weights, self.learner_version = (
                     previous if self.update_lag else (self.weights, self.version))
+
+    def learner_shares(self):
+        """[(learner worker, its rows of a batch)], the workers with a share of one."""
+        members = self.learners.members
+        return [(learner, share) for learner, share in
+                zip(members, split_batch(self.args.batch_size, len(members))) if share > 0]
+
+    def learner_gradients(self, buffer):
+        """One update's gradients, a ref per learner worker: each on its rows, drawn from the
+        replay buffer (``buffer``: the prioritized buffer their priorities go to, or None)."""
+        return [learner.handle.compute.remote(self.learner_weights, self.learner_version,
+                                              self.buffer.sample.remote(share), buffer)
+                for learner, share in self.learner_shares()]
+
+    def server_updates(self, count, buffer, progress):
+        """``count`` updates computed by the parameter server (and its allreduce replicas) on
+        batches drawn from the replay buffer: the server's ref."""
+        batches = self.buffer.sample_batches.remote(self.args.batch_size, count)
+        ref = self.server.update.remote(batches, buffer, progress=progress)
+        if self.replicas:  # the same batches: each rank computes its own rows
+            self.replica_updates[ref] = [replica.update.remote(batches, buffer, progress=progress)
+                                         for replica in self.replicas]
+        return ref
 
     def book_rollouts(self, done):
         for ref in [r for r in self.rollouts if r in done]:

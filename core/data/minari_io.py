@@ -32,7 +32,7 @@ from core import spaces
 from core.data.native import (actions_to_carried, actions_to_native, carried_action_dtype,
                               check_action_space, observations_to_carried,
                               observations_to_native)
-from core.data.offline import DatasetError, OfflineData, check_fits
+from core.data.offline import DatasetError, OfflineData, check_fits, check_shard
 from core.errors import ConfigError
 from core.learning.replay_buffer import Transitions
 
@@ -436,9 +436,10 @@ def _create_namespace(dataset_id):
 
 
 # -- in ----------------------------------------------------------------------------------------
-def read_minari(data_path, source, observation_space=None, action_space=None):
+def read_minari(data_path, source, observation_space=None, action_space=None, shard=None):
     """The Minari dataset in ``data_path`` (the directory holding metadata.json) as
-    OfflineData; ``source`` names it in messages. Spaces given: checked to fit, and carried."""
+    OfflineData; ``source`` names it in messages. Spaces given: checked to fit, and carried.
+    ``shard``: (index, count), only the rows at index modulo count (load_dataset's)."""
     from minari.dataset.minari_storage import MinariStorage
     try:
         metadata = MinariStorage.read_raw_metadata(data_path)
@@ -459,10 +460,12 @@ def read_minari(data_path, source, observation_space=None, action_space=None):
     total = int(metadata.get("total_steps", 0))
     if total == 0:
         raise DatasetError(f"the dataset {source} holds no steps: nothing to learn from.")
-    columns = _allocate(dataset_spaces, total)
-    truncated = np.zeros(total, bool)
-    episode_ends = np.zeros(total, bool)
-    returns, lengths, row = [], [], 0
+    index, count = check_shard(shard)
+    kept_total = len(range(index, total, count))
+    columns = _allocate(dataset_spaces, kept_total)
+    truncated = np.zeros(kept_total, bool)
+    episode_ends = np.zeros(kept_total, bool)
+    returns, lengths, row, kept = [], [], 0, 0
     for episode in storage.get_episodes(range(int(metadata.get("total_episodes", 0)))):
         steps = len(episode["rewards"])
         observations = observations_to_carried(dataset_spaces[0], episode["observations"])
@@ -471,26 +474,30 @@ def read_minari(data_path, source, observation_space=None, action_space=None):
                                f"has {spaces.batch_size(observations)} observations for "
                                f"{steps} steps (Minari stores T+1), or more steps than its "
                                f"metadata's total_steps {total}.")
-        rows = slice(row, row + steps)
-        spaces.assign(columns.observations, rows, spaces.take(observations, slice(0, steps)))
-        spaces.assign(columns.next_observations, rows,
-                      spaces.take(observations, slice(1, steps + 1)))
-        columns.actions[rows] = actions_to_carried(dataset_spaces[1], episode["actions"])
-        columns.rewards[rows] = episode["rewards"]
+        # this shard's steps of the episode: those at dataset row ``index`` modulo ``count``
+        mine = np.arange((index - row) % count, steps, count)
+        rows = slice(kept, kept + len(mine))
+        spaces.assign(columns.observations, rows, spaces.take(observations, mine))
+        spaces.assign(columns.next_observations, rows, spaces.take(observations, mine + 1))
+        columns.actions[rows] = actions_to_carried(dataset_spaces[1], episode["actions"])[mine]
+        columns.rewards[rows] = np.asarray(episode["rewards"])[mine]
         terminations = np.asarray(episode["terminations"], bool)
-        columns.terminated[rows] = terminations
-        truncated[rows] = episode["truncations"]
-        if steps:
-            episode_ends[row + steps - 1] = True
-        if steps and (terminations[-1] or truncated[row + steps - 1]):
+        columns.terminated[rows] = terminations[mine]
+        truncations = np.asarray(episode["truncations"], bool)
+        truncated[rows] = truncations[mine]
+        if steps and count == 1:
+            episode_ends[kept + steps - 1] = True
+        if steps and (terminations[-1] or truncations[-1]):
             returns.append(float(np.sum(episode["rewards"], dtype=np.float64)))
             lengths.append(steps)
         row += steps
+        kept += len(mine)
     if row != total:
         raise DatasetError(f"the dataset {source} is malformed: its episodes hold {row} steps, "
                            f"its metadata's total_steps says {total}.")
     return OfflineData(
-        transitions=columns._replace(episode_ends=episode_ends), truncated=truncated,
+        transitions=columns._replace(episode_ends=episode_ends if count == 1 else None),
+        truncated=truncated,
         episode_returns=np.array(returns, np.float64),
         episode_lengths=np.array(lengths, np.int64),
         observation_space=dataset_spaces[0] if observation_space is None else observation_space,

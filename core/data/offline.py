@@ -5,7 +5,7 @@ same thing: one block of ``Transitions`` in ddrl's carried form (core/spaces.py)
 ``ReplayBuffer`` built from ``carried(observation_space)`` takes with ``add``, and the episode
 statistics a run reports about the behaviour policy that recorded it.
 """
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 import numpy as np
@@ -82,12 +82,60 @@ class OfflineData:
 
     def summary(self):
         """One line: the source, its size, the behaviour policy's returns."""
+        return self.overview().summary()
+
+    def overview(self, rows=None):
+        """What a run reports of the dataset (``rows``: the whole dataset's, for a shard)."""
+        return DatasetOverview(self.source, len(self) if rows is None else int(rows),
+                               self.episode_returns,
+                               self.metadata.get("algorithm_name") or "behaviour policy unnamed")
+
+
+@dataclass
+class DatasetOverview:
+    """A dataset as a run reports it, without its rows: the source, its size and the complete
+    episodes' returns (the behaviour policy's), the policy's name. Where learners hold the
+    rows in shards (--shard_dataset) the driver has this alone."""
+    source: str
+    rows: int
+    episode_returns: np.ndarray
+    policy: str
+
+    def __len__(self):
+        return self.rows
+
+    def summary(self):
+        """One line: the source, its size, the behaviour policy's returns."""
         returns = self.episode_returns
         score = (f"return {returns.mean():.4g} ± {returns.std():.4g}" if len(returns)
                  else "no complete episode")
-        policy = self.metadata.get("algorithm_name") or "behaviour policy unnamed"
-        return (f"{self.source}: {len(self):,} transitions, {len(returns):,} episodes, "
-                f"{score}, {policy}")
+        return (f"{self.source}: {self.rows:,} transitions, {len(returns):,} episodes, "
+                f"{score}, {self.policy}")
+
+
+def check_shard(shard):
+    """(index, count) of a shard, or (0, 1) for the whole dataset."""
+    index, count = (0, 1) if shard is None else (int(shard[0]), int(shard[1]))
+    if count < 1 or not 0 <= index < count:
+        raise ValueError(f"shard {index} of {count}: the index must lie in [0, count)")
+    return index, count
+
+
+def shard_of(data, shard):
+    """``data`` with only the rows of ``shard`` (load_dataset's), the episode statistics
+    kept whole."""
+    index, count = check_shard(shard)
+    if count == 1:
+        return data
+    rows = slice(index, None, count)
+
+    def cut(column):  # copies: a view would keep the whole dataset alive
+        return spaces.tree_map(lambda a: np.ascontiguousarray(a[rows]), column)
+
+    transitions = data.transitions._replace(episode_ends=None)
+    return replace(data, transitions=type(transitions)(
+        *(None if column is None else cut(column) for column in transitions)),
+        truncated=cut(data.truncated))
 
 
 def episode_statistics(rewards, ends):

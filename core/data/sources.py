@@ -10,12 +10,12 @@ import pathlib
 from core.data.arrays import SUFFIXES, read_arrays
 from core.data.minari_io import (is_dataset_id, local_ids, read_minari, store_id,
                                  store_root)
-from core.data.offline import DatasetError
+from core.data.offline import DatasetError, shard_of
 
 LISTED_IDS = 20   # local ids named in the paragraph for a dataset not found
 
 
-def load_dataset(source, observation_space=None, action_space=None):
+def load_dataset(source, observation_space=None, action_space=None, shard=None):
     """The dataset ``source`` names, as OfflineData in ddrl's carried form.
 
     ``source``: a Minari dataset's directory (``DIR``, or the ``DIR/data`` holding its
@@ -23,28 +23,35 @@ def load_dataset(source, observation_space=None, action_space=None):
     ~/.minari/datasets), or a D4RL-style .hdf5/.h5/.npz file of arrays (core/data/arrays.py).
     A path that exists wins over an id of the same spelling. ``observation_space`` and
     ``action_space``: the env's, from the run; the dataset's must fit them (same types and
-    shapes; a Box's bounds may differ), and the data is carried in them."""
+    shapes; a Box's bounds may differ), and the data is carried in them.
+
+    ``shard``: (index, count) keeps only the rows whose place in the dataset is ``index``
+    modulo ``count`` (a learner's share under --shard_dataset; every row in exactly one shard,
+    each episode's rows spread over all of them); the episode statistics stay the whole
+    dataset's, and ``transitions.episode_ends`` is None (a shard holds no whole episodes). A
+    Minari dataset is read episode by episode, so a shard's process never holds more than its
+    rows and one episode; arrays are read whole, then cut."""
     path = pathlib.Path(os.path.expanduser(os.fspath(source)))
     label = os.fspath(source)
     if path.is_file():
         if path.name == "main_data.hdf5" and (path.parent / "metadata.json").is_file():
-            return read_minari(path.parent, label, observation_space, action_space)
+            return read_minari(path.parent, label, observation_space, action_space, shard)
         if path.suffix in SUFFIXES:
-            return read_arrays(path, label, observation_space, action_space)
+            return shard_of(read_arrays(path, label, observation_space, action_space), shard)
         raise DatasetError(f"{label} is a file ddrl does not read as a dataset: a D4RL-style "
                            f"file of arrays ends in {', '.join(SUFFIXES)}; a Minari dataset "
                            f"is a directory (pass it, not a file in it).")
     if path.is_dir():
         for data in (path / "data", path):
             if (data / "metadata.json").is_file():
-                return read_minari(data, label, observation_space, action_space)
+                return read_minari(data, label, observation_space, action_space, shard)
         raise DatasetError(f"the directory {label} holds no Minari dataset: Minari keeps one "
                            f"as DIR/data/metadata.json beside DIR/data/main_data.hdf5. Pass "
                            f"the directory that holds data/ (or a .hdf5/.npz file of arrays).")
     if is_dataset_id(label):
         data = store_root() / store_id(label) / "data"
         if (data / "metadata.json").is_file():
-            return read_minari(data, label, observation_space, action_space)
+            return read_minari(data, label, observation_space, action_space, shard)
     raise DatasetError(not_found(label))
 
 

@@ -21,6 +21,7 @@ from core.distributed.devices import device_info, plan_of, resolve_device, to_cp
 from core.learning import device_rounds
 from core import seeding
 from core.faults import all_finite
+from core.learning.dataset_shard import DatasetShardHolder
 from core.learning.learner import Learner, average_gradients
 from core.plugins import load_plugins
 from core.distributed.process import setup_process
@@ -38,7 +39,7 @@ def learner_threads(args):
     return wanted
 
 
-class ParameterServer:
+class ParameterServer(DatasetShardHolder):
     def __init__(self, spec, observation_space, action_space):
         setup_process(spec.loop, learner_threads(spec.loop))
         plugins = load_plugins(spec)
@@ -133,15 +134,19 @@ class ParameterServer:
         stats.update(grad_norm=grad_norm, gradient_lag=gradient_lag, version=self.learner.version)
         return stats
 
-    def update(self, batches, buffer=None, progress=0.0):
+    def update(self, batches, buffer=None, progress=0.0, own_rows=False):
         """The single-learner path: for each batch in turn, gradients on the server's own,
         newest weights, applied. Several batches per call spread one Ray round trip (and one
-        wake-up of the driver) over several updates. Returns one stats dict per update."""
+        wake-up of the driver) over several updates. Returns one stats dict per update.
+        ``own_rows``: in an allreduce group, the batches are this rank's rows already (drawn
+        from its dataset shard), not the whole batch."""
         if self.rounds and self.group is None:
             return self.update_round(batches, buffer, progress)
         stats, priorities = [], []
         for batch in batches:
-            if self.group is not None:  # this rank's rows; the allreduce makes it the whole
+            if self.group is not None and own_rows:
+                share = self.group.shares[self.group.rank] / sum(self.group.shares)
+            elif self.group is not None:  # this rank's rows; the allreduce makes it the whole
                 batch, share = self.group.own_rows(batch)
             # The gradients stay in the model's .grad (no copies to numpy and back) unless the
             # model hands its own (collect_gradients not used): then the usual averaging path.
@@ -161,6 +166,12 @@ class ParameterServer:
                          else self.apply_in_place(result, progress))
         _send_all_priorities(buffer, priorities)
         return stats
+
+    def update_on_shard(self, count, rows, progress=0.0):
+        """``count`` updates on batches of ``rows`` rows drawn from this process's dataset
+        shard (--shard_dataset): in an allreduce group, this rank's share of each batch."""
+        return self.update(self.shard_batches(rows, count), None, progress,
+                           own_rows=self.group is not None)
 
     def update_round(self, batches, buffer=None, progress=0.0):
         """``update`` as one round on the device (core/learning/device_rounds.py): the batches
@@ -224,7 +235,7 @@ class ParameterServer:
         return self.learner.version
 
 
-class LearnerWorker:
+class LearnerWorker(DatasetShardHolder):
     """Computes gradients for a learner that averages several: on replay batches for the
     parameter server (``compute``), or on its share of an on-policy batch (``adopt_data``,
     then ``fetch_grads`` per minibatch: the asynchronous loop's --num_learners)."""
@@ -249,6 +260,11 @@ class LearnerWorker:
         result = self.agent.fetch_grads(weights, batch, weights_version)
         _send_priorities(result, batch, buffer)
         return result
+
+    def compute_on_shard(self, weights, weights_version, rows):
+        """``compute`` on ``rows`` rows drawn from this learner's dataset shard
+        (--shard_dataset)."""
+        return self.compute(weights, weights_version, self.shard_batches(rows, 1)[0])
 
     def adopt_data(self, parts):
         """Hold these fragments (rollout workers' exported data) as this learner's share of
