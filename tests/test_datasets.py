@@ -500,3 +500,22 @@ def test_shards_of_arrays_partition_the_rows(tmp_path):
         assert shard.transitions.observations.base is None  # a copy: the whole may go
     with pytest.raises(ValueError, match="shard 3 of 3"):
         load_dataset(str(tmp_path / "d.npz"), shard=(3, 3))
+
+
+def test_a_datasets_spaces_come_from_its_metadata_alone(tmp_path, monkeypatch):
+    """--env_name none asks the dataset for its spaces before the run: a Minari dataset's
+    come from its metadata (no episode read), and match what load_dataset carries."""
+    from core.data import dataset_spaces
+    from minari.dataset.minari_storage import MinariStorage
+    observation_space, action_space = SPACES["dict_with_mask"]
+    record(tmp_path / "data-v0", observation_space, action_space)
+    data = load_dataset(str(tmp_path / "data-v0"))
+
+    def no_episodes(*args, **kwargs):
+        raise AssertionError("an episode was read")
+    monkeypatch.setattr(MinariStorage, "get_episodes", no_episodes)
+    assert dataset_spaces(str(tmp_path / "data-v0")) == (data.observation_space,
+                                                         data.action_space)
+    arrays = load_dataset(write_arrays(tmp_path / "d.npz", d4rl_arrays()))
+    assert dataset_spaces(str(tmp_path / "d.npz")) == (arrays.observation_space,
+                                                      arrays.action_space)

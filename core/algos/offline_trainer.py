@@ -73,10 +73,10 @@ class OfflineTrainer(ReplayTrainer):
 
     @classmethod
     def spaces_without_env(cls, args):
-        """--env_name none: the dataset's own spaces (read once more when the buffer fills)."""
-        from core.data import load_dataset
-        data = load_dataset(args.dataset)
-        return data.observation_space, data.action_space
+        """--env_name none: the dataset's own spaces (a Minari dataset's from its metadata,
+        no row read; a file of arrays is read for them, and once more when the buffer fills)."""
+        from core.data import dataset_spaces
+        return dataset_spaces(args.dataset)
 
     @property
     def evaluates(self):

@@ -9,7 +9,7 @@ ddrl never downloads a dataset (sources.py says where one comes from instead).
 """
 from core.data.minari_io import DatasetWriter, local_ids, store_root
 from core.data.offline import DatasetError, OfflineData
-from core.data.sources import load_dataset
+from core.data.sources import dataset_spaces, load_dataset
 
-__all__ = ["DatasetError", "DatasetWriter", "OfflineData", "load_dataset", "local_ids",
-           "store_root"]
+__all__ = ["DatasetError", "DatasetWriter", "OfflineData", "dataset_spaces", "load_dataset",
+           "local_ids", "store_root"]

@@ -440,22 +440,9 @@ def read_minari(data_path, source, observation_space=None, action_space=None, sh
     """The Minari dataset in ``data_path`` (the directory holding metadata.json) as
     OfflineData; ``source`` names it in messages. Spaces given: checked to fit, and carried.
     ``shard``: (index, count), only the rows at index modulo count (load_dataset's)."""
-    from minari.dataset.minari_storage import MinariStorage
-    try:
-        metadata = MinariStorage.read_raw_metadata(data_path)
-        storage = MinariStorage.read(data_path)
-    except Exception as error:  # noqa: BLE001 - Minari raises ValueError, KeyError, gym's...
-        raise DatasetError(f"{source} is not a Minari dataset ddrl can read ({data_path}: "
-                           f"{type(error).__name__}: {error}). Check that its data/ holds "
-                           f"metadata.json and main_data.hdf5 as Minari writes them.") from None
-    dataset_spaces = storage.observation_space, storage.action_space
+    metadata, storage, dataset_spaces = _open_minari(data_path, source)
     env_id = _recorded_env_id(metadata)
     check_fits(source, dataset_spaces, (observation_space, action_space), env_id)
-    try:
-        spaces.layout_of(dataset_spaces[0])
-        check_action_space(dataset_spaces[1], f"the dataset {source}'s action space")
-    except ConfigError as error:
-        raise DatasetError(f"the dataset {source} cannot be carried by ddrl: {error}") from None
 
     total = int(metadata.get("total_steps", 0))
     if total == 0:
@@ -505,6 +492,31 @@ def read_minari(data_path, source, observation_space=None, action_space=None, sh
         metadata={k: v for k, v in metadata.items()
                   if k not in ("observation_space", "action_space")},
         source=str(source))
+
+
+def minari_spaces(data_path, source):
+    """The Minari dataset's (observation space, action space), from its metadata alone."""
+    return _open_minari(data_path, source)[2]
+
+
+def _open_minari(data_path, source):
+    """(metadata, storage, (observation space, action space)) of the Minari dataset in
+    ``data_path``, its spaces checked to be ones ddrl carries; no episode is read."""
+    from minari.dataset.minari_storage import MinariStorage
+    try:
+        metadata = MinariStorage.read_raw_metadata(data_path)
+        storage = MinariStorage.read(data_path)
+    except Exception as error:  # noqa: BLE001 - Minari raises ValueError, KeyError, gym's...
+        raise DatasetError(f"{source} is not a Minari dataset ddrl can read ({data_path}: "
+                           f"{type(error).__name__}: {error}). Check that its data/ holds "
+                           f"metadata.json and main_data.hdf5 as Minari writes them.") from None
+    dataset_spaces = storage.observation_space, storage.action_space
+    try:
+        spaces.layout_of(dataset_spaces[0])
+        check_action_space(dataset_spaces[1], f"the dataset {source}'s action space")
+    except ConfigError as error:
+        raise DatasetError(f"the dataset {source} cannot be carried by ddrl: {error}") from None
+    return metadata, storage, dataset_spaces
 
 
 def _allocate(dataset_spaces, total):

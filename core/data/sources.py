@@ -8,8 +8,8 @@ import os
 import pathlib
 
 from core.data.arrays import SUFFIXES, read_arrays
-from core.data.minari_io import (is_dataset_id, local_ids, read_minari, store_id,
-                                 store_root)
+from core.data.minari_io import (is_dataset_id, local_ids, minari_spaces, read_minari,
+                                 store_id, store_root)
 from core.data.offline import DatasetError, shard_of
 
 LISTED_IDS = 20   # local ids named in the paragraph for a dataset not found
@@ -31,27 +31,47 @@ def load_dataset(source, observation_space=None, action_space=None, shard=None):
     dataset's, and ``transitions.episode_ends`` is None (a shard holds no whole episodes). A
     Minari dataset is read episode by episode, so a shard's process never holds more than its
     rows and one episode; arrays are read whole, then cut."""
+    kind, where, label = locate(source)
+    if kind == "arrays":
+        return shard_of(read_arrays(where, label, observation_space, action_space), shard)
+    return read_minari(where, label, observation_space, action_space, shard)
+
+
+def dataset_spaces(source):
+    """(observation space, action space) of the dataset ``source`` names (load_dataset's),
+    without reading its rows where the format allows: a Minari dataset's come from its
+    metadata; a file of arrays is read (its spaces are inferred from the rows)."""
+    kind, where, label = locate(source)
+    if kind == "arrays":
+        data = read_arrays(where, label)
+        return data.observation_space, data.action_space
+    return minari_spaces(where, label)
+
+
+def locate(source):
+    """("minari", the directory holding metadata.json, label) or ("arrays", the file, label)
+    for ``source`` (load_dataset's); a DatasetError paragraph when it names neither."""
     path = pathlib.Path(os.path.expanduser(os.fspath(source)))
     label = os.fspath(source)
     if path.is_file():
         if path.name == "main_data.hdf5" and (path.parent / "metadata.json").is_file():
-            return read_minari(path.parent, label, observation_space, action_space, shard)
+            return "minari", path.parent, label
         if path.suffix in SUFFIXES:
-            return shard_of(read_arrays(path, label, observation_space, action_space), shard)
+            return "arrays", path, label
         raise DatasetError(f"{label} is a file ddrl does not read as a dataset: a D4RL-style "
                            f"file of arrays ends in {', '.join(SUFFIXES)}; a Minari dataset "
                            f"is a directory (pass it, not a file in it).")
     if path.is_dir():
         for data in (path / "data", path):
             if (data / "metadata.json").is_file():
-                return read_minari(data, label, observation_space, action_space, shard)
+                return "minari", data, label
         raise DatasetError(f"the directory {label} holds no Minari dataset: Minari keeps one "
                            f"as DIR/data/metadata.json beside DIR/data/main_data.hdf5. Pass "
                            f"the directory that holds data/ (or a .hdf5/.npz file of arrays).")
     if is_dataset_id(label):
         data = store_root() / store_id(label) / "data"
         if (data / "metadata.json").is_file():
-            return read_minari(data, label, observation_space, action_space, shard)
+            return "minari", data, label
     raise DatasetError(not_found(label))
 
 
