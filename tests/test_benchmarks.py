@@ -668,6 +668,20 @@ def test_sweep_time(tmp_path):
 
 @pytest.mark.e2e
 @slow
+def test_offline_shards(tmp_path):
+    out = tmp_path / "shards.json"
+    proc = run_tool("benchmarks/probe.py", "offline-shards", "--rows", "4000", "--updates",
+                    "40", "--out", str(out), timeout=600)
+    rows = {row["layout"]: row for row in load(out)["rows"]}
+    assert set(rows) == {"one buffer", "sharded"}
+    assert "ray::ReplayBuffer" in rows["one buffer"]["peak_rss_mb"]
+    assert "ray::ReplayBuffer" not in rows["sharded"]["peak_rss_mb"]  # the learners hold it
+    assert all(row["updates_per_s"] > 0 for row in rows.values())
+    assert "| sharded |" in proc.stdout
+
+
+@pytest.mark.e2e
+@slow
 def test_scaling_point(tmp_path):
     out = tmp_path / "scaling.json"
     proc = run_tool("benchmarks/scaling.py", "--systems", "ppo", "--placements", "worker",
