@@ -119,6 +119,10 @@ def parse_args(argv=None):
                    help="updates between evaluations (d3rlpy's n_steps_per_epoch); must divide "
                         "--steps")
     p.add_argument("--eval_episodes", type=int, default=10)
+    p.add_argument("--eval_sampled", action="store_true",
+                   help="evaluate with sampled actions: DiscreteBC's from the softmax of its "
+                        "logits (d3rlpy's own sample_action is the argmax for BC), the others "
+                        "through algo.sample_action (ddrl: --no-eval_deterministic)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch threads (ddrl's default 1)")
     p.add_argument("--out", required=True, help="the JSON written")
@@ -359,13 +363,17 @@ def make_algo(args, discrete, action_space, observations):
 
 
 class EpisodeEvaluator:
-    """--eval_episodes deterministic episodes (``algo.predict``) on ``gymnasium.make(env)``,
+    """--eval_episodes episodes (``algo.predict``; sampled actions with --eval_sampled) on
+    ``gymnasium.make(env)``,
     episode k after t updates reset with ddrl's seed for it; records (mean, std) and its own
     time. d3rlpy calls it as ``evaluator(algo, dataset)`` after each epoch."""
 
-    def __init__(self, env_id, episodes, seed, steps_per_epoch, action_start, on_result):
+    def __init__(self, env_id, episodes, seed, steps_per_epoch, action_start, on_result,
+                 sampled=False):
         import gymnasium
         self.env = gymnasium.make(env_id)
+        self.sampled = sampled
+        self.rng = np.random.default_rng(seed + EVALUATION_OFFSET)
         self.episodes, self.seed = episodes, seed
         self.steps_per_epoch, self.action_start = steps_per_epoch, action_start
         self.calls = 0
@@ -380,7 +388,7 @@ class EpisodeEvaluator:
             obs, _ = self.env.reset(seed=self.seed + EVALUATION_OFFSET + k + 1_000 * updates)
             total, done = 0.0, False
             while not done:
-                action = algo.predict(np.asarray(obs, dtype=np.float32)[None])[0]
+                action = self.act(algo, np.asarray(obs, dtype=np.float32)[None])
                 if self.action_start:
                     action = action + self.action_start
                 obs, reward, terminated, truncated, _ = self.env.step(action)
@@ -390,6 +398,24 @@ class EpisodeEvaluator:
         mean = float(np.mean(returns))
         self.on_result(updates, mean, float(np.std(returns)), start, time.time())
         return mean
+
+
+    def act(self, algo, obs):
+        """The action for one observation [1, ...]: the most likely (``algo.predict``), or
+        with --eval_sampled a sample (DiscreteBC: from its logits' softmax)."""
+        if not self.sampled:
+            return algo.predict(obs)[0]
+        if type(algo).__name__ == "DiscreteBC":
+            import torch
+            with torch.no_grad():
+                x = torch.as_tensor(obs)
+                scaler = algo.observation_scaler
+                if scaler is not None:
+                    x = scaler.transform(x)
+                logits = algo.impl.modules.imitator(x).logits[0].double()
+            p = torch.softmax(logits, dim=0).numpy()
+            return int(self.rng.choice(len(p), p=p / p.sum()))
+        return algo.sample_action(obs)[0]
 
 
 def timing_adapter_factory(marks):
@@ -443,7 +469,7 @@ def main(argv=None):
 
     evaluator = EpisodeEvaluator(args.env, args.eval_episodes, args.seed, args.eval_interval,
                                  int(action_space.get("start", 0)) if discrete else 0,
-                                 on_result)
+                                 on_result, sampled=args.eval_sampled)
     algo.fit(dataset, n_steps=args.steps, n_steps_per_epoch=args.eval_interval,
              experiment_name=f"d3rlpy-{args.algo}-{args.seed}", with_timestamp=False,
              logger_adapter=timing_adapter_factory(marks), show_progress=False,

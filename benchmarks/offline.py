@@ -22,7 +22,9 @@ d3rlpy's n_steps and n_steps_per_epoch). With --num_workers 0 ddrl's learner mak
 booking at or past the next multiple: --eval_interval and --steps must be multiples of 8 so
 that its evaluations fall at the same updates as d3rlpy's (the JSON's ``eval_points_equal``
 checks it). Both evaluate --eval_episodes deterministic episodes with the same reset seeds
-(core/seeding.py), after every --eval_interval updates and at --steps.
+(core/seeding.py), after every --eval_interval updates and at --steps; with --eval_sampled both
+sample their actions instead (an imitation of an epsilon-greedy behaviour reproduces its noise;
+d3rlpy's BC has no sampler of its own, so d3rlpy_offline.py samples its logits' softmax).
 
 Per run: the curve [(updates, wall_time_s from process start, eval return mean, std)];
 ``time_per_update_s``, the training alone: d3rlpy's from its fit loop per epoch (evaluation
@@ -218,6 +220,7 @@ def ddrl_run(task, seed, cfg, run_dir):
             *task["ddrl_argv"], "--learner_threads", "1", "--torch_threads", "1",
             "--seed", str(seed), "--total_steps", str(cfg.steps),
             "--eval_interval", str(cfg.eval_interval), "--eval_episodes", str(cfg.eval_episodes),
+            *(["--no-eval_deterministic"] if cfg.eval_sampled else []),
             "--log_steps", str(ddrl_log_steps(cfg.eval_interval)),
             "--checkpoint_interval", str(10 * cfg.steps), "--target_return", "none",
             "--logger", "csv", "--no-plots", "--run_dir", run_dir, "--quiet"]
@@ -271,7 +274,7 @@ def d3rlpy_run(task, seed, cfg, run_dir):
             "--algo", D3RLPY_ALGO[task["model"]], *task["peer_argv"], "--threads", "1",
             "--seed", str(seed), "--steps", str(cfg.steps),
             "--eval_interval", str(cfg.eval_interval), "--eval_episodes", str(cfg.eval_episodes),
-            "--out", out]
+            *(["--eval_sampled"] if cfg.eval_sampled else []), "--out", out]
     code, process_s, load = run_process(argv, run_dir, cfg.timeout)
     result = {"system": "d3rlpy", "seed": seed, "exit": code, "process_wall_s": process_s,
               "load_before": load, "command": shlex.join(argv[1:]), "run_dir": run_dir}
@@ -431,6 +434,10 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, default=100_000, help="gradient updates per run")
     p.add_argument("--eval_interval", type=int, default=5_000, help="updates between evaluations")
     p.add_argument("--eval_episodes", type=int, default=10)
+    p.add_argument("--eval_sampled", action="store_true",
+                   help="both systems evaluate with sampled actions instead of the most likely "
+                        "(ddrl --no-eval_deterministic; d3rlpy_offline.py --eval_sampled): an "
+                        "imitation of a noisy behaviour policy reproduces its noise")
     p.add_argument("--set", dest="overrides", action="append", type=override, default=[],
                    metavar="FLAG=VALUE", help="a ddrl flag's value for both systems (e.g. "
                                               "iql_beta=10; true/false for a switch)")
@@ -499,7 +506,7 @@ def main(argv=None):
                               if len(data.episode_returns) else None,
                               transitions=len(data), episodes=len(data.episode_returns)))
     report = {"name": cfg.name, "steps": cfg.steps, "eval_interval": cfg.eval_interval,
-              "eval_episodes": cfg.eval_episodes, "seeds": cfg.seeds,
+              "eval_episodes": cfg.eval_episodes, "eval_sampled": cfg.eval_sampled, "seeds": cfg.seeds,
               "overrides": [f"{k}={v}" for k, v in cfg.overrides], "dry_run": cfg.dry_run,
               "machine": cpu_flags(), "commit": git_commit(),
               "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
