@@ -90,8 +90,8 @@ class DatasetShardHolder:
 
 def merged_overview(answers):
     """The whole dataset as the shards' ``hold_shard`` answers describe it: the overview
-    with every shard's rows counted, and the observations' moments merged (None when not
-    asked for)."""
+    with every shard's rows counted, and the shards' observation moments, a list for the
+    driver's normalizer to merge (None when not asked for)."""
     from dataclasses import replace
     overview = replace(answers[0]["overview"], rows=sum(a["rows"] for a in answers))
     moments = [a["moments"] for a in answers]
