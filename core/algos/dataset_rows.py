@@ -4,8 +4,8 @@ them from here."""
 import numpy as np
 
 from core.errors import ConfigError
-from core.learning.dataset_shard import with_discount
-from core.learning.normalizer import moments_of, normalize
+from core.learning.dataset_shard import normalized_rows, with_discount
+from core.learning.normalizer import moments_of
 
 
 def dataset_transitions(data, agent_cls, agent_config):
@@ -44,11 +44,7 @@ def prepared_dataset(args, spec, spaces, agent_cls, obs_normalizer):
         if not obs_normalizer.frozen:
             obs_normalizer.update(moments_of(transitions.observations))
             obs_normalizer.frozen = True
-        statistics = obs_normalizer.statistics()
-        transitions = transitions._replace(
-            observations=normalize(transitions.observations, statistics, args.obs_clip),
-            next_observations=normalize(transitions.next_observations, statistics,
-                                        args.obs_clip))
+        transitions = normalized_rows(transitions, obs_normalizer.statistics(), args.obs_clip)
     return data, transitions
 
 

@@ -36,6 +36,16 @@ def with_discount(transitions, discount):
                                                   np.float32))
 
 
+def normalized_rows(transitions, statistics, clip):
+    """``transitions`` with both observation columns normalized with a dataset's frozen
+    ``statistics`` (None: as they are)."""
+    if statistics is None:
+        return transitions
+    return transitions._replace(
+        observations=normalize(transitions.observations, statistics, clip),
+        next_observations=normalize(transitions.next_observations, statistics, clip))
+
+
 class DatasetShardHolder:
     """Mixed into the processes that compute updates (core/learning/parameter_server.py's
     ParameterServer and LearnerWorker): ``hold_shard``, ``fill_shard``, draws from the shard,
@@ -61,11 +71,7 @@ class DatasetShardHolder:
         """Store the rows read: ``columns`` (shapes, dtypes, action dtype: the replay loop's
         buffer_columns), normalized with the whole dataset's ``statistics`` (None: as read),
         rewards times ``reward_scale``; the sampler seeded for this shard. Returns the rows."""
-        rows = self.shard_rows
-        if statistics is not None:
-            rows = rows._replace(observations=normalize(rows.observations, statistics, obs_clip),
-                                 next_observations=normalize(rows.next_observations, statistics,
-                                                             obs_clip))
+        rows = normalized_rows(self.shard_rows, statistics, obs_clip)
         shapes, dtypes, action_dtype = columns
         count = len(rows.rewards)
         self.shard = ReplayBuffer(count, shapes, self.shard_spaces[1].shape,
