@@ -166,7 +166,7 @@ def parse_args(argv=None):
     p.add_argument("--scaling_seconds", type=float, default=None,
                    help="--seconds of each scaling point (default 45: on the H100 machine 16 "
                         "workers took over 20 s to start, importing CUDA's torch, and 25 s "
-                        "points left windows of 1-10 s; --dry_run 4)")
+                        "points left windows of 1-10 s; --dry_run 12)")
     p.add_argument("--runs", nargs="+", choices=list(LEARNING_RUNS), default=None,
                    help="the learning runs to make (default: all)")
     p.add_argument("--scaling_systems", nargs="+", choices=["ppo", "dqn"], default=None,
@@ -416,7 +416,9 @@ def updates(check):
 
 # -- scaling ------------------------------------------------------------------------------------
 def scaling(check):
-    seconds = check.args.scaling_seconds or (4 if check.args.dry_run else 45)
+    # a dry run's point must outlast Ray's start-up: its first metrics row comes ~7 s after the
+    # start on a 2-core AMD EPYC (AVX2), and a window needs two rows after it
+    seconds = check.args.scaling_seconds or (12 if check.args.dry_run else 45)
     workers = check.args.scaling_workers or ([2] if check.args.dry_run else [8, 16])
     systems = check.args.scaling_systems or (["ppo"] if check.args.dry_run else ["ppo", "dqn"])
     out = os.path.join(check.runs, "scaling", "scaling.json")
