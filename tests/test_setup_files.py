@@ -51,6 +51,19 @@ def test_makefile_has_setup_run_and_test_targets():
     assert {"setup", "run", "test", "test-fast"} <= targets
 
 
+def test_make_test_runs_every_tier_exactly_once():
+    """`make test` splits the suite into pytest runs by tier (two at a time or one at a time):
+    together their -m expressions must select each tier once, none twice, none left out."""
+    from tests.conftest import TIERS
+    recipe = read("Makefile").split("\ntest: setup\n", 1)[1].split("\n\n", 1)[0]
+    expressions = [quoted or bare for quoted, bare in
+                   re.findall(r'pytest .*-m (?:"([^"]+)"|(\w+))', recipe)]
+    assert expressions, recipe
+    for tier in TIERS:
+        chosen = [e for e in expressions if eval(e, {}, {t: t == tier for t in TIERS})]
+        assert len(chosen) == 1, (tier, expressions)
+
+
 def collected(*pytest_args):
     """Node ids pytest collects from tests/test_atari.py (a module of several tiers)."""
     proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
