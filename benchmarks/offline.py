@@ -236,8 +236,9 @@ def ddrl_run(task, seed, cfg, run_dir):
     for row in rows:
         updates, wall = int(float(row["env_steps"])), float(row["wall_time_s"])
         if row.get("eval_return") not in (None, ""):
-            std = row.get("eval_return_std")
-            curve.append([updates, wall, float(row["eval_return"]),
+            std, at = row.get("eval_return_std"), row.get("eval_env_steps")
+            curve.append([int(float(at)) if at not in (None, "") else updates, wall,
+                          float(row["eval_return"]),
                           float(std) if std not in (None, "") else None])
         elif row.get("updates_per_s") not in (None, "") and float(row["updates_per_s"]) > 0:
             done = int(float(row["updates"])) - prev[0]

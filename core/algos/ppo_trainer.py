@@ -39,7 +39,7 @@ from core.sampling.worker_group import WorkerGroup
 METRIC_COLUMNS = [
     "iteration", "env_steps", "wall_time_s", "steps_per_s", "updates", "train_return",
     "train_length", "episodes", "eval_return", "eval_return_std", "eval_success_rate",
-    "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "ratio_mean",
+    "eval_env_steps", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "ratio_mean",
     "grad_norm", "learning_rate", "policy_lag", "gradient_lag", "sample_time_s", "update_time_s",
     "workers", "sample_ahead", "worker_restarts", "env_errors", "skipped_updates", "recoveries",
 ]

@@ -48,7 +48,7 @@ from core.argtypes import (auto_or_positive_int, non_negative_float, non_negativ
 METRIC_COLUMNS = [
     "iteration", "env_steps", "wall_time_s", "steps_per_s", "updates", "updates_per_s",
     "utd_achieved", "replay_size", "train_return", "train_length", "episodes", "eval_return",
-    "eval_return_std", "eval_success_rate",
+    "eval_return_std", "eval_success_rate", "eval_env_steps",
 ]
 METRIC_COLUMNS_AFTER_MODEL = [
     "grad_norm", "policy_lag", "gradient_lag", "workers", "worker_restarts",

@@ -92,6 +92,9 @@ class RunContext:
             row["eval_return"] = eval_result["eval_return"]
             row["eval_return_std"] = eval_result["eval_return_std"]
             row["eval_success_rate"] = eval_result.get("eval_success_rate")
+            # the steps of the weights evaluated: with a test worker on Ray the evaluation ends
+            # some rows after the point it was due, and a curve belongs at that point
+            row["eval_env_steps"] = eval_result.get("env_steps", self.env_steps)
         return row
 
     def add_columns(self, names):

@@ -51,7 +51,7 @@ class LearningCurves:
 
     def add(self, row):
         keys = ("env_steps", "wall_time_s", "train_return", "eval_return", "eval_return_std",
-                *(key for key in row if key.startswith("return_")))
+                "eval_env_steps", *(key for key in row if key.startswith("return_")))
         point = {key: _number(row.get(key)) for key in keys}
         if point["env_steps"] is not None:
             self.rows.append(point)
@@ -88,7 +88,13 @@ class LearningCurves:
 
 
 def series(rows, x_key, y_key):
-    points = [(r[x_key], r[y_key], r.get("eval_return_std")) for r in rows
+    """(x, y, std) of the rows that have both; an evaluation's env steps are those of the
+    weights it evaluated (``eval_env_steps``, where the row has it), not the row's."""
+    def x_of(r):
+        if x_key == "env_steps" and y_key == "eval_return" and r.get("eval_env_steps") is not None:
+            return r["eval_env_steps"]
+        return r[x_key]
+    points = [(x_of(r), r[y_key], r.get("eval_return_std")) for r in rows
               if r[x_key] is not None and r[y_key] is not None]
     return ([p[0] for p in points], [p[1] for p in points], [p[2] or 0.0 for p in points])
 
