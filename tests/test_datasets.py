@@ -519,3 +519,35 @@ def test_a_datasets_spaces_come_from_its_metadata_alone(tmp_path, monkeypatch):
     arrays = load_dataset(write_arrays(tmp_path / "d.npz", d4rl_arrays()))
     assert dataset_spaces(str(tmp_path / "d.npz")) == (arrays.observation_space,
                                                       arrays.action_space)
+
+
+@pytest.mark.parametrize("name", ["box", "dict_with_mask"])
+def test_a_shard_filled_a_block_at_a_time_holds_what_one_block_would(tmp_path, monkeypatch,
+                                                                      name):
+    """fill_shard normalizes and stores its rows a block at a time (no whole normalized copy
+    beside the rows read and the buffer): the buffer, and so every draw from it, is the same
+    as one block's."""
+    from core.algos.replay_trainer import buffer_columns
+    from core.learning import dataset_shard
+    from core.learning.normalizer import ObsNormalizer, moments_of
+    observation_space, action_space = SPACES[name]
+    record(tmp_path / "data-v0", observation_space, action_space)
+    source = str(tmp_path / "data-v0")
+    normalizer = ObsNormalizer(observation_space)
+    normalizer.update(moments_of(load_dataset(source).transitions.observations))
+    columns = buffer_columns((observation_space, action_space), True)
+
+    def filled(block_rows):
+        monkeypatch.setattr(dataset_shard, "FILL_BLOCK_ROWS", block_rows)
+        holder = dataset_shard.DatasetShardHolder()
+        holder.hold_shard(source, (observation_space, action_space), 1, 2, normalized=True)
+        assert holder.fill_shard(columns, normalizer.statistics(), reward_scale=0.5,
+                                 seed=3) == STEPS // 2
+        return holder.shard_batches(16, 3)
+    for one, blocks in zip(filled(10 ** 6), filled(4)):  # 6 rows: a block of 4, one of 2
+        for a, b in zip(one.transitions, blocks.transitions):
+            if a is None:
+                assert b is None
+            else:
+                assert_same(a, b)
+        np.testing.assert_array_equal(one.indices, blocks.indices)

@@ -25,7 +25,11 @@ import numpy as np
 
 from core import seeding
 from core.learning.normalizer import moments_of, normalize
-from core.learning.replay_buffer import ReplayBuffer
+from core.learning.replay_buffer import ReplayBuffer, Transitions
+from core.spaces import take
+
+#: rows normalized and stored at a time by ``fill_shard``
+FILL_BLOCK_ROWS = 65536
 
 
 def with_discount(transitions, discount):
@@ -71,7 +75,7 @@ class DatasetShardHolder:
         """Store the rows read: ``columns`` (shapes, dtypes, action dtype: the replay loop's
         buffer_columns), normalized with the whole dataset's ``statistics`` (None: as read),
         rewards times ``reward_scale``; the sampler seeded for this shard. Returns the rows."""
-        rows = normalized_rows(self.shard_rows, statistics, obs_clip)
+        rows = self.shard_rows
         shapes, dtypes, action_dtype = columns
         count = len(rows.rewards)
         self.shard = ReplayBuffer(count, shapes, self.shard_spaces[1].shape,
@@ -79,7 +83,13 @@ class DatasetShardHolder:
                                   seed=seeding.dataset_shard(seed, self.shard_index),
                                   with_discounts=rows.discounts is not None,
                                   reward_scale=reward_scale)
-        self.shard.add(rows)
+        # normalized a block at a time: the rows read and the buffer are the only whole
+        # copies (normalizing them all at once held a third while the buffer filled)
+        for start in range(0, count, FILL_BLOCK_ROWS):
+            block = Transitions(*(None if column is None else
+                                  take(column, slice(start, start + FILL_BLOCK_ROWS))
+                                  for column in rows))
+            self.shard.add(normalized_rows(block, statistics, obs_clip))
         self.shard_rows = None
         return count
 
