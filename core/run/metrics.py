@@ -53,6 +53,14 @@ def read_metrics(path):
         return [{key: cell(value) for key, value in row.items()} for row in csv.DictReader(f)]
 
 
+def evaluated_steps(row):
+    """The env steps of the weights a metrics row's evaluation evaluated: ``eval_env_steps``
+    (on Ray an evaluation may end rows after it was due), else the row's own (runs written
+    before the column existed)."""
+    at = row.get("eval_env_steps")
+    return row["env_steps"] if at is None else at
+
+
 def write_json(path, data):
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 

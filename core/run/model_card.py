@@ -15,7 +15,7 @@ import shlex
 
 from core.atomic import atomic_write_text
 from core.errors import ConfigError
-from core.run.metrics import read_metrics
+from core.run.metrics import evaluated_steps, read_metrics
 
 CARD = "README.md"
 #: the z of a two-sided 95% normal interval
@@ -33,8 +33,7 @@ def _read_json(path):
 def _evaluations(run_dir):
     """metrics.csv's evaluation rows as (env steps of the weights evaluated, mean, std) floats
     (std NaN when absent; runs written before ``eval_env_steps`` existed: the row's steps)."""
-    return [(row["env_steps"] if row.get("eval_env_steps") is None else row["eval_env_steps"],
-             row["eval_return"],
+    return [(evaluated_steps(row), row["eval_return"],
              row["eval_return_std"] if row.get("eval_return_std") is not None else math.nan)
             for row in read_metrics(os.path.join(run_dir, "metrics.csv"))
             if row.get("eval_return") is not None]

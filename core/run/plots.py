@@ -15,7 +15,7 @@ import sys
 import time
 
 from core.atomic import atomic_path
-from core.run.metrics import read_metrics
+from core.run.metrics import evaluated_steps, read_metrics
 
 FILE_NAME = "learning_curves.png"
 
@@ -91,9 +91,7 @@ def series(rows, x_key, y_key):
     """(x, y, std) of the rows that have both; an evaluation's env steps are those of the
     weights it evaluated (``eval_env_steps``, where the row has it), not the row's."""
     def x_of(r):
-        if x_key == "env_steps" and y_key == "eval_return" and r.get("eval_env_steps") is not None:
-            return r["eval_env_steps"]
-        return r[x_key]
+        return evaluated_steps(r) if (x_key, y_key) == ("env_steps", "eval_return") else r[x_key]
     points = [(x_of(r), r[y_key], r.get("eval_return_std")) for r in rows
               if r[x_key] is not None and r[y_key] is not None]
     return ([p[0] for p in points], [p[1] for p in points], [p[2] or 0.0 for p in points])
