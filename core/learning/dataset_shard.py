@@ -25,8 +25,7 @@ import numpy as np
 
 from core import seeding
 from core.learning.normalizer import moments_of, normalize
-from core.learning.replay_buffer import ReplayBuffer, Transitions
-from core.spaces import take
+from core.learning.replay_buffer import ReplayBuffer
 
 #: rows normalized and stored at a time by ``fill_shard``
 FILL_BLOCK_ROWS = 65536
@@ -75,20 +74,18 @@ class DatasetShardHolder:
         """Store the rows read: ``columns`` (shapes, dtypes, action dtype: the replay loop's
         buffer_columns), normalized with the whole dataset's ``statistics`` (None: as read),
         rewards times ``reward_scale``; the sampler seeded for this shard. Returns the rows."""
-        rows = self.shard_rows
+        read = self.shard_rows
         shapes, dtypes, action_dtype = columns
-        count = len(rows.rewards)
+        count = len(read.rewards)
         self.shard = ReplayBuffer(count, shapes, self.shard_spaces[1].shape,
                                   observation_dtype=dtypes, action_dtype=action_dtype,
                                   seed=seeding.dataset_shard(seed, self.shard_index),
-                                  with_discounts=rows.discounts is not None,
+                                  with_discounts=read.discounts is not None,
                                   reward_scale=reward_scale)
         # normalized a block at a time: the rows read and the buffer are the only whole
         # copies (normalizing them all at once held a third while the buffer filled)
         for start in range(0, count, FILL_BLOCK_ROWS):
-            block = Transitions(*(None if column is None else
-                                  take(column, slice(start, start + FILL_BLOCK_ROWS))
-                                  for column in rows))
+            block = read.rows(start, start + FILL_BLOCK_ROWS)
             self.shard.add(normalized_rows(block, statistics, obs_clip))
         self.shard_rows = None
         return count

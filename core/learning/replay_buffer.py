@@ -40,6 +40,12 @@ class Transitions(NamedTuple):
     discounts: Optional[np.ndarray] = None  # [N] float32, or None (see above)
     episode_ends: Optional[np.ndarray] = None  # [N] bool, or None (see above); never stored
 
+    def rows(self, start, end) -> "Transitions":
+        """Rows [start, end) of every column (views, no copies; absent columns stay None)."""
+        cut = slice(start, end)
+        return Transitions(*(None if column is None else spaces.take(column, cut)
+                             for column in self))
+
 
 class ReplayBatch(NamedTuple):
     transitions: Transitions
@@ -50,9 +56,8 @@ class ReplayBatch(NamedTuple):
     def rows(self, start, end) -> "ReplayBatch":
         """Rows [start, end) of this batch (views, no copies)."""
         cut = slice(start, end)
-        return ReplayBatch(Transitions(*(None if column is None else spaces.take(column, cut)
-                                         for column in self.transitions)),
-                           self.indices[cut], self.generations[cut], self.weights[cut])
+        return ReplayBatch(self.transitions.rows(start, end), self.indices[cut],
+                           self.generations[cut], self.weights[cut])
 
 
 class ReplayBuffer:
