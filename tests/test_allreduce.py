@@ -1,14 +1,16 @@
 """--learner_sync allreduce: the parameter server and its replicas compute their rows of each
 batch and average the gradients among themselves (core/learning/allreduce.py)."""
+import glob
 import multiprocessing
 import os
 import signal
+import tempfile
 import time
 
 import numpy as np
 import pytest
 
-from core.learning.allreduce import rank_rows
+from core.learning.allreduce import rank_rows, remove_rendezvous_file
 from core.learning.parameter_server import ParameterServer
 from test_e2e import read_run, run_main
 from test_faults import actor_pids, metrics_rows, start_main, stop, wait_until
@@ -55,6 +57,9 @@ def test_allreduce_learners_make_the_whole_batch_update_and_stay_identical(tmp_p
     for proc in procs:
         proc.join(timeout=30)
         assert proc.exitcode == 0
+    remove_rendezvous_file(path)  # as the trainer does at its close
+    assert not os.path.exists(path)
+    remove_rendezvous_file(path)  # and again: gone already is fine
 
     monkeypatch.setattr(torch, "randn_like", torch.zeros_like)
     spec, spaces = pendulum_spec()
@@ -100,6 +105,8 @@ def test_allreduce_run_survives_a_killed_group_member(tmp_path):
     run a 1,500-step budget: a late kill under load would leave too few rows after it.) 10 of
     10 under a busy loop (tests/tools/flakes.py --runs 10 -m chaos, commit 016bb2e), 18.8-21.4 s."""
     run_dir = str(tmp_path / "run")
+    group_files = os.path.join(tempfile.gettempdir(), "ddrl-learners-*.store")
+    files_before = set(glob.glob(group_files))
     proc = start_main(*SAC, "--seed", "0", "--num_workers", "2", "--num_learners", "2",
                       "--learner_sync", "allreduce", "--sac_hidden_sizes", "32,32",
                       "--batch_size", "64", "--learning_starts", "300", "--start_steps", "300",
@@ -131,3 +138,6 @@ def test_allreduce_run_survives_a_killed_group_member(tmp_path):
     assert summary["recoveries"] == 1, summary
     assert ("the parameter server died" in err or "learner replica 1 died" in err), err[-3000:]
     assert "restores itself in place" in err and "Traceback" not in err
+    # both groups' rendezvous files are gone (the killed one's, the rebuilt one's at the end;
+    # the chaos tier runs one test at a time, so no other run makes them meanwhile)
+    assert set(glob.glob(group_files)) <= files_before

@@ -23,7 +23,7 @@ import ray
 from gymnasium import spaces as gym_spaces
 
 from core.algos.agents import OffPolicyAgent
-from core.learning.allreduce import rendezvous_file
+from core.learning.allreduce import remove_rendezvous_file, rendezvous_file
 from core.distributed.devices import (LEARNERS, plan_gpus, plan_of, resolve_device,
                                       resolve_precision)
 from core.faults import death_inside, short_error
@@ -505,9 +505,31 @@ class ReplayTrainer(Trainer):
                              for _ in range(self.args.num_learners - 1)]
             path = rendezvous_file()
             shares = split_batch(self.args.batch_size, self.args.num_learners)
+            self.remove_group_file()  # a rebuilt group's: its ranks were killed
+            self.group_file = path
             # every rank blocks in the rendezvous until all have joined: one get for all
             self.placement.get([handle.join_group.remote(path, rank, shares) for rank, handle
                                 in enumerate([self.server, *self.replicas])])
+
+    #: the allreduce group's rendezvous file (core/learning/allreduce.py), or None
+    group_file = None
+
+    def remove_group_file(self):
+        """The group's ranks read its file while they live (gloo meets through it) and would
+        remove it only by ending cleanly, which neither a killed rank nor Ray's shutdown lets
+        them: the trainer removes it once they are gone or done (FileStore's destructor skips
+        a file already removed). Removed while they live, the group's next allreduce stalls."""
+        if self.group_file is not None:
+            remove_rendezvous_file(self.group_file)
+            self.group_file = None
+
+    def end(self):
+        super().end()  # no update in flight: the group's last allreduce is done
+        self.remove_group_file()
+
+    def close(self):
+        super().close()
+        self.remove_group_file()
 
     def make_learner(self, slot, generation, local, node=None):  # near the driver, always
         return spawn_learner(self.placement, self.spec, self.spaces, slot,

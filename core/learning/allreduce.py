@@ -44,6 +44,14 @@ def rendezvous_file():
     return path
 
 
+def remove_rendezvous_file(path):
+    """Remove a group's file once every rank has joined (or the join failed)."""
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+
+
 def rank_rows(shares, rank, batch_size):
     """(start, end) of ``rank``'s rows in a batch of ``batch_size``: the group's ``shares``
     (given for --batch_size) scaled to the batch, consecutive, covering it once."""
