@@ -65,16 +65,17 @@ def landing_cell(game, action, occupied):
     return action // cols, action % cols
 
 
-def scripted_move(game, observation, rng):
+def scripted_move(game, observation, rng, block=True):
     """Win now, else block the opponent's win now, else a random legal move (nearer the
     centre first). ``observation``: the Classic game's Dict for the player to move (planes:
-    its own pieces, then the opponent's; an action_mask)."""
+    its own pieces, then the opponent's; an action_mask). ``block=False``: the opportunist,
+    win now, else any legal move (uniformly): a random player that never misses a win."""
     rows, cols, need, _ = BOARDS[game]
     planes = np.asarray(observation["observation"], bool).reshape(rows, cols, 2)
     mine, theirs = planes[..., 0], planes[..., 1]
     legal = np.flatnonzero(np.asarray(observation["action_mask"]))
     occupied = mine | theirs
-    for board in (mine, theirs):  # my win first, then the block
+    for board in (mine, theirs) if block else (mine,):  # my win first, then the block
         for action in legal:
             r, c = landing_cell(game, int(action), occupied)
             trial = board.copy()
@@ -82,7 +83,7 @@ def scripted_move(game, observation, rng):
             if wins(trial, r, c, need):
                 return int(action)
     centre = (cols - 1) / 2 if BOARDS[game][3] else None
-    if centre is None:
+    if centre is None or not block:
         return int(rng.choice(legal))
     distance = np.abs(legal - centre)
     nearest = legal[distance == distance.min()]

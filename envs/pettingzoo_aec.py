@@ -14,9 +14,12 @@ the policy learns to move first and second); every other agent is an opponent th
 - ``--opponent scripted``: win now if a move wins, else block a move that would let the
   opponent win now, else a random legal move, nearer the centre column first (Connect Four and
   Tic-Tac-Toe: ``scripted_move``);
+- ``--opponent opportunist``: win now if a move wins, else a random legal move: the random
+  player's odd positions, with every threat the learner leaves open punished at once;
 - ``--fixed_opponents random=0.1,scripted=0.1`` (with selfplay): those shares of the games
-  against the random or the scripted player instead of a snapshot, drawn per seat and game, so
-  that the policy also meets positions self-play rarely makes (a threat left unblocked).
+  against the random, the opportunist or the scripted player instead of a snapshot, drawn per
+  seat and game, so that the policy also meets positions self-play rarely makes (a threat left
+  unblocked).
 
 The test worker, ``--evaluate`` and ``ddrl.load(...).play`` meet ``--eval_opponent`` (default
 random) instead of ``--opponent``. The learner sees the game as the game shows it to its seat
@@ -56,7 +59,9 @@ from envs.board_games import BOARDS, board_game, scripted_move
 from envs.pettingzoo_env import _parse_kwargs, make_pettingzoo_env, with_render_mode
 from core.types import LATEST_POLICY as LATEST
 
-OPPONENTS = ("selfplay", "random", "scripted")
+OPPONENTS = ("selfplay", "random", "opportunist", "scripted")
+#: the fixed players that know the game's rules (envs/board_games.py scripted_move)
+RULE_PLAYERS = ("opportunist", "scripted")
 
 
 def make_aec_env(module_name, kwargs):
@@ -81,7 +86,7 @@ def _parse_shares(text):
             share = -1.0
         if not sep or kind.strip() not in OPPONENTS[1:] or not 0.0 <= share <= 1.0:
             raise ConfigError(f"--fixed_opponents {text!r}: write kind=share pairs separated by "
-                              f"commas, kinds {' and '.join(OPPONENTS[1:])}, shares in [0, 1], "
+                              f"commas, kinds {', '.join(OPPONENTS[1:])}, shares in [0, 1], "
                               f"e.g. random=0.1,scripted=0.1.")
         shares[kind.strip()] = share
     if sum(shares.values()) > 1.0 + 1e-9:
@@ -103,7 +108,8 @@ class PettingZooTurnEnv:
         parser.add_argument("--opponent", choices=OPPONENTS, default="selfplay",
                             help="who plays the other seats in training: snapshots of the "
                                  "learning policy (selfplay, with --model_name selfplay_ppo), "
-                                 "random legal moves, or the scripted player (default: "
+                                 "random legal moves, the opportunist (wins when it can, else "
+                                 "random) or the scripted player (default: "
                                  "%(default)s)")
         parser.add_argument("--fixed_opponents", type=checked_text(_parse_shares), default="",
                             help="with --opponent selfplay, the share of games played against "
@@ -137,10 +143,11 @@ class PettingZooTurnEnv:
         self.game = board_game(args.pz_env)
         self.fixed_shares = (_parse_shares(args.fixed_opponents)
                              if self.opponent == "selfplay" else {})
-        if (self.opponent == "scripted" or "scripted" in self.fixed_shares) and self.game is None:
+        ruled = [k for k in RULE_PLAYERS if k == self.opponent or k in self.fixed_shares]
+        if ruled and self.game is None:
             raise ConfigError(
-                f"--opponent/--eval_opponent/--fixed_opponents scripted with --pz_env "
-                f"{args.pz_env}: the scripted "
+                f"--opponent/--eval_opponent/--fixed_opponents {ruled[0]} with --pz_env "
+                f"{args.pz_env}: the {ruled[0]} "
                 f"player knows {', '.join(sorted(BOARDS))} only. Use random or selfplay.")
         if args.seat != "random" and args.seat not in self.agents:
             raise ConfigError(f"--seat {args.seat!r}: {args.pz_env}'s agents are "
@@ -248,8 +255,9 @@ class PettingZooTurnEnv:
 
     def _opponent_move(self, agent, observation):
         kind = self.kinds.get(agent, self.opponent)
-        if kind == "scripted":
-            return scripted_move(self.game[0], observation, self.rng)
+        if kind in RULE_PLAYERS:
+            return scripted_move(self.game[0], observation, self.rng,
+                                 block=kind == "scripted")
         if kind == "random":
             mask = observation.get("action_mask") if isinstance(observation, dict) else None
             legal = (np.flatnonzero(mask) if mask is not None

@@ -65,6 +65,34 @@ def test_the_scripted_player_wins_then_blocks():
     assert set(moves) <= set(range(7)) and 0.4 < np.mean(np.array(moves) == 3) < 0.75
 
 
+def test_the_opportunist_wins_when_it_can_and_otherwise_ignores_threats():
+    rng = np.random.default_rng(0)
+    # mine on 0 and 4 -> 8 wins, as the scripted player
+    obs = board("tictactoe", [(0, 0), (1, 1)], [(0, 1), (0, 2)])
+    assert scripted_move("tictactoe", obs, rng, block=False) == 8
+    # theirs on 2 and 5 threaten 8: the scripted player blocks every time, the opportunist
+    # moves uniformly over the 5 free cells
+    obs = board("tictactoe", [(0, 0), (2, 1)], [(0, 2), (1, 2)])
+    moves = np.array([scripted_move("tictactoe", obs, rng, block=False) for _ in range(500)])
+    assert set(moves) == {1, 3, 4, 6, 8}
+    assert np.mean(moves == 8) == pytest.approx(0.2, abs=0.06)  # 3 standard deviations
+    # Connect Four: no centre preference either
+    obs = board("connect_four", [], [])
+    moves = np.array([scripted_move("connect_four", obs, rng, block=False) for _ in range(700)])
+    assert np.mean(moves == 3) == pytest.approx(1 / 7, abs=0.04)
+
+
+def test_the_opportunist_plays_in_training_and_evaluations():
+    from envs.pettingzoo_aec import _parse_shares
+    assert _parse_shares("opportunist=0.2,random=0.1") == {"opportunist": 0.2, "random": 0.1}
+    env = game_env(opponent="opportunist", seat="player_2")
+    obs, _ = env.reset(seed=0)
+    assert env.kinds == {"player_1": "opportunist"}
+    assert obs["action_mask"].sum() == 8  # it opened the game
+    with pytest.raises(ConfigError, match="opportunist"):
+        _parse_shares("opportunist=0.7,scripted=0.7")
+
+
 def test_turn_order_masks_and_the_outcome():
     """The learner is asked to move only on its turn, with the game's mask; the opponent has
     moved first when the learner's seat is the second; the reward is the learner's and the
