@@ -40,6 +40,7 @@ from core.errors import ConfigError
 ENCODERS = ("auto", "mlp", "nature_cnn", "small_cnn")
 LEAF_ENCODERS = ("flatten", "onehot", "small_cnn", "nature_cnn", "bow", "gru",
                  "cells")  # --encoder_for's kinds
+FILM_KINDS = ("small_cnn", "cells")  # the leaf encoders --film can condition
 MIN_IMAGE_SIDE = 36  # 8x8 stride 4, 4x4 stride 2, 3x3 stride 1 leave a 1x1 map at 36
 # Smallest sides --encoder auto takes for an image: a uint8 [N, 2] or [N, 1] is likelier a
 # table of bytes than a picture (SmallCNN itself takes any size, by --encoder small_cnn).
@@ -65,6 +66,29 @@ def encoder_overrides(text) -> Tuple[str, ...]:
                 f"{', '.join(LEAF_ENCODERS)})")
         items.append(f"{path}={kind}")
     return tuple(items)
+
+
+def film_pairs(text) -> Tuple[str, ...]:
+    """'image=mission' -> ('image=mission',); '' or 'none' -> (). Kept as strings for the same
+    reason as ``encoder_overrides``; ``film_sources()`` makes them a mapping."""
+    text = str(text).strip()
+    if text.lower() in ("", "none"):
+        return ()
+    items = []
+    for item in text.split(","):
+        target, sep, source = (part.strip() for part in item.strip().rpartition("="))
+        if not sep or not target or not source or target == source:
+            raise argparse.ArgumentTypeError(
+                f"{item.strip()!r} is not target=source: write e.g. image=mission (the leaf "
+                f"whose convolutions are conditioned, then the leaf that conditions them, two "
+                f"different leaves)")
+        items.append(f"{target}={source}")
+    return tuple(items)
+
+
+def film_sources(args):
+    """--film as {target path: source path}."""
+    return dict(item.rsplit("=", 1) for item in args.film or ())
 
 
 def overrides(args):
@@ -106,6 +130,15 @@ def add_encoder_args(parser):
                              "code embedded as a symbol), bow and gru (word indices, e.g. "
                              "--text_keys mission: the mean of their embeddings, or a GRU over "
                              "them) (default: each leaf's --encoder auto choice)")
+    parser.add_argument("--film", type=film_pairs, default=(),
+                        help="FiLM (Perez et al. 2018; the BabyAI baselines' instruction "
+                             "conditioning): target=source pairs of leaves of a Dict "
+                             "observation, e.g. image=mission: after each convolution of the "
+                             "target's encoder (small_cnn or cells) its maps are scaled and "
+                             "shifted per channel by a linear function of the source leaf's "
+                             "features, x * (1 + gamma(s)) + beta(s), starting as the identity; "
+                             "the source's features are also concatenated as before "
+                             "(default: none)")
     parser.add_argument("--word_dim", type=positive_int, default=32,
                         help="width of a word's embedding in the bow and gru encoders "
                              "(default: %(default)s)")
@@ -208,6 +241,35 @@ def _orthogonal(module):
             nn.init.zeros_(layer.bias)
 
 
+class ConvStack:
+    """For encoders whose ``cnn`` is convolutions, ReLUs and a final Flatten, fed by ``maps(obs)``
+    and followed by ``linear``: the features, and FiLM conditioning of each convolution's maps
+    (``add_film``, --film: the linear maps are the submodule ``film``, absent without it)."""
+
+    def add_film(self, condition_dim):
+        """A linear map condition -> (gamma, beta) per convolution, zero at the start so that
+        the conditioned encoder begins as the plain one."""
+        convs = [layer for layer in self.cnn if isinstance(layer, nn.Conv2d)]
+        self.film = nn.ModuleList(nn.Linear(condition_dim, 2 * conv.out_channels)
+                                  for conv in convs)
+        for layer in self.film:
+            nn.init.zeros_(layer.weight)
+            nn.init.zeros_(layer.bias)
+
+    def forward(self, obs, condition=None):
+        x = self.maps(obs)
+        film = self._modules.get("film")
+        if film is None:
+            return self.linear(self.cnn(x))
+        films = iter(film)
+        for layer in self.cnn:
+            x = layer(x)
+            if isinstance(layer, nn.Conv2d):
+                gamma, beta = next(films)(condition)[:, :, None, None].chunk(2, dim=1)
+                x = x * (1.0 + gamma) + beta
+        return self.linear(x)
+
+
 class Flatten(nn.Module):
     """Vectors as they are (float32), anything else flattened: the MLP encoder."""
 
@@ -248,7 +310,7 @@ class NatureCNN(nn.Module):
         return self.linear(self.cnn(x.contiguous(memory_format=torch.channels_last)))
 
 
-class SmallCNN(nn.Module):
+class SmallCNN(ConvStack, nn.Module):
     """For images too small for the Nature CNN's strides (MiniGrid's 7x7x3 view, 16x16 grids):
     three 3x3 convolutions of stride 1 without padding, 16, 32 and 64 channels (the MiniGrid
     baseline's widths, lcswillems/rl-starter-files), then a fully connected ``features_dim``
@@ -278,9 +340,8 @@ class SmallCNN(nn.Module):
         self.channels = channels
         _orthogonal(self)
 
-    def forward(self, obs):
-        return self.linear(self.cnn(_as_images(obs, self.permutation, self.channels,
-                                               self.scale)))
+    def maps(self, obs):
+        return _as_images(obs, self.permutation, self.channels, self.scale)
 
 
 class OneHot(nn.Module):
@@ -302,7 +363,7 @@ class OneHot(nn.Module):
         return out.scatter_(1, index, 1.0)
 
 
-class SymbolicCells(nn.Module):
+class SymbolicCells(ConvStack, nn.Module):
     """A grid of symbolic codes [H, W, C] (MiniGrid's and BabyAI's view: object, colour and
     state per cell, small integers, not intensities) read as symbols: each channel's code is
     embedded (its own table per channel), the embeddings summed per cell (the BabyAI baselines'
@@ -326,14 +387,14 @@ class SymbolicCells(nn.Module):
         self.linear = nn.Sequential(nn.Linear(last * height * width, features_dim), nn.ReLU())
         self.features_dim = features_dim
 
-    def forward(self, obs):
+    def maps(self, obs):
         grid = obs.long().clamp(0, self.codes - 1)
         if self.permutation is not None:
             grid = grid.permute(*self.permutation)
         grid = grid.reshape(grid.shape[0], self.channels, *grid.shape[-2:])  # [B, C, H, W]
         # one embedding per channel's code, summed per cell: [B, H, W, dim]
         cells = self.embedding(grid.permute(0, 2, 3, 1) + self.offsets).sum(dim=3)
-        return self.linear(self.cnn(cells.permute(0, 3, 1, 2)))
+        return cells.permute(0, 3, 1, 2)
 
 
 class BagOfWords(nn.Module):
@@ -470,10 +531,39 @@ class MultiInputEncoder(nn.Module):
         self.encoders = nn.ModuleList(encoders)  # a list: Dict keys may hold '.', names not
         self.features_dim = sum(e.features_dim for e in encoders)
         self.has_cnn = any(kind.endswith("_cnn") for kind in self.kinds)
+        # --film: each conditioned leaf's position and its source's; sources are encoded first
+        self.film = {}
+        for target, source in film_sources(args).items():
+            kinds = dict(zip(self.paths, self.kinds))
+            problem = (
+                f"{target!r} is not a feature leaf of it" if target not in kinds else
+                f"{source!r} is not a feature leaf of it" if source not in kinds else
+                f"{target!r} is encoded by {kinds[target]}, which has no convolutions to "
+                f"condition (small_cnn and cells have)"
+                if kinds[target] not in FILM_KINDS else
+                f"{source!r} is itself conditioned by --film" if source in film_sources(args)
+                else None)
+            if problem:
+                raise ConfigError(
+                    f"--film {target}={source}: {problem}. The observation {observation_space} "
+                    f"has the leaves "
+                    + ", ".join(f"{p} ({k})" for p, k in kinds.items())
+                    + "; condition an image leaf's small_cnn or cells encoder by another leaf, "
+                      "e.g. --encoder_for image=cells,mission=bow --film image=mission.")
+            t, src = self.paths.index(target), self.paths.index(source)
+            self.encoders[t].add_film(self.encoders[src].features_dim)
+            self.film[t] = src
 
     def forward(self, obs):
-        return torch.cat([encoder(obs[path]) for path, encoder in zip(self.paths, self.encoders)],
-                         dim=-1)
+        if not self.film:
+            return torch.cat([encoder(obs[path])
+                              for path, encoder in zip(self.paths, self.encoders)], dim=-1)
+        features = {}
+        for i in sorted(range(len(self.paths)), key=lambda i: i in self.film):  # sources first
+            encoder, leaf = self.encoders[i], obs[self.paths[i]]
+            features[i] = (encoder(leaf, features[self.film[i]]) if i in self.film
+                           else encoder(leaf))
+        return torch.cat([features[i] for i in range(len(self.paths))], dim=-1)
 
 
 def make_encoder(args, observation_space):
@@ -482,11 +572,12 @@ def make_encoder(args, observation_space):
     for any other space a MultiInputEncoder."""
     if observations.layout_of(observation_space).structured:
         return MultiInputEncoder(args, observation_space)
-    if overrides(args):
+    if overrides(args) or film_sources(args):
         raise ConfigError(
-            f"--encoder_for sets the encoders of the leaves of a Dict or Tuple observation; "
-            f"this env's observation is the single Box {observation_space}, whose encoder "
-            f"--encoder chooses.")
+            f"--{'encoder_for' if overrides(args) else 'film'} "
+            f"{','.join(args.encoder_for or args.film)}: it sets the encoders of the leaves "
+            f"of a Dict or Tuple observation; this env's observation is the single Box "
+            f"{observation_space}, whose encoder --encoder chooses.")
     choice = resolve_encoder(args, observation_space)
     if choice == "nature_cnn":
         return NatureCNN(observation_space, args.cnn_features)

@@ -255,3 +255,66 @@ def test_ppo_on_a_small_uint8_grid_acts_and_learns():
                                            torch.as_tensor(extras["log_probs"]), zeros, zeros,
                                            zeros))
     assert np.isfinite(stats["policy_loss"]) and any(k.startswith("encoder.") for k in gradients)
+
+
+# -- --film: an image leaf's convolutions conditioned by another leaf --------------------------
+WORDS = spaces.Dict({"image": spaces.Box(0, 10, (5, 5, 3), np.uint8),
+                     "mission": spaces.MultiDiscrete([20] * 4)})
+
+
+@pytest.mark.parametrize("kind", ["small_cnn", "cells"])
+def test_film_starts_as_the_plain_encoder_and_then_lets_the_source_steer_the_maps(kind):
+    flags = ("--encoder_for", f"image={kind},mission=bow", "--small_cnn_padding", "same")
+    torch.manual_seed(0)
+    plain = make_encoder(args_for(*flags), WORDS)
+    torch.manual_seed(0)
+    film = make_encoder(args_for(*flags, "--film", "image=mission"), WORDS)
+    assert film.features_dim == plain.features_dim and film.film == {0: 1}
+    image = film.encoders[0]
+    assert [layer.out_features for layer in image.film] == [2 * w for w in (16, 32, 64)]
+    obs = batch(WORDS)
+    # the same weights elsewhere and FiLM's zero start: the same features
+    film.load_state_dict(plain.state_dict(), strict=False)
+    torch.testing.assert_close(film(obs), plain(obs))
+    # gamma and beta by hand for the first convolution, the rest left at the identity
+    with torch.no_grad():
+        image.film[0].weight.normal_()
+    words = film.encoders[1](obs["mission"])
+    gamma, beta = image.film[0](words).chunk(2, dim=1)
+    x = image.maps(obs["image"])
+    layers = list(image.cnn)
+    x = layers[0](x) * (1 + gamma[:, :, None, None]) + beta[:, :, None, None]
+    for layer in layers[1:]:
+        x = layer(x)
+    expected = torch.cat([image.linear(x), words], dim=-1)
+    torch.testing.assert_close(film(obs), expected)
+    # another mission, the same view: other image features
+    other = {**obs, "mission": (obs["mission"] + 1) % 20}
+    assert not torch.allclose(film(other)[:, :image.features_dim],
+                              film(obs)[:, :image.features_dim])
+
+
+@pytest.mark.parametrize("flags, message", [
+    (("--encoder_for", "image=flatten", "--film", "image=mission"),
+     r"'image' is encoded by flatten, which has no convolutions"),
+    (("--encoder_for", "image=cells", "--film", "image=nope"), r"'nope' is not a feature leaf"),
+    (("--encoder_for", "image=cells", "--film", "view=mission"), r"'view' is not a feature leaf"),
+])
+def test_film_errors_name_the_leaves_and_their_encoders(flags, message):
+    with pytest.raises(ConfigError, match=message + r".*mission \(onehot\)"):
+        make_encoder(args_for(*flags), WORDS)
+
+
+def test_film_parse_errors_and_a_box():
+    from models.encoders import film_pairs
+    assert film_pairs("image=mission, a/b=c") == ("image=mission", "a/b=c")
+    assert film_pairs("none") == film_pairs("") == ()
+    for text in ("image", "image=", "=mission", "image=image"):
+        with pytest.raises(argparse.ArgumentTypeError, match="is not target=source"):
+            film_pairs(text)
+    with pytest.raises(ConfigError, match="--film image=mission: .*single Box"):
+        make_encoder(args_for("--film", "image=mission"), spaces.Box(-1, 1, (3,)))
+    two = spaces.Dict({"a": spaces.Box(0, 10, (5, 5, 3), np.uint8),
+                       "b": spaces.Box(0, 10, (5, 5, 3), np.uint8)})
+    with pytest.raises(ConfigError, match="--film a=b: 'b' is itself conditioned"):
+        make_encoder(args_for("--encoder_for", "a=cells,b=cells", "--film", "a=b,b=a"), two)

@@ -78,8 +78,10 @@ CASES = {
                                    obs_kind="discrete", action_kind="discrete", masked=True,
                                    total_steps=256, **PPO_SMALL),
     "ppo-multibinary": dict(gym_id="ddrl/BitMatch-v0", total_steps=256, **PPO_SMALL),
-    # BabyAI's preset (the mission as word indices), its instruction read by a GRU over words
-    "ppo-words-gru": dict(gym_id="BabyAI-GoToLocal-v0", encoder_for="image=flatten,mission=gru",
+    # BabyAI's preset (the mission as word indices), its instruction read by a GRU over words,
+    # the view as symbols whose convolutions it conditions (--film)
+    "ppo-words-gru": dict(gym_id="BabyAI-GoToLocal-v0", encoder_for="image=cells,mission=gru",
+                          film="image=mission",
                           total_steps=128, eval_interval=128, eval_episodes=1, **PPO_SMALL),
     "ppo-subclass": dict(gym_id="CartPole-v1", model_name="custom_model", total_steps=256,
                          **PPO_SMALL),  # models/custom_model.py: PPO's export, its networks
