@@ -99,6 +99,7 @@ def test_babyai_ids_get_their_own_preset_which_keeps_the_mission():
     assert find_preset("ppo", "MiniGrid-DoorKey-5x5-v0").endswith("configs/ppo-minigrid.yaml")
     args = parse_args(["--gym_id", "BabyAI-GoToLocal-v0"])
     assert args.text_keys == ("mission",) and "mission=bow" in args.encoder_for
+    assert args.recurrent == "lstm"  # memory: the object asked for is often out of view
     from options.options import run_spec
     from core.plugins import load_plugins, make_env
     from models.ppo import PPOModel
