@@ -86,14 +86,19 @@ def film_pairs(text) -> Tuple[str, ...]:
     return tuple(items)
 
 
+def _pairs(items):
+    """('a=b', ...) as {a: b} (empty for None)."""
+    return dict(item.rsplit("=", 1) for item in items or ())
+
+
 def film_sources(args):
     """--film as {target path: source path}."""
-    return dict(item.rsplit("=", 1) for item in args.film or ())
+    return _pairs(args.film)
 
 
 def overrides(args):
     """--encoder_for as {path: kind} (empty for a config without the flag)."""
-    return dict(item.rsplit("=", 1) for item in args.encoder_for or ())
+    return _pairs(args.encoder_for)
 
 
 def add_encoder_args(parser):
@@ -533,16 +538,15 @@ class MultiInputEncoder(nn.Module):
         self.has_cnn = any(kind.endswith("_cnn") for kind in self.kinds)
         # --film: each conditioned leaf's position and its source's; sources are encoded first
         self.film = {}
-        for target, source in film_sources(args).items():
-            kinds = dict(zip(self.paths, self.kinds))
+        sources, kinds = film_sources(args), dict(zip(self.paths, self.kinds))
+        for target, source in sources.items():
             problem = (
                 f"{target!r} is not a feature leaf of it" if target not in kinds else
                 f"{source!r} is not a feature leaf of it" if source not in kinds else
                 f"{target!r} is encoded by {kinds[target]}, which has no convolutions to "
                 f"condition (small_cnn and cells have)"
                 if kinds[target] not in FILM_KINDS else
-                f"{source!r} is itself conditioned by --film" if source in film_sources(args)
-                else None)
+                f"{source!r} is itself conditioned by --film" if source in sources else None)
             if problem:
                 raise ConfigError(
                     f"--film {target}={source}: {problem}. The observation {observation_space} "

@@ -45,7 +45,7 @@ def rendezvous_file():
 
 
 def remove_rendezvous_file(path):
-    """Remove a group's file once every rank has joined (or the join failed)."""
+    """Remove a group's rendezvous file (one already gone is fine)."""
     try:
         os.remove(path)
     except FileNotFoundError:
