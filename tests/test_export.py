@@ -78,8 +78,8 @@ CASES = {
                                    obs_kind="discrete", action_kind="discrete", masked=True,
                                    total_steps=256, **PPO_SMALL),
     "ppo-multibinary": dict(gym_id="ddrl/BitMatch-v0", total_steps=256, **PPO_SMALL),
-    # BabyAI's preset (the mission as word indices), its instruction read by a GRU over words,
-    # the view as symbols whose convolutions it conditions (--film)
+    # BabyAI's preset (the mission as word indices, an LSTM), its instruction read by a GRU
+    # over words, the view as symbols whose convolutions it conditions (--film)
     "ppo-words-gru": dict(gym_id="BabyAI-GoToLocal-v0", encoder_for="image=cells,mission=gru",
                           film="image=mission",
                           total_steps=128, eval_interval=128, eval_episodes=1, **PPO_SMALL),
@@ -101,7 +101,7 @@ CASES = {
     "dqn-dueling-masked": dict(gym_id="ddrl/MaskedChoice-v0", model_name="dqn", dueling=True,
                                **REPLAY_SMALL),
 }
-RECURRENT = ("ppo-lstm", "ppo-lstm-vector", "ppo-gru-shared")
+RECURRENT = ("ppo-lstm", "ppo-lstm-vector", "ppo-gru-shared", "ppo-words-gru")
 # what each case's policy must be, so that a preset or a default changing cannot quietly take
 # a kind out of the tests
 KINDS = {
@@ -117,7 +117,8 @@ KINDS = {
                                            p.model.encoder.kinds),
     "ppo-discrete-start-obs": lambda p: p.observation_space["observation"].start == 3,
     "ppo-multibinary": lambda p: isinstance(p.action_space, spaces.MultiBinary),
-    "ppo-words-gru": lambda p: "gru" in p.model.encoder.kinds,
+    "ppo-words-gru": lambda p: ("gru" in p.model.encoder.kinds and p.model.encoder.film
+                                and p.model.rnn.kind == "lstm"),
     "ppo-subclass": lambda p: type(p.model).__name__ == "SharedTrunkPPO",
     "ppo-lstm": lambda p: p.model.rnn.kind == "lstm" and p.model.critic_rnn is not None,
     "ppo-lstm-vector": lambda p: p.model.numpy_memory is not None,
