@@ -52,16 +52,11 @@ def encoder_overrides(text) -> Tuple[str, ...]:
     'none' -> (). Kept as 'path=kind' strings, not pairs: a run's config.yaml and checkpoint
     store a tuple as a list, and a preset's list comes back to this function joined by
     commas, which strings survive. ``overrides()`` makes them a mapping."""
-    text = str(text).strip()
-    if text.lower() in ("", "none"):
-        return ()
     items = []
-    for item in text.split(","):
-        path, sep, kind = item.strip().rpartition("=")
-        path, kind = path.strip(), kind.strip()
-        if not sep or not path or kind not in LEAF_ENCODERS:
+    for item, path, kind in _split_pairs(text):
+        if not path or kind not in LEAF_ENCODERS:
             raise argparse.ArgumentTypeError(
-                f"{item.strip()!r} is not path=kind: write e.g. image=small_cnn,direction=onehot"
+                f"{item!r} is not path=kind: write e.g. image=small_cnn,direction=onehot"
                 f" (paths as core/spaces.py names the observation's leaves; kinds: "
                 f"{', '.join(LEAF_ENCODERS)})")
         items.append(f"{path}={kind}")
@@ -71,19 +66,25 @@ def encoder_overrides(text) -> Tuple[str, ...]:
 def film_pairs(text) -> Tuple[str, ...]:
     """'image=mission' -> ('image=mission',); '' or 'none' -> (). Kept as strings for the same
     reason as ``encoder_overrides``; ``film_sources()`` makes them a mapping."""
-    text = str(text).strip()
-    if text.lower() in ("", "none"):
-        return ()
     items = []
-    for item in text.split(","):
-        target, sep, source = (part.strip() for part in item.strip().rpartition("="))
-        if not sep or not target or not source or target == source:
+    for item, target, source in _split_pairs(text):
+        if not target or not source or target == source:
             raise argparse.ArgumentTypeError(
-                f"{item.strip()!r} is not target=source: write e.g. image=mission (the leaf "
+                f"{item!r} is not target=source: write e.g. image=mission (the leaf "
                 f"whose convolutions are conditioned, then the leaf that conditions them, two "
                 f"different leaves)")
         items.append(f"{target}={source}")
     return tuple(items)
+
+
+def _split_pairs(text):
+    """A flag's comma-separated 'left=right' items as (item, left, right), stripped; an item
+    without '=' gives an empty left (it fails the caller's check); '' or 'none' gives none."""
+    text = str(text).strip()
+    if text.lower() in ("", "none"):
+        return []
+    return [(item.strip(), *(part.strip() for part in item.strip().rpartition("=")[::2]))
+            for item in text.split(",")]
 
 
 def _pairs(items):
