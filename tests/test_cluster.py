@@ -85,6 +85,18 @@ def raylets(port):
     return {pid for pid in cluster_processes(port, table) if "raylet/raylet" in table[pid][1]}
 
 
+def head_raylet(port):
+    """The head node's raylet: the one Ray starts with --head. (Not the lowest pid: pids wrap
+    at pid_max, 32,768 on the CI machines, and a whole suite's Ray processes pass it. A CI run
+    failed the way killing the head's raylet would: every rollout worker died at once and no
+    replacement started, as when the driver, attached to the head (Ray's choice among nodes on
+    one host), loses its node and the GCS ends every actor it owned.)"""
+    table = process_table()
+    heads = [pid for pid in raylets(port) if " --head " in f" {table[pid][1]} "]
+    assert len(heads) == 1, [table[pid][1] for pid in raylets(port)]
+    return heads[0]
+
+
 def listening_addresses(pids):
     """Local addresses of the TCP sockets that ``pids`` listen on (from /proc/net/tcp{,6})."""
     inodes = set()
@@ -188,7 +200,7 @@ def test_a_run_spreads_over_the_nodes_and_survives_losing_one(cluster, tmp_path,
     cluster, commit 016bb2e): the evaluation >= 200 came 8,576-19,200 env steps into the run
     (median 10,240), 15.5-20.3 s; 32-35 s a test."""
     address, port, home = cluster
-    head_raylet = min(raylets(port))  # the head's started first
+    head = head_raylet(port)
     run_dir = str(tmp_path / "run")
     proc = start_main("--address", address, "--user_dir", os.path.join(REPO, "examples",
                       "user_plugins"), "--env_name", "noisy_cartpole", "--num_workers", "3",
@@ -206,11 +218,12 @@ def test_a_run_spreads_over_the_nodes_and_survives_losing_one(cluster, tmp_path,
             if (victim is None and len(set(placed.values())) == 3 and len(rows) >= 1
                     and driver_side):
                 # Not the head, nor the node of the test worker: that one is the driver's
-                # (the run's own actors go there, core/distributed/placement.near_driver), which
-                # on this loopback cluster can be either node (a driver attaches to one of the
-                # raylets on 127.0.0.1): losing it is losing the driver's node, not a worker's.
+                # (the run's own actors go there, core/distributed/placement.near_driver, softly:
+                # the head's one CPU may be taken): losing it is losing the driver's actors, not
+                # a worker's node. Ray attaches a driver to the head when several nodes share its
+                # host; the Evaluator's node covers a Ray that picks another.
                 victim = next(node for node in sorted(set(placed.values()))
-                              if node != head_raylet and node not in driver_side)
+                              if node != head and node not in driver_side)
                 survivors = {pid: node for pid, node in placed.items() if node != victim}
                 for pid in [victim] + [p for p, node in placed.items() if node == victim]:
                     os.kill(pid, signal.SIGKILL)
