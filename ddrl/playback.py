@@ -15,7 +15,7 @@ from core.atomic import atomic_path
 from core.sampling.envs import to_env_action
 from core import seeding
 from core.sampling.evaluator import Evaluator
-from core.sampling.memory import EnvMemory
+from core.sampling.memory import EnvMemory, actions_only
 from core.learning.normalizer import normalize
 from core.plugins import load_plugins, make_env
 from core import spaces
@@ -127,7 +127,8 @@ def record_episode(spec, model, args, k, directory, obs_statistics=None):
         seen = spaces.stack([encode(obs)])  # a batch of one
         if obs_statistics is not None:
             seen = normalize(seen, obs_statistics, args.obs_clip)
-        action, _ = memory.act(model, seen, deterministic=args.eval_deterministic)
+        action, _ = memory.act(model, seen, deterministic=args.eval_deterministic,
+                               **actions_only(model))
         obs, _, terminated, truncated, _ = env.step(to_env_action(env.action_space, action[0]))
         frames.append(render())
         done = terminated or truncated

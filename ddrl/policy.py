@@ -23,6 +23,7 @@ from core.errors import ConfigError
 from core.run.checkpoint import check_model_fits, load_for_restore, saved_model_path
 from core.run.state import from_payload
 from core.sampling.envs import to_env_action
+from core.sampling.memory import actions_only
 
 
 def load(path, **flags):
@@ -145,7 +146,7 @@ class Policy:
             extra = {"state": state, "episode_starts": starts}
         with torch.no_grad():
             actions, extras = self.model.choose_actions(seen, deterministic=deterministic,
-                                                        **extra)
+                                                        **extra, **actions_only(self.model))
         actions = to_env_action(self.action_space, np.asarray(actions))
         if single:
             actions = actions[0]

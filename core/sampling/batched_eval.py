@@ -20,7 +20,7 @@ from core.batched_env import (FINAL_INFO, NEXT_STEP, as_actions, autoreset_mode,
 from core.learning.normalizer import normalize
 from core.plugins import make_env_batch
 from core.sampling.envs import check_valid_actions, describe_error, env_failure, to_env_action
-from core.sampling.memory import EnvMemory
+from core.sampling.memory import EnvMemory, actions_only
 
 
 class BatchedEpisodes:
@@ -77,6 +77,7 @@ class BatchedEpisodes:
         successes = np.full(n, np.nan)
         done = np.zeros(n, dtype=bool)
         memory = EnvMemory(model, n)
+        only = actions_only(model)
         while not done.all():
             live = np.flatnonzero(~done)
             if self.layout.has_mask:
@@ -84,7 +85,7 @@ class BatchedEpisodes:
                                     lambda row, live=live: f"the test worker's env "
                                     f"{live[row]}, at step {lengths[live[row]]} of its episode,")
             seen = normalizer(obs) if normalizer is not None else obs
-            actions, _ = memory.act(model, seen, deterministic=deterministic)
+            actions, _ = memory.act(model, seen, deterministic=deterministic, **only)
             obs, rewards, terminated, truncated, infos = env.step(
                 as_actions(env, to_env_action(self.action_space, actions)))
             self.errors_in_a_row = 0

@@ -35,7 +35,7 @@ from core.errors import EnvContractError
 from core.sampling.envs import (check_valid_actions, describe_error, env_failure,
                                 step_result_error, to_env_action)
 from core.learning.normalizer import normalize
-from core.sampling.memory import EnvMemory
+from core.sampling.memory import EnvMemory, actions_only
 from core.plugins import evaluation_config, load_plugins, make_env
 from core.sampling.batched_eval import batched_episodes, normalizer_for
 from core.distributed.process import setup_process
@@ -214,7 +214,8 @@ class Evaluator:
             if self.normalize_obs:
                 batch = normalize(batch, obs_statistics, self.obs_clip)
             actions, _ = memory.act(self.model, batch, rows=running,
-                                    deterministic=self.deterministic)
+                                    deterministic=self.deterministic,
+                                    **actions_only(self.model))
             still_running = []
             for i, action in zip(running, actions):
                 try:
