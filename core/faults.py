@@ -9,8 +9,9 @@ error, a final checkpoint of the last good weights and a summary.json that says 
 import math
 import sys
 
-import ray
 
+from core import lazy_ray
+from core.lazy_ray import ray
 from core.errors import RunFailure  # (also importable from here)
 
 COUNTERS = ("worker_restarts", "env_errors", "skipped_updates", "recoveries",
@@ -101,9 +102,14 @@ def all_finite(stats, keys=None):
                if isinstance(v, (int, float)) and not isinstance(v, bool))
 
 
-DEATHS = (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError,
-          ray.exceptions.ObjectLostError, ray.exceptions.NodeDiedError,
-          ray.exceptions.OutOfMemoryError)
+def deaths():
+    """Ray's exception types that say an actor or its process is gone; () before Ray's import
+    (no Ray exception exists then, and a run in one process never imports it)."""
+    if not lazy_ray.imported():
+        return ()
+    errors = ray.exceptions
+    return (errors.RayActorError, errors.WorkerCrashedError, errors.ObjectLostError,
+            errors.NodeDiedError, errors.OutOfMemoryError)
 
 
 def actor_died(exc):
@@ -111,7 +117,7 @@ def actor_died(exc):
     fault is survivable by a replacement. An exception the code raised, even one caused by
     another actor's death (a worker whose replay buffer died), is not this actor's death."""
     # A RayTaskError is made a subclass of its cause's type: exclude it explicitly.
-    return isinstance(exc, DEATHS) and not isinstance(exc, ray.exceptions.RayTaskError)
+    return isinstance(exc, deaths()) and not isinstance(exc, ray.exceptions.RayTaskError)
 
 
 def find_cause(exc, types):
@@ -128,14 +134,15 @@ def find_cause(exc, types):
 
 def death_inside(exc):
     """True when an actor's death is anywhere in ``exc``'s chain of causes."""
-    return find_cause(exc, DEATHS) is not None
+    return find_cause(exc, deaths()) is not None
 
 
 def short_error(exc):
     """One line naming the error (Ray's own messages run to dozens of lines); for an error
     Ray wrapped (RayTaskError), the one it wraps."""
     cause = getattr(exc, "cause", None)
-    if isinstance(exc, ray.exceptions.RayTaskError) and isinstance(cause, BaseException):
+    if (lazy_ray.imported() and isinstance(exc, ray.exceptions.RayTaskError)
+            and isinstance(cause, BaseException)):
         exc = cause
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0][:500] if text else ''}"

@@ -52,7 +52,6 @@ from typing import Tuple
 
 import gymnasium as gym
 import numpy as np
-import ray
 
 from core.argtypes import (non_negative_int, positive_int, positive_int_or_none,
                            unit_interval_or_none)
@@ -69,7 +68,6 @@ from envs.words import BabyAILevel, WordTokens
 
 
 @register_env("gym_env")
-@ray.remote
 class GymEnv:
     """Wraps gymnasium.make(--gym_id); structured observations, any array action space."""
 

@@ -83,10 +83,17 @@ def test_unknown_name_without_a_close_one_suggests_nothing():
 
 
 def test_ray_remote_env_unwraps_to_a_plain_class_runnable_in_process():
-    registered = ENV_REGISTRY.get("gym_env")
-    assert hasattr(registered, "__ray_metadata__")  # gym_env carries @ray.remote
-    cls = unwrap_actor_class(registered)
-    assert not hasattr(cls, "__ray_metadata__")
+    """``@ray.remote`` on an env is optional (README): a decorated class registers, and the
+    registry and the in-process path see the plain class behind it. (The built-in envs are
+    plain classes, so that a run without Ray workers never imports Ray.)"""
+    import ray
+    from envs.gym_env import GymEnv
+    assert not hasattr(GymEnv, "__ray_metadata__")
+    registry = Registry("env")
+    registered = registry.register("remote_gym_env")(ray.remote(GymEnv))
+    assert hasattr(registered, "__ray_metadata__")
+    cls = unwrap_actor_class(registry.get("remote_gym_env"))
+    assert issubclass(cls, GymEnv) and not hasattr(cls, "__ray_metadata__")
     env = cls(argparse.Namespace(gym_id="CartPole-v1", max_episode_steps=None, render_mode=None,
                                  evaluation=False, drop_keys=(), action_mask_key="action_mask",
                                  hide_obs=(), text_keys=(), max_words=16),

@@ -35,9 +35,9 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-import ray
 import torch
 
+from core.lazy_ray import ray
 from core import seeding
 from core.algos.agents import OnPolicyAgent
 from core.algos.ppo_trainer import METRIC_COLUMNS as PPO_COLUMNS

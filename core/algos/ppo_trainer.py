@@ -18,9 +18,10 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-import ray
 import torch
 
+from core import lazy_ray
+from core.lazy_ray import ray
 from core.algos.agents import OnPolicyAgent
 from core.distributed.devices import DRIVER_LEARNER, device_info, plan_gpus, resolve_device, to_cpu
 from core.faults import all_finite
@@ -377,7 +378,7 @@ class PPOTrainer(Trainer):
             return len(members)  # a compiled graph is built over every worker
         if wanted == "auto":
             wanted = max(1, int(ray.cluster_resources().get("CPU", 1))
-                         if ray.is_initialized() else 1)
+                         if lazy_ray.initialized() else 1)
         return min(len(members), wanted)
 
     def planned_grad_workers(self, members):

@@ -19,9 +19,9 @@ import sys
 import time
 
 import numpy as np
-import ray
 from gymnasium import spaces as gym_spaces
 
+from core.lazy_ray import ray
 from core.algos.agents import OffPolicyAgent
 from core.learning.allreduce import remove_rendezvous_file, rendezvous_file
 from core.distributed.devices import (LEARNERS, plan_gpus, plan_of, resolve_device,

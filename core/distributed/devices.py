@@ -47,9 +47,10 @@ import platform
 import sys
 from dataclasses import dataclass
 
-import ray
 import torch
 
+from core import lazy_ray
+from core.lazy_ray import ray
 from core.errors import ConfigError
 
 LEARNERS = "learners"
@@ -117,7 +118,7 @@ _warning = None  # the one line this process printed, if any (reported by actors
 
 
 def in_ray_actor() -> bool:
-    return ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None
+    return lazy_ray.initialized() and ray.get_runtime_context().get_actor_id() is not None
 
 
 def given_gpus(planned_gpus):

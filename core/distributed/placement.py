@@ -10,8 +10,9 @@ import sys
 import threading
 
 import numpy as np
-import ray
 
+from core import lazy_ray
+from core.lazy_ray import ray
 from core.distributed import loopback
 from core.distributed.devices import check_cluster_gpus
 from core.plugins import REPO_ROOT
@@ -45,7 +46,7 @@ class _LocalMethod:
 def _value(arg):
     if isinstance(arg, LocalRef):
         return arg.value
-    if isinstance(arg, ray.ObjectRef):
+    if lazy_ray.imported() and isinstance(arg, ray.ObjectRef):
         return ray.get(arg)
     return arg
 
@@ -102,7 +103,7 @@ def cpus_per_actor(num_actors):
     """CPUs to reserve per rollout worker: 1, or a share small enough that all of them fit
     on the cluster's nodes when there are fewer CPUs than workers (otherwise Ray would
     leave the extra workers waiting forever; see ``fitting_share``)."""
-    if not ray.is_initialized():
+    if not lazy_ray.initialized():
         return 1.0
     nodes = [n["Resources"].get("CPU", 0.0) for n in ray.nodes() if n["Alive"]]
     return fitting_share(nodes, num_actors)
@@ -217,7 +218,7 @@ def start_ray(args):
     """Start a local Ray instance bound to 127.0.0.1, or join a cluster with --address.
     Returns False when Ray was up already (a sweep's trial runs inside a Ray worker): then
     whoever started it shuts it down."""
-    if ray.is_initialized():
+    if lazy_ray.initialized():
         return False
     loopback.prepare(args.node_ip_address)
     common = dict(include_dashboard=bool(args.dashboard), logging_level="WARNING",
@@ -323,6 +324,6 @@ class RayStarter:
         elif not self._up.is_set():
             print(f"ddrl: the run ended before the cluster at --address {self.args.address} "
                   f"was joined: it ran in this process only", file=sys.stderr, flush=True)
-        if ray.is_initialized() and not self.args.address and self.started:
+        if lazy_ray.initialized() and not self.args.address and self.started:
             ray.shutdown()
         self._stop.set()

@@ -14,9 +14,10 @@ reset, its episode is cut (``StepResult.failed``), and the others go on. Only an
 ``EnvFailure``.
 """
 import numpy as np
-import ray
 from gymnasium import spaces as gym_spaces
 
+from core import lazy_ray
+from core.lazy_ray import ray
 from core import seeding, spaces
 from core.errors import EnvContractError, EnvFailure, NoValidAction  # (also importable here)
 from core.types import STEP_REPORT_KEY
@@ -84,7 +85,8 @@ def check_finite_observations(observations, env_cls, where):
 
 def describe_error(exc):
     """'TypeName: text' on one line, of the env's own exception when Ray wrapped it."""
-    cause = getattr(exc, "cause", None) if isinstance(exc, ray.exceptions.RayTaskError) else None
+    wrapped = lazy_ray.imported() and isinstance(exc, ray.exceptions.RayTaskError)
+    cause = getattr(exc, "cause", None) if wrapped else None
     exc = cause if isinstance(cause, BaseException) else exc
     text = " ".join(str(exc).split())
     if len(text) > 500:  # a Ray actor's death notice carries pages of context

@@ -16,8 +16,8 @@ stop rule (ddrl/callbacks.py StopAtReturn) stops only on a confirmed one.
 import math
 
 import numpy as np
-import ray
 
+from core.lazy_ray import ray
 from core.sampling.evaluator import Evaluator
 from core.distributed.placement import LocalRef, Placement
 from core.sampling.worker_group import MISSING, WorkerGroup

@@ -11,8 +11,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
-import ray
 
+from core.lazy_ray import ray
 from core.faults import actor_died, short_error
 from core.errors import RunFailure
 from core.distributed.placement import LocalHandle, LocalRef, actor_node, free_cpus_per_node
