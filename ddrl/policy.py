@@ -74,6 +74,7 @@ class Policy:
         self.model.set_weights({k: v.numpy() for k, v in payload["model"].items()})
         self.model.eval()
         self.recurrent = bool(getattr(self.model, "recurrent", False))
+        self.act_kwargs = actions_only(self.model)  # the critic is not run: act returns actions
         self.layout = spaces.layout_of(self.observation_space)
         self.obs_statistics = self._normalizer_statistics(payload)
 
@@ -146,7 +147,7 @@ class Policy:
             extra = {"state": state, "episode_starts": starts}
         with torch.no_grad():
             actions, extras = self.model.choose_actions(seen, deterministic=deterministic,
-                                                        **extra, **actions_only(self.model))
+                                                        **extra, **self.act_kwargs)
         actions = to_env_action(self.action_space, np.asarray(actions))
         if single:
             actions = actions[0]

@@ -200,6 +200,7 @@ class Evaluator:
         successes = np.full(n, np.nan)
         running = []
         memory = EnvMemory(self.model, n)  # a recurrent policy's state per env
+        only = actions_only(self.model)
         for k, s in enumerate(seeds):
             try:
                 observations[k] = self._start(k, s, failures, last_errors)
@@ -214,8 +215,7 @@ class Evaluator:
             if self.normalize_obs:
                 batch = normalize(batch, obs_statistics, self.obs_clip)
             actions, _ = memory.act(self.model, batch, rows=running,
-                                    deterministic=self.deterministic,
-                                    **actions_only(self.model))
+                                    deterministic=self.deterministic, **only)
             still_running = []
             for i, action in zip(running, actions):
                 try:
