@@ -267,6 +267,17 @@ SUITES = {
             "sb3": "{python} benchmarks/sb3_ppo.py --env ALE/Breakout-v5 --seed {seed} --out_dir {run_dir}"
                    " --max_steps {max_steps} --torch_threads 2",
         }),
+    # PPO on Breakout through EnvPool's C++ envs against gym_env's ALE chain: the same
+    # hyperparameters (configs/ppo-atari.yaml and its EnvPool twin configs/ppo-atari-envpool.yaml),
+    # the same preprocessing flags, 1M frames, one process each (issue 47).
+    "breakout-envpool": dict(
+        target=None, max_steps=250_000, peer="ddrl-gym", timeout=5400,
+        systems={
+            "ddrl-envpool": "{python} main.py --config configs/ppo-atari-envpool.yaml --seed {seed}"
+                            " --run_dir {run_dir} --total_steps {max_steps}",
+            "ddrl-gym": "{python} main.py --config configs/ppo-atari.yaml --seed {seed}"
+                        " --run_dir {run_dir} --total_steps {max_steps}",
+        }),
     # SAC on HalfCheetah-v5 for 100k steps: ddrl its automatic preset configs/sac-mujoco.yaml
     # (RL-Zoo's MuJoCo entry), one process; sb3: SB3 given exactly those hyperparameters
     # (sb3_sac.py --hyperparams ddrl), 2 torch threads. 5 episodes every 10k steps; no target.

@@ -143,8 +143,11 @@ def broken(tmp_path_factory):
     ["--user_dir", os.path.join(REPO, "examples", "user_plugins"), "--env_name",
      "noisy_cartpole"],
     ["--user_dir", os.path.join(REPO, "examples", "batched_sim"), "--env_name", "point_mass"],
+    ["--env_name", "envpool_env", "--envpool_id", "CartPole-v1"],
+    ["--env_name", "envpool_env", "--envpool_id", "Breakout-v5"],
 ], ids=["cartpole", "pendulum", "masked-dict", "dict", "gym_env-sync-batch", "info-mask",
-        "custom_env", "pettingzoo_env", "pettingzoo_aec", "user-example", "batched-example"])
+        "custom_env", "pettingzoo_env", "pettingzoo_aec", "user-example", "batched-example",
+        "envpool-cartpole", "envpool-breakout"])
 def test_built_in_envs_and_the_example_plugin_pass(flags):
     assert check_env(flags, steps=200) == []
 

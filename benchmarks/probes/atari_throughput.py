@@ -4,6 +4,8 @@
 
 Systems, each in a process of its own, one after another (never two at once):
   raw            the preprocessed envs alone (8 envs, uniform random actions, no model): the ceiling
+  raw-envpool    the same game as one EnvPool pool of 8 envs (envs/envpool_env.py, its C++
+                 preprocessing set by the same flags), one call a step for all 8
   ddrl-0workers  main.py with configs/ppo-atari.yaml, --num_workers 0 (--torch_threads 1 and 2)
   ddrl-2workers  the same with 2 Ray rollout workers of 4 envs, each computing the gradient of
                  its half of every minibatch (--grad_workers 2; the learner averages and applies)
@@ -11,6 +13,9 @@ Systems, each in a process of its own, one after another (never two at once):
                  2 Ray rollout workers of 4 envs that only sample, their next fragment while the
                  learner updates (--sample_ahead on); the learner computes every gradient on 2
                  torch threads (--grad_workers 0)
+  ddrl-envpool-0workers-2threads
+                 ddrl-0workers on 2 torch threads with the envs of an EnvPool pool
+                 (configs/ppo-atari-envpool.yaml: the same hyperparameters and flags)
   sb3            Stable-Baselines3 PPO, CnnPolicy, the same hyperparameters (torch threads 1 and 2)
 
 Equal terms: every system steps the same env chain (envs/gym_env.py's wrap_atari: no-op starts,
@@ -67,6 +72,28 @@ def run_raw(gym_id, steps):
     return marks
 
 
+def envpool_id(gym_id):
+    return gym_id.split("/", 1)[-1]  # ALE/Breakout-v5 -> EnvPool's Breakout-v5
+
+
+def run_raw_envpool(gym_id, steps):
+    import numpy as np
+    from envs.envpool_env import EnvPoolEnv
+    from options.options import parse_args
+    t0 = time.perf_counter()
+    args = parse_args(["--env_name", "envpool_env", "--envpool_id", envpool_id(gym_id)])
+    pool = EnvPoolEnv(args, 8, seed=0)
+    pool.reset(seed=list(range(8)))
+    n = pool.single_action_space.n
+    rng = np.random.default_rng(0)
+    marks = []
+    for t in range(steps // 8):  # NextStep: the pool resets an ended env at its next step
+        pool.step(rng.integers(n, size=8))
+        if (t + 1) * 8 % ROUND == 0:
+            marks.append(((t + 1) * 8, time.perf_counter() - t0))
+    return marks
+
+
 def run_sb3(gym_id, steps, threads):
     import torch
     torch.set_num_threads(threads)
@@ -96,9 +123,12 @@ def run_sb3(gym_id, steps, threads):
     return marks.marks[:steps // ROUND]
 
 
-def ddrl_command(gym_id, steps, workers, threads, run_dir, ahead=False):
-    """main.py's argv for a ddrl system: the preset (configs/ppo-atari.yaml) with this shape."""
-    return [sys.executable, os.path.join(REPO, "main.py"), "--gym_id", gym_id, "--num_workers",
+def ddrl_command(gym_id, steps, workers, threads, run_dir, ahead=False, envpool=False):
+    """main.py's argv for a ddrl system: the preset (configs/ppo-atari.yaml, or its EnvPool
+    twin configs/ppo-atari-envpool.yaml) with this shape."""
+    env = (["--config", os.path.join(REPO, "configs", "ppo-atari-envpool.yaml"), "--envpool_id",
+            envpool_id(gym_id)] if envpool else ["--gym_id", gym_id])
+    return [sys.executable, os.path.join(REPO, "main.py"), *env, "--num_workers",
            str(workers), "--num_envs_per_worker", str(8 // max(1, workers)), "--torch_threads",
            str(threads), "--total_steps", str(steps), "--eval_interval", str(10 ** 9),
            "--target_return", "none", "--run_dir", run_dir,
@@ -107,9 +137,9 @@ def ddrl_command(gym_id, steps, workers, threads, run_dir, ahead=False):
            "--quiet", "--no-tensorboard", "--checkpoint_interval", str(10 ** 9)]
 
 
-def run_ddrl(gym_id, steps, workers, threads, run_dir, ahead=False):
+def run_ddrl(gym_id, steps, workers, threads, run_dir, ahead=False, envpool=False):
     t0 = time.perf_counter()
-    cmd = ddrl_command(gym_id, steps, workers, threads, run_dir, ahead)
+    cmd = ddrl_command(gym_id, steps, workers, threads, run_dir, ahead, envpool)
     subprocess.run(cmd, check=True, cwd=REPO, stdout=subprocess.DEVNULL)
     wall = time.perf_counter() - t0
     import csv
@@ -141,8 +171,9 @@ def add_args(parser):
 def run(args, argv):
     if args._one:  # a child process: one in-process system, its marks on stdout
         kind, threads = args._one.split(":")
-        marks = run_raw(args.gym_id, args.steps) if kind == "raw" else run_sb3(
-            args.gym_id, args.steps, int(threads))
+        marks = (run_raw(args.gym_id, args.steps) if kind == "raw"
+                 else run_raw_envpool(args.gym_id, args.steps) if kind == "raw-envpool"
+                 else run_sb3(args.gym_id, args.steps, int(threads)))
         print(json.dumps(marks))
         return
     results = {}
@@ -152,11 +183,12 @@ def run(args, argv):
             ahead = system.endswith("-ahead")
             threads = 2 if "2threads" in system or ahead else 1
             marks, wall = run_ddrl(args.gym_id, args.steps, workers, threads,
-                                   f"/tmp/atari_throughput/{system}-{time.time():.0f}", ahead)
+                                   f"/tmp/atari_throughput/{system}-{time.time():.0f}", ahead,
+                                   envpool="envpool" in system)
         else:
             t0 = time.perf_counter()
             threads = 2 if "2threads" in system else 1
-            kind = "raw" if system == "raw" else "sb3"
+            kind = system if system.startswith("raw") else "sb3"
             out = subprocess.run(child("atari-throughput", "--gym_id", args.gym_id, "--steps",
                                        str(args.steps), "--_one", f"{kind}:{threads}"), check=True,
                                  capture_output=True, text=True, cwd=REPO).stdout
