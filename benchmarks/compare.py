@@ -278,6 +278,18 @@ SUITES = {
             "ddrl-gym": "{python} main.py --config configs/ppo-atari.yaml --seed {seed}"
                         " --run_dir {run_dir} --total_steps {max_steps}",
         }),
+    # SAC on HalfCheetah with 16 envs in one EnvPool pool (configs/sac-mujoco-envpool.yaml:
+    # HalfCheetah-v4, EnvPool has no v5) against 16 of gym_env's v5 envs in gymnasium's
+    # SyncVectorEnv, the same hyperparameters (configs/sac-mujoco.yaml's), one process each.
+    "halfcheetah-envpool": dict(
+        target=None, max_steps=30_000, peer="ddrl-gym-sync", timeout=3600,
+        systems={
+            "ddrl-envpool": "{python} main.py --config configs/sac-mujoco-envpool.yaml --seed {seed}"
+                            " --run_dir {run_dir} --total_steps {max_steps}",
+            "ddrl-gym-sync": "{python} main.py --config configs/sac-mujoco.yaml --vectorize sync"
+                             " --num_envs_per_worker 16 --seed {seed} --run_dir {run_dir}"
+                             " --total_steps {max_steps}",
+        }),
     # SAC on HalfCheetah-v5 for 100k steps: ddrl its automatic preset configs/sac-mujoco.yaml
     # (RL-Zoo's MuJoCo entry), one process; sb3: SB3 given exactly those hyperparameters
     # (sb3_sac.py --hyperparams ddrl), 2 torch threads. 5 episodes every 10k steps; no target.
