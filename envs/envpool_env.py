@@ -100,7 +100,7 @@ class EnvPoolEnv:
                               f"include CartPole-v1, Pendulum-v1, Breakout-v5, Pong-v5, "
                               f"HalfCheetah-v4 and Hopper-v4 (envpool.list_all_envs() names "
                               f"all {len(self.envpool.list_all_envs())}).")
-        if getattr(args, "render_mode", None):
+        if args.render_mode:
             raise ConfigError("envpool_env cannot render (EnvPool 0.8.4 has no render): "
                               "record videos with --env_name gym_env and the gym id.")
         self.args, self.num_envs = args, int(num_envs)
