@@ -605,6 +605,7 @@ def build_parser(argv, command="main"):
         if add_args is not None:
             add_args(parser.add_argument_group(f"logger {name!r}"))
     unchosen = logger_flags([n for n in registry_of("logger").names() if n not in known.logger])
+    unchosen |= replaced_plugin_flags(config, chosen, parser)
     _apply_config(parser, {k: v for k, v in config.items() if k not in unchosen}, strict=True)
     preset = None
     if early.config is None:
@@ -617,6 +618,34 @@ def build_parser(argv, command="main"):
     parser.set_defaults(evaluation=False, render_mode=None)
     parser.add_argument("-h", "--help", action="help", help="show this help and exit")
     return parser, user_dir, None if no_preset else (early.config or preset)
+
+
+def replaced_plugin_flags(config, chosen, parser):
+    """The keys of ``config`` (a preset) that are flags of a plugin it names but the command line
+    replaced (``--config ppo-atari.yaml --env_name envpool_env``: the preset's gym_id is
+    gym_env's), and not flags of the run's own plugins: they no longer apply, so they are left
+    out with a line on stderr instead of failing as unknown flags."""
+    from core.algos.trainers import trainer_class
+    from core.config import flag_actions
+    from core.registry import registry_of
+    known = {a.dest for a in parser._actions}
+    dropped = {}
+    for kind, _cls, name in chosen:
+        was = config.get(f"{kind}_name")
+        if was is None or was == name or was not in registry_of(kind).names():
+            continue
+        cls = unwrap_actor_class(registry_of(kind).get(was))
+        actions = flag_actions(getattr(cls, "add_args", None))
+        if kind == "model":
+            actions += flag_actions(trainer_class(cls.trainer, cls).add_args)
+        keys = sorted({a.dest for a in actions} & set(config) - known)
+        if keys:
+            dropped[f"{kind} {was!r}"] = keys
+    if dropped:
+        print("--config: left out, as flags of a plugin the command line replaced: "
+              + "; ".join(f"{', '.join(keys)} ({owner})" for owner, keys in dropped.items()),
+              file=sys.stderr)
+    return {k for keys in dropped.values() for k in keys}
 
 
 def app_only_keys():

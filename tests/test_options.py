@@ -166,6 +166,21 @@ def test_config_with_a_flag_of_an_unchosen_plugin_raises(tmp_path):
         parse_args(["--config", preset, "--model_name", "ppo"])
 
 
+def test_flags_of_a_preset_plugin_the_command_line_replaced_are_left_out_with_a_line(
+        tmp_path, capsys):
+    # `--config ppo-atari.yaml --env_name envpool_env` failed: the preset's gym_id is gym_env's.
+    preset = write(tmp_path, "env_name: custom_env\ncustom_env_episode_steps: 30\n"
+                             "batch_size: 64\n")
+    args = parse_args(["--config", preset, "--env_name", "gym_env"])
+    assert args.env_name == "gym_env" and args.batch_size == 64   # the common flag stays
+    assert "custom_env_episode_steps" not in vars(args)
+    assert "custom_env_episode_steps (env 'custom_env')" in capsys.readouterr().err
+    # A key of no plugin the preset names is still a mistake.
+    with pytest.raises(ConfigError, match="num_wrokers"):
+        parse_args(["--config", write(tmp_path, "env_name: custom_env\nnum_wrokers: 2\n"),
+                    "--env_name", "gym_env"])
+
+
 def test_config_with_a_bad_value_raises_naming_it(tmp_path):
     preset = write(tmp_path, "num_workers: -1\n")
     with pytest.raises(ConfigError, match="num_workers.*'-1'"):
