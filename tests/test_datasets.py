@@ -487,9 +487,29 @@ def test_shards_partition_the_rows_and_keep_the_episodes_statistics(tmp_path, na
         assert shard.overview(rows=len(whole)).summary() == whole.summary()
 
 
-def test_shards_of_arrays_partition_the_rows(tmp_path):
-    whole = load_dataset(write_arrays(tmp_path / "d.npz", d4rl_arrays()))
-    shards = [load_dataset(str(tmp_path / "d.npz"), shard=(i, 3)) for i in range(3)]
+@pytest.mark.parametrize("suffix", [".npz", ".hdf5"])
+@pytest.mark.parametrize("next_observations", [True, False])
+def test_shards_of_arrays_partition_the_rows(tmp_path, monkeypatch, suffix, next_observations):
+    """A shard of a file of arrays holds the kept rows at i modulo N; an HDF5 file's
+    observations are read a block at a time (here 2 rows, so rows and their next observations
+    straddle blocks), never whole."""
+    import h5py
+
+    from core.data import arrays as array_files
+    path = write_arrays(tmp_path / f"d{suffix}", d4rl_arrays(next_observations))
+    whole = load_dataset(str(path))
+    monkeypatch.setattr(array_files, "ROWS_PER_READ", 2)
+    reads = []
+    read = h5py.Dataset.__getitem__
+
+    def recorded(dataset, key):
+        if dataset.name.endswith("observations"):
+            reads.append(key)
+        return read(dataset, key)
+    monkeypatch.setattr(h5py.Dataset, "__getitem__", recorded)
+    shards = [load_dataset(str(path), shard=(i, 3)) for i in range(3)]
+    if suffix == ".hdf5":
+        assert reads and all(isinstance(k, slice) and k.stop - k.start <= 2 for k in reads)
     assert sum(len(s) for s in shards) == len(whole)
     for i, shard in enumerate(shards):
         np.testing.assert_array_equal(shard.transitions.observations,
@@ -498,8 +518,12 @@ def test_shards_of_arrays_partition_the_rows(tmp_path):
                                       whole.transitions.next_observations[i::3])
         np.testing.assert_array_equal(shard.truncated, whole.truncated[i::3])
         assert shard.transitions.observations.base is None  # a copy: the whole may go
+        np.testing.assert_array_equal(shard.transitions.rewards, whole.transitions.rewards[i::3])
+        np.testing.assert_array_equal(shard.transitions.terminated,
+                                      whole.transitions.terminated[i::3])
+        assert shard.transitions.episode_ends is None
     with pytest.raises(ValueError, match="shard 3 of 3"):
-        load_dataset(str(tmp_path / "d.npz"), shard=(3, 3))
+        load_dataset(str(path), shard=(3, 3))
 
 
 def test_a_datasets_spaces_come_from_its_metadata_alone(tmp_path, monkeypatch):

@@ -19,24 +19,102 @@ actions against their range), else inferred: a Box with infinite bounds (uint8 a
 0-255 pixels), and for integer actions a Discrete (1-D) or MultiDiscrete (2-D) over the
 values seen. The env's spaces are the ones to learn with: inferred action bounds are infinite.
 """
+import contextlib
+
 import numpy as np
 from gymnasium import spaces as gym_spaces
 
 from core.data.native import actions_to_carried, observations_to_carried
-from core.data.offline import DatasetError, OfflineData, check_fits, episode_statistics
+from core.data.offline import (DatasetError, OfflineData, check_fits, check_shard,
+                               episode_statistics)
 from core.learning.replay_buffer import Transitions
 
 REQUIRED = ("observations", "actions", "rewards", "terminals")
 OPTIONAL = ("timeouts", "next_observations")
 SUFFIXES = (".hdf5", ".h5", ".npz")
+#: an HDF5 file's arrays read only in the rows a shard keeps (the rest are read whole)
+LAZY = ("observations", "next_observations")
 
 
-def read_arrays(path, source, observation_space=None, action_space=None):
-    """The arrays in ``path`` (.npz, .hdf5 or .h5) as OfflineData (the module's docstring)."""
-    arrays, metadata = _load_npz(path, source) if str(path).endswith(".npz") else \
-        _load_hdf5(path, source)
-    observations, actions = arrays["observations"], arrays["actions"]
-    rewards = arrays["rewards"].reshape(len(arrays["rewards"]), -1)
+#: rows of an HDF5 file's observations read at a time when a shard picks its rows
+ROWS_PER_READ = 65536
+
+
+def read_arrays(path, source, observation_space=None, action_space=None, shard=None):
+    """The arrays in ``path`` (.npz, .hdf5 or .h5) as OfflineData (the module's docstring).
+    ``shard``: (index, count), only the kept rows at index modulo count (load_dataset's); an
+    HDF5 file's observations are then read ROWS_PER_READ rows at a time, so the process holds
+    its rows and one block, never the whole (a .npz is read whole: numpy reads no part of one)."""
+    with _opened(path, source) as (arrays, metadata):
+        rows, rewards, terminals, timeouts = _step_columns(arrays, source)
+        if observation_space is not None and not isinstance(observation_space, gym_spaces.Box):
+            raise DatasetError(f"{source} holds observations as one array, but this run's env "
+                               f"has {observation_space}: arrays carry Box observations only. "
+                               f"Record the dataset as a Minari dataset (core/data/ "
+                               f"DatasetWriter) to keep Dict or Tuple observations.")
+        actions = _discrete_actions(arrays["actions"], action_space)
+        env_id = _env_id(metadata)
+        inferred = (_infer_observation_space(arrays["observations"]),
+                    _infer_action_space(actions, action_space))
+        check_fits(source, inferred, (observation_space, action_space), env_id, counts=False)
+        if observation_space is None:
+            observation_space = inferred[0]
+        if action_space is None:
+            action_space = inferred[1]
+        _check_action_range(source, actions, action_space)
+
+        ends = terminals | timeouts
+        if "next_observations" in arrays:
+            keep = np.ones(rows, bool)
+        else:
+            keep = ~timeouts | terminals
+            keep[-1] &= terminals[-1]
+        if not keep.any():
+            raise DatasetError(f"{source} has no row with a next observation (one row, not "
+                               f"terminal, and no next_observations array): nothing to learn "
+                               f"from.")
+        index, count = check_shard(shard)
+        mine = np.flatnonzero(keep)[index::count]
+        if "next_observations" in arrays:
+            next_source, next_rows = arrays["next_observations"], mine
+        else:  # the following row's, a terminal row's own (the module's docstring)
+            following = np.minimum(np.arange(rows) + 1, rows - 1)
+            following[terminals] = np.flatnonzero(terminals)
+            next_source, next_rows = arrays["observations"], following[mine]
+        observations = _rows_of(arrays["observations"], mine)
+        next_observations = _rows_of(next_source, next_rows)
+    episode_ends = None
+    if count == 1:
+        episode = np.concatenate([[0], np.cumsum(ends[:-1])])[keep]
+        episode_ends = np.concatenate([episode[1:] != episode[:-1], [True]])
+    returns, lengths = episode_statistics(rewards, ends)
+    transitions = Transitions(
+        observations=observations_to_carried(observation_space, observations),
+        actions=actions_to_carried(action_space, actions[mine]),
+        rewards=rewards[mine],
+        next_observations=observations_to_carried(observation_space, next_observations),
+        terminated=terminals[mine].astype(np.float32),
+        episode_ends=episode_ends)
+    return OfflineData(transitions=transitions, truncated=timeouts[mine],
+                       episode_returns=returns, episode_lengths=lengths,
+                       observation_space=observation_space, action_space=action_space,
+                       env_id=env_id, metadata=metadata, source=str(source))
+
+
+def array_spaces(path, source):
+    """The (observation space, action space) inferred from the file's arrays (read_arrays'
+    without an env), its observations not read."""
+    with _opened(path, source) as (arrays, _):
+        _step_columns(arrays, source)
+        return (_infer_observation_space(arrays["observations"]),
+                _infer_action_space(arrays["actions"]))
+
+
+def _step_columns(arrays, source):
+    """(rows, rewards [N] float32, terminals [N] bool, timeouts [N] bool), the arrays' lengths
+    checked."""
+    rewards = np.asarray(arrays["rewards"])
+    rewards = rewards.reshape(len(rewards), -1)
     rows = len(rewards)
     if rewards.shape[1] != 1:
         raise DatasetError(f"{source}: rewards has shape {arrays['rewards'].shape}; one "
@@ -47,53 +125,26 @@ def read_arrays(path, source, observation_space=None, action_space=None):
                            f"every array holds one row per step.")
     if rows == 0:
         raise DatasetError(f"{source} holds no rows: nothing to learn from.")
-    rewards = rewards[:, 0].astype(np.float32)
     terminals = np.asarray(arrays["terminals"], bool).reshape(rows)
     timeouts = np.asarray(arrays.get("timeouts", np.zeros(rows, bool)), bool).reshape(rows)
+    return rows, rewards[:, 0].astype(np.float32), terminals, timeouts
 
-    if observation_space is not None and not isinstance(observation_space, gym_spaces.Box):
-        raise DatasetError(f"{source} holds observations as one array, but this run's env has "
-                           f"{observation_space}: arrays carry Box observations only. Record "
-                           f"the dataset as a Minari dataset (core/data/ DatasetWriter) to keep "
-                           f"Dict or Tuple observations.")
-    actions = _discrete_actions(actions, action_space)
-    env_id = _env_id(metadata)
-    inferred = (_infer_observation_space(observations),
-                _infer_action_space(actions, action_space))
-    check_fits(source, inferred, (observation_space, action_space), env_id, counts=False)
-    if observation_space is None:
-        observation_space = inferred[0]
-    if action_space is None:
-        action_space = inferred[1]
-    _check_action_range(source, actions, action_space)
 
-    ends = terminals | timeouts
-    if "next_observations" in arrays:
-        keep = np.ones(rows, bool)
-        next_observations = arrays["next_observations"]
-    else:
-        keep = ~timeouts | terminals
-        keep[-1] &= terminals[-1]
-        following = np.minimum(np.arange(rows) + 1, rows - 1)
-        following[terminals] = np.flatnonzero(terminals)
-        next_observations = observations[following[keep]]
-        observations = observations[keep]
-    if not keep.any():
-        raise DatasetError(f"{source} has no row with a next observation (one row, not "
-                           f"terminal, and no next_observations array): nothing to learn from.")
-    episode = np.concatenate([[0], np.cumsum(ends[:-1])])[keep]
-    returns, lengths = episode_statistics(rewards, ends)
-    transitions = Transitions(
-        observations=observations_to_carried(observation_space, observations),
-        actions=actions_to_carried(action_space, actions[keep]),
-        rewards=rewards[keep],
-        next_observations=observations_to_carried(observation_space, next_observations),
-        terminated=terminals[keep].astype(np.float32),
-        episode_ends=np.concatenate([episode[1:] != episode[:-1], [True]]))
-    return OfflineData(transitions=transitions, truncated=timeouts[keep],
-                       episode_returns=returns, episode_lengths=lengths,
-                       observation_space=observation_space, action_space=action_space,
-                       env_id=env_id, metadata=metadata, source=str(source))
+def _rows_of(array, rows):
+    """``array[rows]`` for ascending ``rows``: an h5py dataset's read a block of ROWS_PER_READ
+    rows at a time (one fancy-indexed read would select row by row)."""
+    if isinstance(array, np.ndarray):
+        whole = len(rows) == len(array) and np.array_equal(rows, np.arange(len(array)))
+        return array if whole else array[rows]
+    out = np.empty((len(rows), *array.shape[1:]), array.dtype)
+    done = 0
+    while done < len(rows):
+        start = int(rows[done])
+        stop = min(start + ROWS_PER_READ, len(array))
+        end = int(np.searchsorted(rows, stop, side="left"))
+        out[done:end] = array[start:stop][rows[done:end] - start]
+        done = end
+    return out
 
 
 def _missing(source, found):
@@ -102,6 +153,23 @@ def _missing(source, found):
         raise DatasetError(f"{source} has no {', '.join(missing)} array: a D4RL-style file "
                            f"holds {', '.join(REQUIRED)} (and optionally "
                            f"{', '.join(OPTIONAL)}); it has {sorted(found) or 'none'}.")
+
+
+@contextlib.contextmanager
+def _opened(path, source):
+    """(arrays, metadata) of the file, open while the block runs: a .npz's arrays read whole;
+    an .hdf5's observations and next_observations as h5py datasets (read by _rows_of), its
+    other arrays read."""
+    if str(path).endswith(".npz"):
+        yield _load_npz(path, source)
+        return
+    import h5py
+    try:
+        file = h5py.File(path, "r")
+    except OSError as error:
+        raise DatasetError(f"{source} is not an HDF5 file h5py can read ({error}).") from None
+    with file:
+        yield _load_hdf5(file, source)
 
 
 def _load_npz(path, source):
@@ -117,24 +185,21 @@ def _load_npz(path, source):
     return arrays, metadata
 
 
-def _load_hdf5(path, source):
+def _load_hdf5(file, source):
     import h5py
-    try:
-        with h5py.File(path, "r") as file:
-            found = [name for name, item in file.items() if isinstance(item, h5py.Dataset)]
-            _missing(source, found)
-            arrays = {name: file[name][()] for name in REQUIRED + OPTIONAL if name in found}
-            metadata = {key: _plain(value) for key, value in file.attrs.items()}
-            group = file.get("metadata")   # D4RL's: metadata/algorithm and such
+    found = [name for name, item in file.items() if isinstance(item, h5py.Dataset)]
+    _missing(source, found)
+    arrays = {name: file[name] if name in LAZY else file[name][()]
+              for name in REQUIRED + OPTIONAL if name in found}
+    metadata = {key: _plain(value) for key, value in file.attrs.items()}
+    group = file.get("metadata")   # D4RL's: metadata/algorithm and such
 
-            def scalar(name, item):
-                if isinstance(item, h5py.Dataset) and item.size == 1:
-                    metadata.setdefault(name, _plain(item[()]))
-                # (None: h5py's visititems goes on)
-            if isinstance(group, h5py.Group):
-                group.visititems(scalar)
-    except OSError as error:
-        raise DatasetError(f"{source} is not an HDF5 file h5py can read ({error}).") from None
+    def scalar(name, item):
+        if isinstance(item, h5py.Dataset) and item.size == 1:
+            metadata.setdefault(name, _plain(item[()]))
+        # (None: h5py's visititems goes on)
+    if isinstance(group, h5py.Group):
+        group.visititems(scalar)
     if "algorithm_name" not in metadata and isinstance(metadata.get("algorithm"), str):
         metadata["algorithm_name"] = metadata["algorithm"]
     return arrays, metadata

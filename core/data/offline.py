@@ -5,7 +5,7 @@ same thing: one block of ``Transitions`` in ddrl's carried form (core/spaces.py)
 ``ReplayBuffer`` built from ``carried(observation_space)`` takes with ``add``, and the episode
 statistics a run reports about the behaviour policy that recorded it.
 """
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
@@ -119,23 +119,6 @@ def check_shard(shard):
     if count < 1 or not 0 <= index < count:
         raise ValueError(f"shard {index} of {count}: the index must lie in [0, count)")
     return index, count
-
-
-def shard_of(data, shard):
-    """``data`` with only the rows of ``shard`` (load_dataset's), the episode statistics
-    kept whole."""
-    index, count = check_shard(shard)
-    if count == 1:
-        return data
-    rows = slice(index, None, count)
-
-    def cut(column):  # copies: a view would keep the whole dataset alive
-        return spaces.tree_map(lambda a: np.ascontiguousarray(a[rows]), column)
-
-    transitions = data.transitions._replace(episode_ends=None)
-    return replace(data, transitions=type(transitions)(
-        *(None if column is None else cut(column) for column in transitions)),
-        truncated=cut(data.truncated))
 
 
 def episode_statistics(rewards, ends):

@@ -7,10 +7,10 @@ command where there is network (``minari download ID``), and its directory copie
 import os
 import pathlib
 
-from core.data.arrays import SUFFIXES, read_arrays
+from core.data.arrays import SUFFIXES, array_spaces, read_arrays
 from core.data.minari_io import (is_dataset_id, local_ids, minari_spaces, read_minari,
                                  store_id, store_root)
-from core.data.offline import DatasetError, shard_of
+from core.data.offline import DatasetError
 
 LISTED_IDS = 20   # local ids named in the paragraph for a dataset not found
 
@@ -30,21 +30,22 @@ def load_dataset(source, observation_space=None, action_space=None, shard=None):
     each episode's rows spread over all of them); the episode statistics stay the whole
     dataset's, and ``transitions.episode_ends`` is None (a shard holds no whole episodes). A
     Minari dataset is read episode by episode, so a shard's process never holds more than its
-    rows and one episode; arrays are read whole, then cut."""
+    rows and one episode; an HDF5 file of arrays is read a block of rows at a time, so its
+    process holds its rows and one block (a .npz is read whole, then its rows picked)."""
     kind, where, label = locate(source)
     if kind == "arrays":
-        return shard_of(read_arrays(where, label, observation_space, action_space), shard)
+        return read_arrays(where, label, observation_space, action_space, shard)
     return read_minari(where, label, observation_space, action_space, shard)
 
 
 def dataset_spaces(source):
     """(observation space, action space) of the dataset ``source`` names (load_dataset's),
     without reading its rows where the format allows: a Minari dataset's come from its
-    metadata; a file of arrays is read (its spaces are inferred from the rows)."""
+    metadata; a file of arrays' are inferred from its actions and its observations' shape and
+    dtype."""
     kind, where, label = locate(source)
     if kind == "arrays":
-        data = read_arrays(where, label)
-        return data.observation_space, data.action_space
+        return array_spaces(where, label)
     return minari_spaces(where, label)
 
 

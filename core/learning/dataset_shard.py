@@ -8,8 +8,8 @@ with --learner_sync server; the parameter server and its N - 1 replicas with all
 its shard of the dataset (core/data load_dataset's ``shard``: the rows at index i modulo N,
 so every episode, early or late, good or bad, is spread over all shards alike) into a replay
 buffer of its own and draws its share of each batch there. No batch travels; each process
-holds 1/N of the rows, and a Minari dataset is read episode by episode, so none ever holds
-the whole.
+holds 1/N of the rows, and a Minari dataset is read episode by episode (an HDF5 file of
+arrays a block of rows at a time), so none ever holds the whole.
 
 The batch is then stratified rather than uniform: each shard gives its fixed share (equal
 shares of shards of equal size, within a row), which has the same expectation as one uniform
