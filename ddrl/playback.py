@@ -83,16 +83,27 @@ def evaluate_over_seeds(args, spec, weights, statistics, meta, path, first):
     low, high = bootstrap_interval(means)
     for offset, result in enumerate(results):
         returns = np.asarray(result["returns"])
+        success = result.get("eval_success_rate")
         print(f"ddrl: seed {seeding.evaluation_repeat(args.seed, offset)}: {len(returns)} "
               f"episodes, return "
               f"{returns.mean() if len(returns) else float('nan'):.2f} +- "
-              f"{returns.std() if len(returns) else float('nan'):.2f}", flush=True)
+              f"{returns.std() if len(returns) else float('nan'):.2f}"
+              f"{'' if success is None else f', success rate {success:.2f}'}", flush=True)
     print(f"ddrl: {path} ({meta.get('env_steps', '?')} env steps): {len(means)} seeds x "
           f"{args.eval_episodes} {'deterministic' if args.eval_deterministic else 'sampled'} "
           f"episodes, mean return {means.mean():.2f}, 95% interval [{low:.2f}, {high:.2f}] "
           f"(bootstrap over the seeds' means)", flush=True)
-    return {"seed_means": means.tolist(), "mean": float(means.mean()), "ci95": (low, high),
-            "returns": [x for r in results for x in r["returns"]]}
+    out = {"seed_means": means.tolist(), "mean": float(means.mean()), "ci95": (low, high),
+           "returns": [x for r in results for x in r["returns"]]}
+    rates = [r["eval_success_rate"] for r in results if r.get("eval_success_rate") is not None]
+    if rates:  # the env says is_success (BabyAI, MiniGrid, goal envs): its rate, alike
+        out.update(seed_success_rates=rates, success_rate=float(np.mean(rates)),
+                   success_ci95=bootstrap_interval(rates))
+        print(f"ddrl: success rate {out['success_rate']:.2f}, 95% interval "
+              f"[{out['success_ci95'][0]:.2f}, {out['success_ci95'][1]:.2f}] (the env's "
+              f"info['is_success'] at each episode's last step; bootstrap over the seeds' "
+              f"rates)", flush=True)
+    return out
 
 
 def bootstrap_interval(values, confidence=0.95, reps=10_000, seed=0):

@@ -260,6 +260,34 @@ def test_an_evaluation_reports_the_success_rate_of_envs_that_say_is_success():
     assert evaluation("CartPole-v1")["eval_success_rate"] is None
 
 
+@pytest.mark.contract
+def test_evaluations_over_seeds_report_the_success_rate_of_each_and_its_interval(capsys):
+    """ddrl evaluate --eval_seeds N on an env that says is_success (BabyAI): each seed's line
+    gives its success rate, and a last line their mean with a bootstrap interval."""
+    import gymnasium as gym
+    from core.sampling.evaluator import Evaluator
+    from ddrl.playback import bootstrap_interval, evaluate_over_seeds
+    from options.options import parse_args
+
+    if "ddrl-test/Coin-v0" not in gym.registry:
+        gym.register("ddrl-test/Coin-v0", entry_point=CoinEnv)
+    args = parse_args(["--config", "none", "--num_workers", "0", "--seed", "5", "--gym_id",
+                       "ddrl-test/Coin-v0", "--model_name", "dqn", "--agent_name", "dqn_agent",
+                       "--eval_seeds", "3", "--eval_episodes", "16"])
+    spec = run_spec(args)
+    evaluator = Evaluator(spec, 16)
+    weights = evaluator.model.get_weights()
+    first = evaluator.evaluate(weights, env_steps=100)
+    out = evaluate_over_seeds(args, spec, weights, None, {"env_steps": 100}, "coin.pt", first)
+    rates = out["seed_success_rates"]
+    assert len(rates) == 3 and rates[0] == first["eval_success_rate"]
+    assert out["success_rate"] == pytest.approx(np.mean(rates))
+    assert out["success_ci95"] == bootstrap_interval(rates)
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.endswith(f"success rate {r:.2f}") for line, r in zip(lines, rates)] == [True] * 3
+    assert lines[-1].startswith(f"ddrl: success rate {np.mean(rates):.2f}, 95% interval [")
+
+
 @pytest.mark.e2e
 def test_a_run_that_fails_at_its_start_leaves_a_directory_to_start_again_in(tmp_path):
     """A new run that fails after writing config.yaml (the model refuses a flag when the loop
