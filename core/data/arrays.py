@@ -34,8 +34,6 @@ OPTIONAL = ("timeouts", "next_observations")
 SUFFIXES = (".hdf5", ".h5", ".npz")
 #: an HDF5 file's arrays read only in the rows a shard keeps (the rest are read whole)
 LAZY = ("observations", "next_observations")
-
-
 #: rows of an HDF5 file's observations read at a time when a shard picks its rows
 ROWS_PER_READ = 65536
 
@@ -164,12 +162,11 @@ def _opened(path, source):
         yield _load_npz(path, source)
         return
     import h5py
-    try:
-        file = h5py.File(path, "r")
+    try:  # opening, or reading the rows in the block (h5py raises OSError for both)
+        with h5py.File(path, "r") as file:
+            yield _load_hdf5(file, source)
     except OSError as error:
         raise DatasetError(f"{source} is not an HDF5 file h5py can read ({error}).") from None
-    with file:
-        yield _load_hdf5(file, source)
 
 
 def _load_npz(path, source):
