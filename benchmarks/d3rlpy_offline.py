@@ -39,6 +39,10 @@ Equal terms (each line: d3rlpy's setting <- ddrl's flag and default):
 - observations: with --normalize_obs, ``StandardObservationScaler`` with the dataset's mean and
   std over the transitions' observations (ddrl's --normalize_obs statistics; eps 1e-8: d3rlpy
   divides by std + eps, ddrl by sqrt(var + 1e-8)); off by default, as ddrl's;
+- rewards: --reward_scale, a number or auto (1000 / (max - min) of the returns of the episodes
+  that end in a termination or truncation, ddrl's --reward_scale auto, IQL's recipe for
+  locomotion), as ``MultiplyRewardScaler`` with that number (d3rlpy's ReturnBasedRewardScaler
+  would count every episode); 1 (none) by default, as ddrl's;
 - Box actions: ``MinMaxActionScaler`` with the env's bounds (ddrl rescales the bounds to
   [-1, 1] the same way; d3rlpy's continuous policies act in [-1, 1]);
 - bc: learning_rate 1e-3 <- --bc_lr; DiscreteBC beta 0.5 <- --bc_beta; policy_type
@@ -105,6 +109,28 @@ def hidden_sizes(text):
     return sizes
 
 
+def reward_scale(text):
+    if str(text).lower() == "auto":
+        return "auto"
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"--reward_scale {text}: a positive number or auto")
+    return value
+
+
+def resolved_reward_scale(setting, episodes):
+    """--reward_scale as a number (ddrl's core/algos/replay_trainer.py resolved_reward_scale:
+    only episodes whose last step is a termination or truncation count)."""
+    if setting != "auto":
+        return float(setting)
+    returns = [float(np.sum(rewards, dtype=np.float64))
+               for _, _, rewards, term, trunc in episodes if len(rewards) and (term[-1] or trunc[-1])]
+    if len(returns) < 2 or max(returns) - min(returns) <= 0:
+        raise SystemExit("--reward_scale auto: the dataset's complete episodes have no spread "
+                         "of returns")
+    return 1000.0 / (max(returns) - min(returns))
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -134,6 +160,9 @@ def parse_args(argv=None):
     p.add_argument("--normalize_obs", action=b, default=False,
                    help="StandardObservationScaler with the dataset's mean and std")
     p.add_argument("--obs_scaler_eps", type=float, default=1e-8)
+    p.add_argument("--reward_scale", type=reward_scale, default=1.0,
+                   help="rewards multiplied by this; auto: 1000 / (max - min) of the complete "
+                        "episodes' returns (ddrl's --reward_scale)")
     # -- bc / discrete bc / discrete_cql --
     p.add_argument("--learning_rate", type=float, default=None,
                    help="bc: 1e-3 (ddrl --bc_lr); discrete_cql: 6.25e-5 (ddrl --dqn_lr)")
@@ -280,12 +309,14 @@ def build_dataset(episodes, action_space):
 
 
 # -- the algorithm ------------------------------------------------------------------------------
-def make_algo(args, discrete, action_space, observations):
-    """(the d3rlpy algorithm, its class name, this script's resolved config)."""
+def make_algo(args, discrete, action_space, observations, reward_multiplier=1.0):
+    """(the d3rlpy algorithm, its class name, this script's resolved config);
+    ``reward_multiplier``: --reward_scale resolved."""
     import d3rlpy
     from d3rlpy.models.encoders import VectorEncoderFactory
     from d3rlpy.optimizers import AdamFactory, CosineAnnealingLRFactory
-    from d3rlpy.preprocessing import MinMaxActionScaler, StandardObservationScaler
+    from d3rlpy.preprocessing import (MinMaxActionScaler, MultiplyRewardScaler,
+                                      StandardObservationScaler)
 
     algo = args.algo
     if discrete and algo in ("iql", "cql"):
@@ -302,6 +333,8 @@ def make_algo(args, discrete, action_space, observations):
                                            std=x.std(0).astype(np.float32),
                                            eps=args.obs_scaler_eps)
         common["observation_scaler"] = scaler
+    if reward_multiplier != 1.0:
+        common["reward_scaler"] = MultiplyRewardScaler(multiplier=reward_multiplier)
     if not discrete:
         common["action_scaler"] = MinMaxActionScaler(
             minimum=np.asarray(action_space["low"], dtype=np.float32).reshape(-1),
@@ -309,6 +342,7 @@ def make_algo(args, discrete, action_space, observations):
     config = {"batch_size": args.batch_size, "hidden_sizes": list(args.hidden_sizes),
               "normalize_obs": args.normalize_obs,
               "obs_scaler_eps": args.obs_scaler_eps if args.normalize_obs else None,
+              "reward_scale": args.reward_scale, "reward_multiplier": reward_multiplier,
               "action_scaler": None if discrete else "minmax (the env's bounds)"}
     if algo == "bc" and discrete:
         cls = d3rlpy.algos.DiscreteBCConfig
@@ -453,7 +487,8 @@ def main(argv=None):
     episodes, _, action_space = read_minari(args.dataset)
     discrete = action_space["type"] == "Discrete"
     dataset, observations = build_dataset(episodes, action_space)
-    algo, d3_class, config = make_algo(args, discrete, action_space, observations)
+    algo, d3_class, config = make_algo(args, discrete, action_space, observations,
+                                       resolved_reward_scale(args.reward_scale, episodes))
     resolved = dict(algo=args.algo, d3rlpy_class=d3_class, steps=args.steps,
                     eval_interval=args.eval_interval, eval_episodes=args.eval_episodes,
                     seed=args.seed, torch_threads=args.threads, **config)

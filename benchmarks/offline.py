@@ -68,7 +68,8 @@ RUNS = os.path.join(REPO, "benchmarks", "runs")
 D3RLPY_ALGO = {"bc": "bc", "iql": "iql", "cql": "cql", "cql_discrete": "discrete_cql"}
 
 #: per ddrl model: (ddrl flag, d3rlpy_offline.py flag). The value is ddrl's resolved one.
-SHARED = [("batch_size", "batch_size"), ("normalize_obs", "normalize_obs")]
+SHARED = [("batch_size", "batch_size"), ("normalize_obs", "normalize_obs"),
+          ("reward_scale", "reward_scale")]
 MAPPING = {
     "bc": SHARED + [("bc_hidden_sizes", "hidden_sizes"), ("bc_lr", "learning_rate"),
                     ("bc_beta", "beta"), ("bc_policy", "policy_type")],

@@ -575,3 +575,24 @@ def test_a_shard_filled_a_block_at_a_time_holds_what_one_block_would(tmp_path, m
             else:
                 assert_same(a, b)
         np.testing.assert_array_equal(one.indices, blocks.indices)
+
+
+def test_the_d3rlpy_harness_scales_rewards_as_ddrl_does(tmp_path):
+    """benchmarks/d3rlpy_offline.py --reward_scale auto reads the Minari file itself (it runs
+    in d3rlpy's venv, without ddrl): it must count the same episodes as ddrl's
+    --reward_scale auto (those that end in a termination or truncation, an open one kept as
+    truncated included), so that the side by side scales both systems' rewards alike."""
+    from benchmarks.d3rlpy_offline import read_minari, resolved_reward_scale
+    from core.algos.replay_trainer import resolved_reward_scale as ddrl_scale
+    observation_space, action_space = SPACES["box"]
+    writer, finished = record(tmp_path / "scaled-v0", observation_space, action_space,
+                              close=False)
+    writer.close(keep_partial=True)
+    ddrl = ddrl_scale("auto", load_dataset(tmp_path / "scaled-v0"))
+    episodes, _, _ = read_minari(str(tmp_path / "scaled-v0"))
+    assert len(episodes) == len(finished) + 1
+    returns = [float(np.sum(e[2], dtype=np.float64)) for e in episodes]
+    assert resolved_reward_scale("auto", episodes) == pytest.approx(
+        1000.0 / (max(returns) - min(returns)), rel=1e-12)
+    assert resolved_reward_scale("auto", episodes) == pytest.approx(ddrl, rel=1e-6)
+    assert resolved_reward_scale(2.5, episodes) == 2.5
