@@ -27,7 +27,10 @@ run: setup
 # The unit and contract tiers two at a time (pytest-xdist: each test is short and computes on one
 # core); the e2e tier two at a time too, a test file per xdist worker (its module fixtures run
 # once): its runs wait on Ray's start-up and their own subprocesses, and on the 2-core AMD EPYC
-# this took the tier from 1,901 s one at a time to 1,384 s. The chaos and cluster tiers one at a
+# this took the tier from 1,901 s one at a time to 1,384 s. Three at a time does not pay: on an
+# AMD EPYC (2 cores, AVX2) the tier took 1,336 s with -n 3 against 1,327 s with -n 2, and five
+# tests ran past their timeouts: the two cores are busy throughout (most of a run is its
+# interpreter, `import torch` and Ray's start, not waiting). The chaos and cluster tiers one at a
 # time: they kill processes and wait for recoveries, and their pass counts were measured alone.
 test: setup
 	$(PY) -m ruff check .
