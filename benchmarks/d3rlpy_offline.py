@@ -45,7 +45,8 @@ Equal terms (each line: d3rlpy's setting <- ddrl's flag and default):
   would count every episode); 1 (none) by default, as ddrl's;
 - Box actions: ``MinMaxActionScaler`` with the env's bounds (ddrl rescales the bounds to
   [-1, 1] the same way; d3rlpy's continuous policies act in [-1, 1]);
-- bc: learning_rate 1e-3 <- --bc_lr; DiscreteBC beta 0.5 <- --bc_beta; policy_type
+- bc: learning_rate 1e-3 <- --bc_lr; DiscreteBC beta 0.5 <- --bc_beta (both square the
+  log-probabilities: d3rlpy's Categorical.logits are normalized); policy_type
   deterministic <- --bc_policy deterministic (ddrl's gaussian fits a log-likelihood, d3rlpy's
   stochastic BC the squared error of a sample: not the same, refused);
 - iql: actor_learning_rate 3e-4 <- --iql_actor_lr; critic_learning_rate 3e-4 <- --iql_critic_lr

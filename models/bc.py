@@ -2,9 +2,13 @@
 offline baseline; d3rlpy 2.8.1's BC and DiscreteBC are the reference, with their defaults).
 
 - Discrete actions: a categorical policy (encoder -> ReLU MLP -> one logit per action),
-  loss = cross-entropy of the dataset action + --bc_beta * mean(logits^2) (d3rlpy DiscreteBC's
-  logit penalty, beta 0.5). An action mask in the observation is obeyed: masked actions are
-  left out of the softmax, and never chosen.
+  loss = cross-entropy of the dataset action + --bc_beta * mean(log pi(.|s)^2), the penalty of
+  d3rlpy DiscreteBC (beta 0.5) as d3rlpy computes it: its policy is a
+  ``Categorical(logits=...)`` whose ``.logits`` are the normalized log-probabilities, so the
+  square is of log pi, not of the network's raw outputs (discrete BCQ's original penalty,
+  Fujimoto et al. 2019, squares the raw outputs; softmax ignores a shift of them, the log-probs
+  do not). An action mask in the observation is obeyed: masked actions are left out of the
+  softmax and of the penalty's mean, and never chosen.
 - Box actions, --bc_policy deterministic (the default, as d3rlpy's BC): a = tanh(f(s)) in
   [-1, 1], loss = the mean squared error to the dataset action rescaled from the env's bounds
   to [-1, 1]. --bc_policy gaussian: a tanh-squashed Gaussian with a state-dependent log std
@@ -62,6 +66,16 @@ def check_action_space(cls, label, observation_space, action_space, discrete=Tru
         raise ConfigError(
             f"model {cls.__name__} ({label}) squashes actions into the Box bounds, which must "
             f"be finite; got {action_space}. Give the env finite action bounds.")
+
+
+def log_prob_penalty(log_probs, mask):
+    """mean(log pi(a | s)^2) over each row's allowed actions [B] (every action without a
+    mask): d3rlpy DiscreteBC's penalty (the module docstring)."""
+    squares = log_probs.pow(2)
+    if mask is None:
+        return squares.mean(-1)
+    squares = torch.where(mask, squares, torch.zeros_like(squares))
+    return squares.sum(-1) / mask.sum(-1).clamp(min=1)
 
 
 def masked_logits(logits, obs):
@@ -304,8 +318,9 @@ class BCModel(OfflinePolicy, ReplayModelSteps, BaseModel):
                                  "with a state-dependent std fitted by maximum likelihood "
                                  "(default: %(default)s)")
         parser.add_argument("--bc_beta", type=non_negative_float, default=0.5,
-                            help="Discrete actions: weight of the penalty mean(logits^2) "
-                                 "added to the cross-entropy (d3rlpy DiscreteBC's beta) "
+                            help="Discrete actions: weight of the penalty mean(log pi(a|s)^2) "
+                                 "over the allowed actions, added to the cross-entropy "
+                                 "(d3rlpy DiscreteBC's beta and penalty) "
                                  "(default: %(default)s)")
         add_encoder_args(parser)
 
@@ -342,7 +357,7 @@ class BCModel(OfflinePolicy, ReplayModelSteps, BaseModel):
             logits = self.actor(obs).float()
             log_probs = F.log_softmax(masked_logits(logits, obs), dim=-1)
             nll = -log_probs.gather(1, actions.unsqueeze(1)).squeeze(1)
-            per_row = nll + self.args.bc_beta * logits.pow(2).mean(-1)
+            per_row = nll + self.args.bc_beta * log_prob_penalty(log_probs, action_mask_of(obs))
             with torch.no_grad():
                 error = (log_probs.argmax(-1) != actions).float().mean()
         elif self.log_std_range is None:

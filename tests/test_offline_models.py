@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from gymnasium import spaces
 from torch.distributions import Normal, TransformedDistribution
 from torch.distributions.transforms import TanhTransform
@@ -182,7 +183,9 @@ def test_bc_gaussian_loss_is_the_tanh_gaussians_negative_log_likelihood():
     assert loss == pytest.approx(float(-log_prob.mean()), rel=1e-4)
 
 
-def test_bc_discrete_loss_is_cross_entropy_over_the_allowed_actions_plus_the_logit_penalty():
+def test_bc_discrete_loss_is_cross_entropy_over_the_allowed_actions_plus_the_log_prob_penalty():
+    """d3rlpy DiscreteBC's penalty squares the normalized log-probabilities (its
+    Categorical's .logits), here over the allowed actions."""
     model = make("bc", DIS, "--bc_beta", "0.25", obs=MASKED_OBS)
     weight, bias = np.array([1.0, -2.0, 0.5]), np.array([0.0, 0.3, -0.2])
     set_linear(model.actor.head, weight[:, None], bias)
@@ -195,12 +198,33 @@ def test_bc_discrete_loss_is_cross_entropy_over_the_allowed_actions_plus_the_log
     for row in range(3):
         allowed = logits[row][mask[row] == 1]
         log_z = math.log(np.exp(allowed).sum())
-        expected.append(-(logits[row, actions[row]] - log_z) + 0.25 * np.mean(logits[row] ** 2))
+        log_probs = allowed - log_z
+        expected.append(-(logits[row, actions[row]] - log_z) + 0.25 * np.mean(log_probs ** 2))
         best = np.where(mask[row] == 1, logits[row], -np.inf).argmax()
         wrong += best != actions[row]
     assert loss == pytest.approx(np.mean(expected), rel=1e-5)
     assert stats["bc_error"] == pytest.approx(wrong / 3)
 
+
+
+def test_bc_discrete_penalty_is_d3rlpys_expression_without_a_mask():
+    """d3rlpy 2.8.1 (models/torch/imitators.py): penalty = (dist.logits ** 2).mean() with
+    dist = Categorical(logits=raw outputs), whose .logits are log_softmax(raw): written here
+    with torch.distributions, so the check needs no d3rlpy."""
+    from torch.distributions import Categorical
+    model = make("bc", DIS, "--bc_beta", "0.5", obs=OBS1)
+    set_linear(model.actor.head, [[2.0], [-1.0], [0.5]], [1.0, 0.0, 3.0])
+    actions = np.array([2, 0, 1])
+    loss, _, _ = scalars_of(model, batch_of(X[:, None], actions, REWARDS, X[:, None],
+                                            TERMINATED))
+    raw = torch.tensor(X[:, None] * np.array([2.0, -1.0, 0.5]) + np.array([1.0, 0.0, 3.0]),
+                       dtype=torch.float32)
+    dist = Categorical(logits=raw)
+    expected = (F.nll_loss(F.log_softmax(dist.logits, dim=1), torch.tensor(actions))
+                + 0.5 * (dist.logits ** 2).mean())
+    assert loss == pytest.approx(float(expected), rel=1e-5)
+    assert loss != pytest.approx(float(F.cross_entropy(raw, torch.tensor(actions))
+                                       + 0.5 * (raw ** 2).mean()), rel=1e-3)
 
 # -- IQL ----------------------------------------------------------------------------------------
 def constant_iql(*flags):
