@@ -6,6 +6,18 @@ keeps its own, so that ``-m unit`` selects exactly the tests whose tier is unit.
 import os
 import sys
 
+# OpenMP threads that sleep when idle, in the test processes and every process they start
+# (read when torch loads its OpenMP runtime, so before `import torch`). A replay run with
+# --num_workers 0 learns on two torch threads (--learner_threads auto), whose idle thread
+# spins by default: next to the other xdist worker's processes the spinning took the CPU
+# the rest of the suite needed. Measured on a 2-core AMD EPYC (AVX2) with two other
+# single-threaded jobs running, as in the suite: the SAC Pendulum preset for 600 steps took
+# 38.6 s and 35 s of CPU, 25.2 s and 14 s with PASSIVE (ACTIVE, spinning always: 135 s). The
+# e2e tier as `make test` runs it: 1,310 s against 1,327 s, its test time 2,555 s against
+# 2,600 s (test_gpu_check 165 -> 93 s, test_ma_sac 72 -> 21 s, test_presets 223 -> 191 s).
+# Only the tests' speed changes: what a run computes does not depend on how threads wait.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import pytest
 import torch
 
