@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from gymnasium import spaces
-from torch.distributions import Normal, TransformedDistribution
+from torch.distributions import Categorical, Normal, TransformedDistribution
 from torch.distributions.transforms import TanhTransform
 
 from core.errors import ConfigError
@@ -206,12 +206,10 @@ def test_bc_discrete_loss_is_cross_entropy_over_the_allowed_actions_plus_the_log
     assert stats["bc_error"] == pytest.approx(wrong / 3)
 
 
-
 def test_bc_discrete_penalty_is_d3rlpys_expression_without_a_mask():
     """d3rlpy 2.8.1 (models/torch/imitators.py): penalty = (dist.logits ** 2).mean() with
     dist = Categorical(logits=raw outputs), whose .logits are log_softmax(raw): written here
     with torch.distributions, so the check needs no d3rlpy."""
-    from torch.distributions import Categorical
     model = make("bc", DIS, "--bc_beta", "0.5", obs=OBS1)
     set_linear(model.actor.head, [[2.0], [-1.0], [0.5]], [1.0, 0.0, 3.0])
     actions = np.array([2, 0, 1])
@@ -225,6 +223,7 @@ def test_bc_discrete_penalty_is_d3rlpys_expression_without_a_mask():
     assert loss == pytest.approx(float(expected), rel=1e-5)
     assert loss != pytest.approx(float(F.cross_entropy(raw, torch.tensor(actions))
                                        + 0.5 * (raw ** 2).mean()), rel=1e-3)
+
 
 # -- IQL ----------------------------------------------------------------------------------------
 def constant_iql(*flags):
