@@ -1,0 +1,84 @@
+"""The tests' warm start of main.py (tests/warm_start.py) gives what a fresh interpreter gives:
+exit codes, output, argv, cwd, the environment and sys.path[0] as `python main.py` sets them;
+and anything it cannot give falls back to a fresh exec."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests import warm_start
+
+pytestmark = pytest.mark.e2e
+
+REPO = warm_start.REPO
+# imported by --user_dir while main.py parses its flags: what the process looks like from inside
+PROBE = '''
+import json, os, sys
+print("PROBE " + json.dumps({"argv": sys.argv, "cwd": os.getcwd(), "path0": sys.path[0],
+                             "x": os.environ.get("WARM_START_X"), "ppid": os.getppid(),
+                             "main": os.path.abspath(sys.modules["__main__"].__file__)}))
+'''
+
+
+def both(monkeypatch, args, **kwargs):
+    """``subprocess.run(args)`` served warm, then fresh: (warm, fresh) CompletedProcesses."""
+    warm = subprocess.run(args, capture_output=True, text=True, timeout=120, **kwargs)
+    monkeypatch.setenv("DDRL_TEST_WARM_START", "0")
+    fresh = subprocess.run(args, capture_output=True, text=True, timeout=120, **kwargs)
+    monkeypatch.delenv("DDRL_TEST_WARM_START")
+    return warm, fresh
+
+
+def help_text(proc):
+    return [line for line in proc.stdout.splitlines() if not line.startswith("PROBE ")]
+
+
+def probe(proc):
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("PROBE "))
+    return json.loads(line[len("PROBE "):])
+
+
+@pytest.mark.skipif(not warm_start.enabled(), reason="DDRL_TEST_WARM_START=0")
+def test_a_warm_main_py_is_what_a_fresh_one_is(tmp_path, monkeypatch):
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "plugins" / "probe_plugin.py").write_text(PROBE)
+    env = {**os.environ, "WARM_START_X": "42"}
+    # relative paths from another directory, as a user types them
+    args = [sys.executable, os.path.relpath(os.path.join(REPO, "main.py"), tmp_path),
+            "--user_dir", "plugins", "-h"]
+    warm, fresh = both(monkeypatch, args, cwd=tmp_path, env=env)
+    assert warm.returncode == fresh.returncode == 0, warm.stderr + fresh.stderr
+    seen, expected = probe(warm), probe(fresh)
+    # the warm one is a child of the test process's server, the fresh one of the test process
+    assert seen.pop("ppid") == warm_start.server().process.pid
+    assert expected.pop("ppid") == os.getpid()
+    assert seen == expected and seen["x"] == "42" and seen["path0"] == REPO, seen
+    assert seen["main"] == os.path.join(REPO, "main.py")
+    assert help_text(warm) == help_text(fresh) and warm.stderr == fresh.stderr
+    assert "--user_dir" in "\n".join(help_text(warm))
+
+    warm, fresh = both(monkeypatch, [sys.executable, "main.py", "--lr", "fast"], cwd=REPO)
+    assert warm.returncode == fresh.returncode == 2
+    assert warm.stderr == fresh.stderr and "--lr" in warm.stderr
+
+
+def test_what_a_fork_cannot_give_is_a_fresh_exec(monkeypatch):
+    main_py = os.path.join(REPO, "main.py")
+    kept = warm_start._load_time_environment(os.environ)
+    assert warm_start._servable([sys.executable, main_py], {}, kept) == warm_start.enabled()
+    for args, kwargs in [
+        ([sys.executable, "-c", "pass"], {}),                    # not main.py
+        ([sys.executable, os.path.join(REPO, "ddrl", "cli.py")], {}),
+        (["python3.9", main_py], {}),                            # another interpreter
+        ([sys.executable, main_py], {"start_new_session": True}),
+        ([sys.executable, main_py], {"preexec_fn": os.getpid}),
+        ([sys.executable, main_py], {"env": {**os.environ, "OMP_NUM_THREADS": "7"}}),
+        ([sys.executable, main_py], {"env": {k: v for k, v in os.environ.items()
+                                             if k != "PYTHONPATH"}}),
+        (f"{sys.executable} {main_py}", {"shell": True}),
+    ]:
+        assert not warm_start._servable(args, kwargs, kept), (args, kwargs)
+    proc = subprocess.Popen([sys.executable, "-c", "print(1)"], stdout=subprocess.PIPE)
+    assert not proc._warm and proc.communicate()[0].strip() == b"1"
