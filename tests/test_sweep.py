@@ -216,7 +216,7 @@ def test_interrupted_sweep_continues_with_resume(tmp_path):
     sweep_dir = tmp_path / "sweep"
     ddrl = os.path.join(os.path.dirname(sys.executable), "ddrl")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.Popen([ddrl, "sweep", "spec.yaml", *TINY, "--total_steps", "8192",
+    proc = subprocess.Popen([ddrl, "sweep", "spec.yaml", *TINY, "--total_steps", "6144",
                              "--num_samples", "1", "--max_concurrent", "1", "--scheduler",
                              "fifo", "--run_dir", "sweep"],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE,
@@ -238,7 +238,7 @@ def test_interrupted_sweep_continues_with_resume(tmp_path):
     assert proc.returncode == 130, output[-3000:]
     assert f"ddrl sweep resume {sweep_dir}" in output
     steps_before = json.loads((first / "checkpoints" / "last.pt.json").read_text())["env_steps"]
-    assert steps_before < 8192
+    assert steps_before < 6144
 
     out = subprocess.run([ddrl, "sweep", "resume", "sweep"], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)
@@ -248,5 +248,5 @@ def test_interrupted_sweep_continues_with_resume(tmp_path):
     # The interrupted trial went on from its checkpoint, not from step 0: its first row is
     # in metrics.csv once.
     steps = [int(r["env_steps"]) for r in read_csv(first / "metrics.csv")]
-    assert steps.count(steps[0]) == 1 and max(steps) >= 8192
+    assert steps.count(steps[0]) == 1 and max(steps) >= 6144
     assert (sweep_dir / "best.yaml").exists()
