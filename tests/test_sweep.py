@@ -214,9 +214,10 @@ def test_interrupted_sweep_continues_with_resume(tmp_path):
     `ddrl sweep SPEC`, Ctrl-C, `ddrl sweep resume DIR`."""
     write_spec(tmp_path, "lr: {grid: [0.001, 0.0005]}\n")
     sweep_dir = tmp_path / "sweep"
+    total = 6144  # the Ctrl-C lands at the first checkpoint, ~2,048 steps in: a round to spare
     ddrl = os.path.join(os.path.dirname(sys.executable), "ddrl")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.Popen([ddrl, "sweep", "spec.yaml", *TINY, "--total_steps", "6144",
+    proc = subprocess.Popen([ddrl, "sweep", "spec.yaml", *TINY, "--total_steps", str(total),
                              "--num_samples", "1", "--max_concurrent", "1", "--scheduler",
                              "fifo", "--run_dir", "sweep"],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE,
@@ -238,7 +239,7 @@ def test_interrupted_sweep_continues_with_resume(tmp_path):
     assert proc.returncode == 130, output[-3000:]
     assert f"ddrl sweep resume {sweep_dir}" in output
     steps_before = json.loads((first / "checkpoints" / "last.pt.json").read_text())["env_steps"]
-    assert steps_before < 6144
+    assert steps_before < total
 
     out = subprocess.run([ddrl, "sweep", "resume", "sweep"], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)
@@ -248,5 +249,5 @@ def test_interrupted_sweep_continues_with_resume(tmp_path):
     # The interrupted trial went on from its checkpoint, not from step 0: its first row is
     # in metrics.csv once.
     steps = [int(r["env_steps"]) for r in read_csv(first / "metrics.csv")]
-    assert steps.count(steps[0]) == 1 and max(steps) >= 6144
+    assert steps.count(steps[0]) == 1 and max(steps) >= total
     assert (sweep_dir / "best.yaml").exists()
