@@ -75,7 +75,6 @@ def serve(fd):
     signal.set_wakeup_fd(wake_write)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is for the children and pytest
-    _send(sock, {"ready": os.getpid()})
     while True:
         try:
             ready, _, _ = select.select([sock, wake_read], [], [])
@@ -196,7 +195,6 @@ class _Server:
         self.sock = ours
         self.lock = threading.Lock()
         self.pids, self.exits, self.next_id = {}, {}, 0
-        self.ready = False
 
     def alive(self):
         return self.process.poll() is None
@@ -210,9 +208,7 @@ class _Server:
                 raise RuntimeError("the warm start server ended: " +
                                    f"exit code {self.process.poll()}")
             message = json.loads(message)
-            if "ready" in message:
-                self.ready = True
-            elif "exit" in message:
+            if "exit" in message:
                 self.exits[message["exit"]] = message["code"]
             else:
                 self.pids[message["id"]] = message["pid"]
