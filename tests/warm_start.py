@@ -38,6 +38,7 @@ import threading
 import time
 import traceback
 import types
+import warnings
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAIN_PY = os.path.join(REPO, "main.py")
@@ -243,13 +244,19 @@ class _Server:
 
 _server = None
 _server_lock = threading.Lock()
+#: the pid of every server this process started, in order (a fork's parent is one of them)
+server_pids = []
 
 
 def server():
     global _server
     with _server_lock:
         if _server is None or not _server.alive():
+            if _server is not None:  # should not happen: say what ended it, for whoever looks
+                warnings.warn(f"the warm start server {_server.process.pid} ended (exit code "
+                              f"{_server.process.returncode}); starting another", stacklevel=2)
             _server = _Server()
+            server_pids.append(_server.process.pid)
         return _server
 
 
