@@ -150,6 +150,13 @@ def parse_args(argv=None):
                    help="evaluate with sampled actions: DiscreteBC's from the softmax of its "
                         "logits (d3rlpy's own sample_action is the argmax for BC), the others "
                         "through algo.sample_action (ddrl: --no-eval_deterministic)")
+    p.add_argument("--fresh_eval_seeds", type=int, default=0,
+                   help="after training, play the final weights for this many blocks of "
+                        "--fresh_eval_episodes fresh episodes (seeds no training evaluation "
+                        "used), their block means and a 95%% bootstrap interval over them in "
+                        "the JSON: ddrl evaluate's --eval_seeds K --eval_episodes N, for "
+                        "d3rlpy's weights (default 0: none)")
+    p.add_argument("--fresh_eval_episodes", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch threads (ddrl's default 1)")
     p.add_argument("--out", required=True, help="the JSON written")
@@ -418,9 +425,17 @@ class EpisodeEvaluator:
         start = time.time()
         self.calls += 1
         updates = self.calls * self.steps_per_epoch
+        returns = self.play(algo, [self.seed + EVALUATION_OFFSET + k + 1_000 * updates
+                                   for k in range(self.episodes)])
+        mean = float(np.mean(returns))
+        self.on_result(updates, mean, float(np.std(returns)), start, time.time())
+        return mean
+
+    def play(self, algo, seeds):
+        """One episode per reset seed; their returns."""
         returns = []
-        for k in range(self.episodes):
-            obs, _ = self.env.reset(seed=self.seed + EVALUATION_OFFSET + k + 1_000 * updates)
+        for seed in seeds:
+            obs, _ = self.env.reset(seed=seed)
             total, done = 0.0, False
             while not done:
                 action = self.act(algo, np.asarray(obs, dtype=np.float32)[None])
@@ -430,9 +445,24 @@ class EpisodeEvaluator:
                 total += float(reward)
                 done = terminated or truncated
             returns.append(total)
-        mean = float(np.mean(returns))
-        self.on_result(updates, mean, float(np.std(returns)), start, time.time())
-        return mean
+        return returns
+
+    def fresh(self, algo, blocks, episodes):
+        """--fresh_eval_seeds: ``blocks`` x ``episodes`` episodes of the final weights, reset
+        with seeds past every training evaluation's (those stay under 1,000 x the updates);
+        each block's mean and the 95% percentile bootstrap interval of their mean (10,000
+        resamples, generator seed 0: ddrl evaluate's --eval_seeds interval)."""
+        base = self.seed + EVALUATION_OFFSET + 2_000_000_000
+        means = [float(np.mean(self.play(algo, [(base + 10_000 * b + k) % 2 ** 32
+                                                 for k in range(episodes)])))
+                 for b in range(blocks)]
+        values = np.asarray(means)
+        rng = np.random.default_rng(0)
+        resampled = values[rng.integers(0, len(values), size=(10_000, len(values)))].mean(1)
+        low, high = np.percentile(resampled, [2.5, 97.5])
+        return {"blocks": blocks, "episodes_per_block": episodes, "block_means": means,
+                "mean": float(values.mean()), "ci95": [float(low), float(high)],
+                "sampled_actions": self.sampled}
 
 
     def act(self, algo, obs):
@@ -512,6 +542,8 @@ def main(argv=None):
              save_interval=10 ** 9, evaluators={"environment": evaluator},
              epoch_callback=lambda a, epoch, step: marks["epoch_end"].append(time.time()))
     end = time.time()
+    fresh = (evaluator.fresh(algo, args.fresh_eval_seeds, args.fresh_eval_episodes)
+             if args.fresh_eval_seeds > 0 else None)
     epochs = len(marks["epoch_end"])
     train = [marks["epoch_end"][i] - marks["epoch_start"][i] for i in range(epochs)]
     step_timer = [m.get("time_step") for m in marks["metrics"].values()]
@@ -534,6 +566,7 @@ def main(argv=None):
         "final_eval_return": curve[-1][2] if curve else None,
         "final_eval_return_std": curve[-1][3] if curve else None,
         "time_to_final_s": curve[-1][1] if curve else None,
+        "fresh_evaluation": fresh,
         "versions": {"d3rlpy": d3rlpy.__version__, "torch": torch.__version__,
                      "gymnasium": __import__("gymnasium").__version__,
                      "python": sys.version.split()[0]},
@@ -544,6 +577,10 @@ def main(argv=None):
     print(f"d3rlpy {args.algo} seed {args.seed}: final eval {result['final_eval_return']:.1f}, "
           f"{1e3 * result['time_per_update_s']:.2f} ms/update, {result['wall_time_s']:.1f} s; "
           f"{args.out}", flush=True)
+    if fresh:
+        print(f"d3rlpy {args.algo} seed {args.seed}: final weights on {fresh['blocks']} x "
+              f"{fresh['episodes_per_block']} fresh episodes, mean {fresh['mean']:.1f}, 95% "
+              f"interval [{fresh['ci95'][0]:.1f}, {fresh['ci95'][1]:.1f}]", flush=True)
     return 0
 
 

@@ -596,3 +596,29 @@ def test_the_d3rlpy_harness_scales_rewards_as_ddrl_does(tmp_path):
         1000.0 / (max(returns) - min(returns)), rel=1e-12)
     assert resolved_reward_scale("auto", episodes) == pytest.approx(ddrl, rel=1e-6)
     assert resolved_reward_scale(2.5, episodes) == 2.5
+
+
+def test_the_d3rlpy_harness_plays_its_final_weights_on_fresh_episodes_as_ddrl_evaluate_does():
+    """--fresh_eval_seeds K --fresh_eval_episodes N (benchmarks/d3rlpy_offline.py): K blocks of
+    N episodes of the final weights, reset with seeds no training evaluation used, each
+    block's mean and the bootstrap interval ddrl evaluate --eval_seeds prints (the same
+    resamples: ddrl/playback.py bootstrap_interval)."""
+    from benchmarks.d3rlpy_offline import EVALUATION_OFFSET, EpisodeEvaluator
+    from ddrl.playback import bootstrap_interval
+
+    class StandStill:  # a d3rlpy algo's predict: the zero torque, whatever the observation
+        def predict(self, obs):
+            return np.zeros((len(obs), 1), dtype=np.float32)
+
+    evaluator = EpisodeEvaluator("Pendulum-v1", 2, 7, 100, 0, lambda *a: None)
+    seeds = []
+    reset = evaluator.env.reset
+    evaluator.env.reset = lambda seed: (seeds.append(seed), reset(seed=seed))[1]
+    fresh = evaluator.fresh(StandStill(), 3, 2)
+    assert len(set(seeds)) == 6 and min(seeds) > 7 + EVALUATION_OFFSET + 1_000 * 10 ** 6
+    returns = evaluator.play(StandStill(), list(seeds))  # the same episodes: the same returns
+    block_means = [np.mean(returns[2 * b:2 * b + 2]) for b in range(3)]
+    assert fresh["block_means"] == pytest.approx(block_means, rel=1e-12)
+    assert fresh["mean"] == pytest.approx(np.mean(block_means), rel=1e-12)
+    assert fresh["ci95"] == pytest.approx(list(bootstrap_interval(block_means)), rel=1e-12)
+    assert len(set(fresh["block_means"])) == 3  # other seeds, other episodes
