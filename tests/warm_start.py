@@ -2,7 +2,7 @@
 
 Most of a tiny main.py run is the interpreter's start: importing torch, Ray, gymnasium and ddrl
 costs ~2.5-3 s of CPU (AMD EPYC, AVX2), the run itself often under one, and the end-to-end tier
-starts main.py ~220 times. So each test process keeps one *warm start server*: an interpreter
+starts main.py ~220 times. So each test process keeps a *warm start server*: an interpreter
 that has imported what main.py imports and nothing else (no torch op, no Ray session, no
 thread of its own beyond OpenBLAS's, whose fork handlers ship with it). A test's
 ``subprocess.run([sys.executable, "main.py", ...])`` or ``Popen`` of the checkout's main.py is
@@ -11,9 +11,12 @@ served by a fork of it: a new process with its own pid, its own pipes, its cwd a
 the interpreter's end as Python's own (non-daemon threads joined, atexit handlers run, streams
 flushed; an uncaught KeyboardInterrupt dies by SIGINT). What a fork cannot give
 back, the start falls back to a real ``exec`` for: another interpreter or script, a shell,
-``preexec_fn``, a new session or process group, ``pass_fds``, another user or umask, and an
-environment whose variables read at import or library load (``PYTHON*``, ``LD_*``, ``OMP_*``,
-``MKL_*``, ``OPENBLAS_*``, ``KMP_*``, ``GOMP_*``, ``MALLOC_*``) differ from the server's.
+``preexec_fn``, a new session or process group, ``pass_fds``, another user or umask. The
+variables read at import or library load (``PYTHON*``, ``LD_*``, ``OMP_*``, ``MKL_*``,
+``OPENBLAS_*``, ``KMP_*``, ``GOMP_*``, ``MALLOC_*``) a fork would keep from its server, so each
+set of them asked for gets a server started with it (MAX_SERVERS at most, then exec): a test
+that changes them, or in-process code that sets ``OMP_NUM_THREADS`` in the test process
+(core/distributed/process.py does), is served as a fresh start with that environment would be.
 
 What differs from a fresh interpreter, knowingly: the modules were imported before the
 arguments were parsed (an import-time error shows as the server failing, on the first run),
@@ -186,12 +189,12 @@ class _Server:
     """The test process's warm start server: started on the first main.py, asked over a
     SOCK_SEQPACKET pair (one JSON message each, the child's stdio fds alongside)."""
 
-    def __init__(self):
+    def __init__(self, env):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.environment = _load_time_environment(os.environ)
+        self.environment = _load_time_environment(env)
         self.process = _REAL_POPEN(
             [sys.executable, os.path.abspath(__file__), "--serve", str(theirs.fileno())],
-            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, cwd=REPO)
+            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, cwd=REPO, env=env)
         theirs.close()
         self.sock = ours
         self.lock = threading.Lock()
@@ -242,25 +245,38 @@ class _Server:
                     return None
 
 
-_server = None
+_servers = {}  # {the load-time variables, sorted: the server started with them}
 _server_lock = threading.Lock()
 #: the pid of every server this process started, in order (a fork's parent is one of them)
 server_pids = []
+#: servers at once, each an interpreter with torch imported (~0.5 GB): past it, exec
+MAX_SERVERS = 4
 
 
-def server():
-    global _server
+def server(env=None):
+    """The server for ``env``'s load-time variables (default: this process's environment),
+    started on first use; None when MAX_SERVERS others run. One per environment, because a
+    test may change this process's environment (in-process code setting OMP_NUM_THREADS, as
+    core/distributed/process.py does): a run asked for afterwards is served by a server
+    started with what it asks for, never by one whose libraries loaded under another."""
+    env = dict(os.environ if env is None else env)
+    key = tuple(sorted(_load_time_environment(env).items()))
     with _server_lock:
-        if _server is None or not _server.alive():
-            if _server is not None:  # should not happen: say what ended it, for whoever looks
-                warnings.warn(f"the warm start server {_server.process.pid} ended (exit code "
-                              f"{_server.process.returncode}); starting another", stacklevel=2)
-            _server = _Server()
-            server_pids.append(_server.process.pid)
-        return _server
+        found = _servers.get(key)
+        if found is not None and not found.alive():
+            # should not happen: say what ended it, for whoever looks
+            warnings.warn(f"the warm start server {found.process.pid} ended (exit code "
+                          f"{found.process.returncode}); starting another", stacklevel=2)
+            found = None
+        if found is None:
+            if len(_servers) - (key in _servers) >= MAX_SERVERS:
+                return None
+            found = _servers[key] = _Server(env)
+            server_pids.append(found.process.pid)
+        return found
 
 
-def _servable(args, kwargs, environment):
+def _servable(args, kwargs):
     """Whether a Popen of ``args`` with ``kwargs`` can be a fork: the checkout's main.py, run
     by this interpreter, asking for nothing only exec gives."""
     if not enabled() or isinstance(args, (str, bytes)) or len(args) < 2:
@@ -275,11 +291,7 @@ def _servable(args, kwargs, environment):
     if any(kwargs.get(k) for k in ("shell", "preexec_fn", "start_new_session", "pass_fds",
                                    "user", "group", "extra_groups", "executable")):
         return False
-    if kwargs.get("process_group") not in (None, -1) or kwargs.get("umask", -1) != -1:
-        return False
-    env = kwargs.get("env")
-    env = os.environ if env is None else env
-    return _load_time_environment(env) == environment
+    return kwargs.get("process_group") in (None, -1) and kwargs.get("umask", -1) == -1
 
 
 class WarmPopen(_REAL_POPEN):
@@ -287,12 +299,13 @@ class WarmPopen(_REAL_POPEN):
     server (the module's docstring); any other command is Popen's own."""
 
     def __init__(self, args, *positional, **kwargs):
-        self._warm = False
-        if not positional:  # everything past args by keyword, as the tests write it
-            with _server_lock:
-                environment = _server.environment if _server and _server.alive() else None
-            environment = environment or _load_time_environment(os.environ)
-            self._warm = _servable(args, kwargs, environment)
+        self._server = None
+        # everything past args by keyword, as the tests write it
+        if not positional and _servable(args, kwargs):
+            env = kwargs.get("env")
+            self._server = server(None if env is None else
+                                  {os.fsdecode(k): os.fsdecode(v) for k, v in env.items()})
+        self._warm = self._server is not None
         super().__init__(args, *positional, **kwargs)
 
     def _execute_child(self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env,
@@ -309,7 +322,7 @@ class WarmPopen(_REAL_POPEN):
         environ = {os.fsdecode(k): os.fsdecode(v)
                    for k, v in (os.environ if env is None else env).items()}
         try:
-            self.pid = server().spawn(argv, os.path.abspath(os.fspath(cwd or os.getcwd())),
+            self.pid = self._server.spawn(argv, os.path.abspath(os.fspath(cwd or os.getcwd())),
                                       environ, stdio)
             self._child_created = True
         finally:
@@ -318,9 +331,9 @@ class WarmPopen(_REAL_POPEN):
     def _internal_poll(self, _deadstate=None, *rest, **kwargs):
         if not self._warm:
             return super()._internal_poll(_deadstate, *rest, **kwargs)
-        if self.returncode is None and _server is not None:
+        if self.returncode is None:
             try:
-                code = _server.exit_code(self.pid, 0)
+                code = self._server.exit_code(self.pid, 0)
             except (RuntimeError, OSError):
                 code = _deadstate
             if code is not None:
@@ -331,7 +344,7 @@ class WarmPopen(_REAL_POPEN):
         if not self._warm:
             return super()._wait(timeout)
         if self.returncode is None:
-            code = server().exit_code(self.pid, timeout)
+            code = self._server.exit_code(self.pid, timeout)
             if code is None:
                 raise subprocess.TimeoutExpired(self.args, timeout)
             self.returncode = code
