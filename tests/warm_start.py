@@ -186,12 +186,12 @@ def _finish():
 
 # -- the client ---------------------------------------------------------------------------------
 class _Server:
-    """The test process's warm start server: started on the first main.py, asked over a
-    SOCK_SEQPACKET pair (one JSON message each, the child's stdio fds alongside)."""
+    """A warm start server, started with ``env`` on the first main.py that asks for its
+    load-time variables; asked over a SOCK_SEQPACKET pair (one JSON message each, the child's
+    stdio fds alongside)."""
 
     def __init__(self, env):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.environment = _load_time_environment(env)
         self.process = _REAL_POPEN(
             [sys.executable, os.path.abspath(__file__), "--serve", str(theirs.fileno())],
             pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, cwd=REPO, env=env)
