@@ -96,10 +96,13 @@ def test_a_changed_environment_is_served_by_a_server_started_with_it(tmp_path, m
     args = [sys.executable, os.path.join(REPO, "main.py"), "--user_dir", "plugins", "-h"]
     first = warm_start.server()
     monkeypatch.setenv("OMP_NUM_THREADS", "7")
-    proc = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    # a variable of the run's own (as test_exit marks its run's processes) stays the run's
+    proc = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "WARM_START_RUN_ONLY": "1"})
     assert proc.returncode == 0, proc.stderr
     seen = probe(proc)
     assert seen["x"] == "7" and "OMP_NUM_THREADS=7" in seen["server_omp"]  # its server's own
+    assert not any(v.startswith("WARM_START_RUN_ONLY") for v in seen["server_omp"])
     assert seen["ppid"] in warm_start.server_pids and seen["ppid"] != first.process.pid
     monkeypatch.undo()
     assert warm_start.server() is first  # the first environment's server, still the same

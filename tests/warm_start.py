@@ -271,7 +271,10 @@ def server(env=None):
         if found is None:
             if len(_servers) - (key in _servers) >= MAX_SERVERS:
                 return None
-            found = _servers[key] = _Server(env)
+            # this process's environment with the run's load-time variables: nothing else of
+            # the run's (a test marks its run's processes by a variable of their own)
+            own = {k: v for k, v in os.environ.items() if not k.startswith(LOAD_TIME_VARIABLES)}
+            found = _servers[key] = _Server({**own, **dict(key)})
             server_pids.append(found.process.pid)
         return found
 
