@@ -247,8 +247,6 @@ class _Server:
 
 _servers = {}  # {the load-time variables, sorted: the server started with them}
 _server_lock = threading.Lock()
-#: the pid of every server this process started, in order (a fork's parent is one of them)
-server_pids = []
 #: servers at once, each an interpreter with torch imported (~0.5 GB): past it, exec
 MAX_SERVERS = 4
 
@@ -275,7 +273,6 @@ def server(env=None):
             # the run's (a test marks its run's processes by a variable of their own)
             own = {k: v for k, v in os.environ.items() if not k.startswith(LOAD_TIME_VARIABLES)}
             found = _servers[key] = _Server({**own, **dict(key)})
-            server_pids.append(found.process.pid)
         return found
 
 
