@@ -36,9 +36,12 @@ from core.algos.trainers import check_agent_kind, trainer_class
 from ddrl.callbacks import StopAtReturn, StopOnPlateau
 from loggers import make_loggers
 
-# While PPO learns in this process, Ray's processes start at this niceness, so that starting them
-# takes the CPUs the learning in the driver leaves (on 2 cores the first round came about 1.4 s
-# sooner when this was measured, CartPole, seeds 0-1). The driver keeps niceness 0; Ray's processes, the workers included, keep 10.
+# While PPO or APPO learns in this process (an elastic start, Trainer.learns_while_ray_starts),
+# Ray's processes start at this niceness, so that starting them takes the CPUs the learning in
+# the driver leaves (on 2 cores the first round came about 1.4 s sooner when this was measured,
+# CartPole, seeds 0-1). The driver keeps niceness 0, Ray's GCS and raylet keep 10, and Ray starts
+# its workers 15 above the raylet (Ray's worker_niceness), so at 19. A run that waits for Ray
+# instead starts the GCS and the raylet at the driver's niceness (the workers at 15).
 RAY_NICENESS = 10
 
 EXIT_CODES = {"interrupted": 130, "terminated": 143, "error": 1}  # 128 + SIGINT / SIGTERM
@@ -194,8 +197,7 @@ class TrainingSession:
             # (PPO) starts at once; the others wait for it here. Envs in actors of their own
             # need it before the first worker is built, also with --num_workers 0 (else Ray
             # would start itself on the first actor, joining whatever cluster it finds).
-            learns_meanwhile = (trainer_cls.starts_without_ray
-                                and args.env_placement != "actor")
+            learns_meanwhile = trainer_cls.learns_while_ray_starts(args)
             self.ray_starter = RayStarter(args, nice=RAY_NICENESS if learns_meanwhile else 0)
             if not learns_meanwhile:
                 self.ray_starter.ready(timeout=None)

@@ -267,7 +267,12 @@ def test_the_test_sessions_own_ray_instance_is_on_loopback(ray_session):
 def test_a_local_run_listens_on_loopback_only(tmp_path):
     """main.py's own Ray instance: every port of its GCS, raylet and workers on 127.0.0.1.
     (--no-elastic_start: Ray starts at once at full priority, not niced beside the driver's
-    learning, so the workers are up in seconds even on a busy machine.)"""
+    learning, so the workers are up in seconds even on a busy machine. The test checks that
+    priority on the GCS and the raylet, which keep it for the whole run; Ray starts its workers
+    15 nicer than the raylet (its worker_niceness). Until 2026-11-29 such a run started them at
+    niceness 10 as an elastic start does, its workers ran at 19, and beside two busy processes
+    an APPO run waited 248 s for its first fragment and this test found no rollout worker
+    within its 120 s.)"""
     proc = start_main("--num_workers", "2", "--no-elastic_start", "--total_steps", "10000000",
                       "--target_return", "none", "--run_dir", str(tmp_path / "run"), "--quiet",
                       "--no-tensorboard")
@@ -278,9 +283,15 @@ def test_a_local_run_listens_on_loopback_only(tmp_path):
             time.sleep(0.2)
         ray_processes = descendants(proc.pid)
         addresses = listening_addresses(ray_processes)
+        niceness = {process_title(pid).split("/")[-1]: os.getpriority(os.PRIO_PROCESS, pid)
+                    for pid in ray_processes
+                    if process_title(pid).split("/")[-1] in ("gcs_server", "raylet")}
+        driver_niceness = os.getpriority(os.PRIO_PROCESS, proc.pid)
     finally:
         proc.send_signal(signal.SIGTERM)
         finish(proc, timeout=120)
     assert workers, "no rollout worker started"
+    assert sorted(niceness) == ["gcs_server", "raylet"], niceness
+    assert set(niceness.values()) == {driver_niceness}, (niceness, driver_niceness)
     assert len(addresses) >= 3, addresses  # the GCS, the raylet and the workers at least
     assert all(a in ("127.0.0.1", "::ffff:127.0.0.1") for a in addresses), addresses

@@ -127,6 +127,12 @@ class APPOTrainer(Trainer):
     starts_without_ray = True
 
     @classmethod
+    def learns_while_ray_starts(cls, args):
+        """The stand-in worker learns in the driver until the Ray workers are up, unless
+        --no-elastic_start waits for them."""
+        return super().learns_while_ray_starts(args) and args.elastic_start
+
+    @classmethod
     def gpu_plan(cls, args):
         """One learner: it computes every gradient in this process, and a GPU goes to it.
         Several: the learner workers compute them, on their shares of the GPUs."""
@@ -186,7 +192,7 @@ class APPOTrainer(Trainer):
             self.group.add(0, local=True)
             for slot in range(args.num_learners if args.num_learners > 1 else 0):
                 self.learners.add(slot, local=True)
-        elif args.elastic_start and args.env_placement == "worker":
+        elif self.learns_while_ray_starts(args):
             # learn from a stand-in in this process until the Ray workers are up (a slot of
             # its own: seeds distinct from every remote worker's)
             self.group.add(self.num_remote, local=True)

@@ -188,6 +188,13 @@ class PPOTrainer(Trainer):
     agent_kind = OnPolicyAgent
 
     @classmethod
+    def learns_while_ray_starts(cls, args):
+        """The stand-in worker learns in the driver until the Ray workers are up, unless
+        --no-elastic_start or a compiled graph (built over every worker) waits for them."""
+        return (super().learns_while_ray_starts(args) and args.elastic_start
+                and not args.compiled_graph)
+
+    @classmethod
     def gpu_plan(cls, args):
         """The rollout workers compute the gradients (core/distributed/devices.py), unless
         --grad_workers 0: then the driver's learner computes them all and takes the GPU."""
@@ -235,7 +242,7 @@ class PPOTrainer(Trainer):
         self.graph = None
         if self.num_remote == 0:
             self.group.add(0, local=True)  # --num_workers 0: the deterministic mode
-        elif args.elastic_start and not args.compiled_graph and args.env_placement == "worker":
+        elif self.learns_while_ray_starts(args):
             # Learn in the driver until the remote workers are built, whether Ray is still
             # starting or already up (joining --address is quick, but each worker then waits
             # for the job's code to reach its node: ~10 s measured on the loopback cluster).

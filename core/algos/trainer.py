@@ -28,7 +28,8 @@ plugin brings its own by subclassing Trainer and registering it (core/algos/trai
 
 Class attributes: ``metric_columns`` (metrics.csv's columns, in order; a row may leave any
 empty), ``add_args(parser)`` (the loop's own flags), ``starts_without_ray`` (learning can begin
-in this process while Ray starts), ``agent_kind`` (the agent contract the loop calls).
+in this process while Ray starts; ``learns_while_ray_starts(args)`` says whether a given run
+does), ``agent_kind`` (the agent contract the loop calls).
 
 Two metrics mean the same in every loop, and are measured from the versions that really took
 part: weights handed out by a learner carry its update count (core/types.py
@@ -74,6 +75,15 @@ class Trainer:
     #: who computes the gradients, which decides where GPUs go (core/distributed/devices.py):
     #: the rollout workers on their own fragments, or learner actors fed from replay
     updates_computed_by = ROLLOUT_WORKERS
+
+    @classmethod
+    def learns_while_ray_starts(cls, args):
+        """Whether this run learns in this process while Ray starts in the background. Only
+        then does ddrl/session.py start Ray's processes niced, to leave the CPUs to that
+        learning; a run that waits for Ray (a flag such as --no-elastic_start, or envs in
+        actors of their own, which need Ray before the first worker) starts them at full
+        priority, since its processes keep their niceness for the whole run."""
+        return cls.starts_without_ray and args.env_placement == "worker"
 
     @classmethod
     def metric_columns_for(cls, model_cls, observation_space=None):
