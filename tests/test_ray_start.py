@@ -1,7 +1,7 @@
 """Which runs learn in the driver while Ray starts (``Trainer.learns_while_ray_starts``): only
-those start Ray's processes niced (ddrl/session.py), and those processes, the rollout workers
-included, keep that niceness for the whole run. A run that waits for Ray gets them at full
-priority (tests/test_cluster.py checks a rollout worker's niceness in such a run)."""
+those start Ray's processes niced (ddrl/session.py), and those processes keep that niceness for
+the whole run (the workers Ray starts 15 above it). A run that waits for Ray starts them at the
+driver's niceness (tests/test_cluster.py checks the GCS's and the raylet's in such a run)."""
 import pytest
 
 from core.algos.appo_trainer import APPOTrainer

@@ -81,8 +81,8 @@ class Trainer:
         """Whether this run learns in this process while Ray starts in the background. Only
         then does ddrl/session.py start Ray's processes niced, to leave the CPUs to that
         learning; a run that waits for Ray (a flag such as --no-elastic_start, or envs in
-        actors of their own, which need Ray before the first worker) starts them at full
-        priority, since its processes keep their niceness for the whole run."""
+        actors of their own, which need Ray before the first worker) starts them at the
+        driver's niceness, since Ray's processes keep theirs for the whole run."""
         return cls.starts_without_ray and args.env_placement == "worker"
 
     @classmethod
