@@ -142,7 +142,8 @@ class GymEnv:
             register_ids_of(args.gym_id)
             self.env = gym.make(args.gym_id, **kwargs)
         except gym.error.Error as exc:
-            raise ConfigError(f"--gym_id {args.gym_id!r} cannot be made by gymnasium: {exc}. "
+            reason = str(exc).rstrip(". ")  # gymnasium's own message may end with a stop
+            raise ConfigError(f"--gym_id {args.gym_id!r} cannot be made by gymnasium: {reason}. "
                               f"Use a registered id such as CartPole-v1, Pendulum-v1, "
                               f"ALE/Breakout-v5 or HalfCheetah-v5.") from exc
         if preprocess:

@@ -35,7 +35,7 @@ class GymVectorEnv:
                 spec = gym.spec(args.gym_id)
             except gym.error.Error as exc:
                 raise ConfigError(f"--gym_id {args.gym_id!r} cannot be made by gymnasium: "
-                                  f"{exc}.") from exc
+                                  f"{str(exc).rstrip('. ')}.") from exc
             if spec.vector_entry_point is None:
                 raise ConfigError(f"--vectorize native: {args.gym_id} has no native vector "
                                   f"implementation in gymnasium (CartPole-v1 has one); use "
