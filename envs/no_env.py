@@ -14,6 +14,8 @@ from envs import register_env
 
 @register_env("none")
 class NoEnv:
+    """No env: an offline run learns from --dataset alone (the module docstring)."""
+
     #: nothing to step: the run's spaces come from its loop (core/plugins.py ``steps_an_env``)
     simulates = False
 

@@ -121,6 +121,10 @@ def test_list_names_the_plugins_and_presets(capsys):
     for needle in ("envs (--env_name):", "gym_env", "models (--model_name):", "ppo",
                    "agents (--agent_name):", "loggers (--logger):", "presets (configs/"):
         assert needle in out
+    from options.options import registries
+    untold = [f"{r.flag} {name}" for r in registries() for name in r.names()
+              if not r.entries[name].summary]
+    assert not untold, f"built-in plugins without a one-line docstring: {untold}"
 
 
 def test_mistakes_are_one_paragraph(elsewhere, capsys, monkeypatch):
