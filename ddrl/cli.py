@@ -105,8 +105,13 @@ def evaluate(argv, start_time=None, leave_quickly=False):
     extra = [f"--{k}" if v is True else f"--no-{k}" if v is False else [f"--{k}", str(v)]
              for k, v in vars(own).items() if k != "path" and v is not None]
     flat = [t for item in extra for t in ([item] if isinstance(item, str) else item)]
+    from core.errors import ConfigError
     from ddrl.playback import evaluate_saved_model
     from options.options import parse_args
+    if not os.path.exists(own.path):  # named as typed here, not as main.py's --evaluate
+        raise ConfigError(f"evaluate {own.path}: no such file or directory. Give a run "
+                          f"directory (its checkpoints/best.pt is played) or a checkpoint "
+                          f"file (.pt).")
     evaluate_saved_model(parse_args(["--evaluate", own.path, *flat, *overrides]))
     return 0
 

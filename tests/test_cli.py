@@ -133,7 +133,8 @@ def test_mistakes_are_one_paragraph(elsewhere, capsys, monkeypatch):
                          (["--gym_id", "X"], "`ddrl train --gym_id X`"),
                          (["train", "--evaluate", "run"], "`ddrl evaluate`"),
                          (["sweep", "resume", "run"], "not a sweep directory"),
-                         (["export", "nowhere"], "no such file or directory")):
+                         (["export", "nowhere"], "no such file or directory"),
+                         (["evaluate", "nowhere"], "evaluate nowhere: no such file")):
         code, _, err = in_process(capsys, *args)
         assert code == 2 and needle in err, (args, err)
         assert "Traceback" not in err and err.count("\n") == 1
