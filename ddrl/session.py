@@ -516,8 +516,11 @@ class TrainingSession:
         def show(value, unit=""):
             return ("-" if value is None else f"{value:.1f}{unit}" if isinstance(value, float)
                     else f"{value}{unit}")
-        print(f"ddrl: stopped ({summary['stopped_because']}) after {summary['env_steps']:,} env "
-              f"steps in {summary['wall_time_s']:.1f} s ({summary['steps_per_s']:,.0f} steps/s); "
+        # an offline run's clock counts updates (summary.json's step_clock), not env steps
+        steps = "updates" if summary.get("step_clock") == "updates" else "env steps"
+        print(f"ddrl: stopped ({summary['stopped_because']}) after {summary['env_steps']:,} "
+              f"{steps} in {summary['wall_time_s']:.1f} s ({summary['steps_per_s']:,.0f} "
+              f"{steps}/s); "
               f"best eval {show(summary['best_eval_return'])}, last eval "
               f"{show(summary['last_eval_return'])}, time to target "
               f"{show(summary['time_to_target_s'], ' s')}" + confirmation_note(summary)

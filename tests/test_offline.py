@@ -52,7 +52,8 @@ def model_weights(run_dir, name="last.pt"):
     return payload, meta
 
 
-def test_an_offline_run_counts_updates_and_keeps_the_datasets_normalizer(dataset, tmp_path):
+def test_an_offline_run_counts_updates_and_keeps_the_datasets_normalizer(dataset, tmp_path,
+                                                                         capsys):
     run = ddrl.train(dataset=dataset, total_steps=60, eval_interval=20, normalize_obs=True,
                      run_dir=str(tmp_path / "run"), **OFFLINE)
     summary = run.summary
@@ -62,6 +63,7 @@ def test_an_offline_run_counts_updates_and_keeps_the_datasets_normalizer(dataset
                  if row.get("eval_return") is not None]
     assert evaluated == [20, 40, 60]
     assert summary["step_clock"] == "updates"
+    assert "after 60 updates in" in capsys.readouterr().out  # the last line says so too
     assert summary["dataset"]["transitions"] == 800 and summary["dataset"]["episodes"] == 4
     payload, meta = model_weights(run.run_dir)
     assert int(meta["updates"]) == int(meta["env_steps"]) == 60
