@@ -106,12 +106,14 @@ def evaluate(argv, start_time=None, leave_quickly=False):
              for k, v in vars(own).items() if k != "path" and v is not None]
     flat = [t for item in extra for t in ([item] if isinstance(item, str) else item)]
     from core.errors import ConfigError
+    from core.run.checkpoint import saved_model_path
     from ddrl.playback import evaluate_saved_model
     from options.options import parse_args
     if not os.path.exists(own.path):  # named as typed here, not as main.py's --evaluate
         raise ConfigError(f"evaluate {own.path}: no such file or directory. Give a run "
                           f"directory (its checkpoints/best.pt is played) or a checkpoint "
                           f"file (.pt).")
+    saved_model_path(own.path, "evaluate")  # a directory without checkpoints, named as typed
     evaluate_saved_model(parse_args(["--evaluate", own.path, *flat, *overrides]))
     return 0
 
@@ -141,11 +143,13 @@ def export(argv, start_time=None, leave_quickly=False):
 def export_saved_model(path, fmt="onnx", out=None, part=None):
     """Load the policy at ``path`` and export it; prints one line; returns the file written."""
     from core.errors import ConfigError
+    from core.run.checkpoint import saved_model_path
     from ddrl.export import default_out, export_policy
     from ddrl.policy import load
     if not os.path.exists(path):
         raise ConfigError(f"export {path}: no such file or directory. Give a run directory "
                           f"(its checkpoints/best.pt is exported) or a checkpoint file (.pt).")
+    saved_model_path(path, "export")  # a directory without checkpoints, named as typed
     policy = load(path)
     out = out or default_out(policy.path, fmt, part)
     info = export_policy(policy, fmt, out, part)

@@ -38,7 +38,7 @@ def load(path, **flags):
     if not os.path.exists(path):
         raise ConfigError(f"ddrl.load({path!r}): no such file or directory. Give a run "
                           f"directory (its checkpoints/best.pt is loaded) or a checkpoint file.")
-    checkpoint = saved_model_path(path)
+    checkpoint = saved_model_path(path, "ddrl.load")
     # the flags the run was trained with, less those given here (switches as the run's
     # parser takes them)
     given = flags_to_argv(flags, flag_actions(["--evaluate", checkpoint])) if flags else []

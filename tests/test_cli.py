@@ -134,7 +134,9 @@ def test_mistakes_are_one_paragraph(elsewhere, capsys, monkeypatch):
                          (["train", "--evaluate", "run"], "`ddrl evaluate`"),
                          (["sweep", "resume", "run"], "not a sweep directory"),
                          (["export", "nowhere"], "no such file or directory"),
-                         (["evaluate", "nowhere"], "evaluate nowhere: no such file")):
+                         (["evaluate", "nowhere"], "evaluate nowhere: no such file"),
+                         (["evaluate", "."], "evaluate .: a directory without checkpoints"),
+                         (["export", "."], "export .: a directory without checkpoints")):
         code, _, err = in_process(capsys, *args)
         assert code == 2 and needle in err, (args, err)
         assert "Traceback" not in err and err.count("\n") == 1

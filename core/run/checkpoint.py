@@ -161,14 +161,14 @@ def checkpoint_path(path, flag="--restore"):
     return path
 
 
-def saved_model_path(path):
+def saved_model_path(path, flag="--evaluate"):
     """--evaluate's checkpoint: a file, or a run directory meaning its best model (else its
-    newest)."""
+    newest). ``flag`` names the caller in errors, as the user typed it."""
     if os.path.isdir(path):
         best = os.path.join(path, "checkpoints", "best.pt")
         if os.path.isfile(best):
             return best
-    return checkpoint_path(path, "--evaluate")
+    return checkpoint_path(path, flag)
 
 
 def load_for_restore(path, args, flag="--restore"):
