@@ -62,7 +62,7 @@ def test_an_offline_run_counts_updates_and_keeps_the_datasets_normalizer(dataset
     evaluated = [int(row["env_steps"]) for row in run.metrics
                  if row.get("eval_return") is not None]
     assert evaluated == [20, 40, 60]
-    assert summary["step_clock"] == "updates"
+    assert summary["step_clock"] == "updates" and summary["evaluated"] is True
     assert "after 60 updates in" in capsys.readouterr().out  # the last line says so too
     assert summary["dataset"]["transitions"] == 800 and summary["dataset"]["episodes"] == 4
     payload, meta = model_weights(run.run_dir)
@@ -89,6 +89,8 @@ def test_an_offline_run_resumes_exactly(dataset, tmp_path):
     first = ddrl.train(dataset=dataset, total_steps=40, eval_interval=1000,
                        run_dir=str(tmp_path / "resumed"), **OFFLINE)
     resumed = ddrl.train(restore=first.run_dir, total_steps=80, quiet=True)
+    # an env to play but no evaluation due within the budget: the summary says none ran
+    assert straight.summary["evaluated"] is False, straight.summary
     a, _ = model_weights(straight.run_dir)
     b, meta = model_weights(resumed.run_dir)
     assert int(meta["updates"]) == 80

@@ -238,4 +238,7 @@ class OfflineTrainer(ReplayTrainer):
         return True
 
     def summary_extra(self):
-        return {**super().summary_extra(), "step_clock": "updates", "evaluated": self.evaluates}
+        # evaluated: an evaluation returned (a run with an env but shorter than --eval_interval
+        # has none), not merely that the run has an env to play
+        return {**super().summary_extra(), "step_clock": "updates",
+                "evaluated": self.evaluates and self.run.last_eval_return is not None}
