@@ -1,9 +1,12 @@
 """core.distributed.placement: the in-process handles that stand in for Ray actors, and how Ray is started."""
+import os
+
 import numpy as np
 import pytest
 import ray
 
-from core.distributed.placement import INLINE_WEIGHTS_MAX_BYTES, LocalRef, Placement, start_ray
+from core.distributed.placement import (INLINE_WEIGHTS_MAX_BYTES, PACKAGES, LocalRef, Placement,
+                                        code_runtime_env, start_ray)
 from core.plugins import REPO_ROOT
 from options.options import parse_args
 
@@ -51,6 +54,33 @@ def test_start_ray_with_address_joins_that_cluster_and_ships_the_code(monkeypatc
     assert kwargs["address"] == "10.0.0.5:6379"
     assert kwargs["runtime_env"]["working_dir"] == REPO_ROOT
     assert "num_cpus" not in kwargs
+
+
+@pytest.mark.contract
+def test_an_installed_ddrl_sends_its_own_packages_to_a_cluster_not_site_packages(tmp_path):
+    """From a wheel, REPO_ROOT is site-packages: working_dir would upload torch and all."""
+    site = tmp_path / "site-packages"
+    for name in PACKAGES:
+        (site / name).mkdir(parents=True)
+    (tmp_path / "plugins").mkdir()
+    args = parse_args(["--config", "none", "--address", "10.0.0.5:6379",
+                       "--user_dir", str(tmp_path / "plugins")])
+    env = code_runtime_env(args, str(site))
+    assert "working_dir" not in env
+    assert env["py_modules"] == [str(site / name) for name in PACKAGES] + [
+        str(tmp_path / "plugins")]
+    assert set(PACKAGES) == set(pyproject_packages()) - {"configs"}  # presets: the driver's
+    # a checkout goes whole, with the plugins beside it
+    checkout = code_runtime_env(args, REPO_ROOT)
+    assert checkout["working_dir"] == REPO_ROOT
+    assert checkout["py_modules"] == [str(tmp_path / "plugins")]
+
+
+def pyproject_packages():
+    import tomllib
+    with open(os.path.join(REPO_ROOT, "pyproject.toml"), "rb") as f:
+        include = tomllib.load(f)["tool"]["setuptools"]["packages"]["find"]["include"]
+    return [pattern.rstrip("*") for pattern in include]
 
 
 @pytest.mark.contract

@@ -103,3 +103,47 @@ def test_ci_runs_make_test():
     commands = [line.strip() for line in read(".ci/run").splitlines()
                 if line.strip() and not line.strip().startswith("#")]
     assert "make test" in commands
+
+
+@pytest.mark.e2e
+def test_an_installed_wheel_carries_the_presets(tmp_path):
+    """`pip install .` or from git (not editable): the wheel holds configs/ beside options/, so
+    an installed ddrl lists and applies the presets as a checkout does (before, it applied none:
+    SAC on Pendulum-v1 got 2 Ray workers and 1,000 warm-up steps instead of the preset's 0 and
+    256). Built from a copy of the tracked files (a build in the checkout would leave build/ and
+    ddrl.egg-info/ there) and run from the unpacked wheel outside the checkout."""
+    source, unpacked, elsewhere = (tmp_path / name for name in ("source", "site", "elsewhere"))
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True,
+                             check=True).stdout.decode().split("\0")
+    for name in filter(None, tracked):
+        if os.path.isfile(os.path.join(REPO_ROOT, name)):  # a tracked file deleted in the tree
+            os.makedirs(os.path.dirname(source / name), exist_ok=True)
+            with open(os.path.join(REPO_ROOT, name), "rb") as f:
+                (source / name).write_bytes(f.read())
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
+                    "--no-build-isolation", "--disable-pip-version-check", "-w",
+                    str(tmp_path / "wheel"), str(source)], check=True, timeout=300)
+    [wheel] = (tmp_path / "wheel").iterdir()
+    import zipfile
+    zipfile.ZipFile(wheel).extractall(unpacked)
+    elsewhere.mkdir()
+    # the unpacked wheel ahead of the editable install (its finder comes after sys.path)
+    env = {**os.environ, "PYTHONPATH": str(unpacked)}
+    check = ("import options.options as o; from options.options import parse_args; "
+             "a = parse_args(['--model_name', 'sac', '--gym_id', 'Pendulum-v1']); "
+             "print(o.__file__, a.config, a.num_workers, a.learning_starts)")
+    proc = subprocess.run([sys.executable, "-c", check], cwd=elsewhere, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    where, preset, workers, warmup = proc.stdout.split()
+    assert where.startswith(str(unpacked)), where
+    assert preset == str(unpacked / "configs" / "sac-Pendulum-v1.yaml")
+    assert (workers, warmup) == ("0", "256")
+    listing = subprocess.run([sys.executable, "-c", "import sys; sys.argv = ['ddrl', 'list']; "
+                              "from ddrl.cli import main; main()"], cwd=elsewhere, env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert listing.returncode == 0, listing.stderr[-2000:]
+    presets = listing.stdout.split("presets (configs/", 1)[1]
+    assert "sac-Pendulum-v1.yaml" in presets and "ppo-CartPole-v1.yaml" in presets
+    assert all((unpacked / "configs" / "sweeps" / os.path.basename(name)).is_file()
+               for name in tracked if name.startswith("configs/sweeps/"))

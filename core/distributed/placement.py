@@ -226,13 +226,8 @@ def start_ray(args):
     if args.dashboard:
         common["dashboard_host"] = args.dashboard_host
     if args.address:
-        # The code and --user_dir plugins travel to the cluster's nodes with the job.
-        runtime_env = {"working_dir": REPO_ROOT,
-                       "excludes": [".venv", "runs", ".git", "benchmarks/results", "*.pt"]}
-        if args.user_dir:
-            runtime_env["py_modules"] = [os.path.abspath(args.user_dir)]
         try:
-            ray.init(address=args.address, runtime_env=runtime_env, **common)
+            ray.init(address=args.address, runtime_env=code_runtime_env(args), **common)
         except (ConnectionError, ValueError, RuntimeError) as exc:
             raise ConfigError(
                 f"cannot join the Ray cluster at --address {args.address!r}: {exc}. Start one "
@@ -243,14 +238,43 @@ def start_ray(args):
                 f"local instance.") from exc
         check_joined_gpus(args)
         return True
-    # Local workers inherit this environment: make the repository importable in them.
+    # Local workers inherit this environment: make a checkout importable in them (an installed
+    # ddrl is in their site-packages already; putting those ahead of the standard library
+    # could shadow it).
     path = os.environ.get("PYTHONPATH", "")
-    if REPO_ROOT not in path.split(os.pathsep):
+    if is_checkout() and REPO_ROOT not in path.split(os.pathsep):
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, path) if p)
     # address="local": always a new instance, never one that happens to run on this machine.
     ray.init(address="local", num_cpus=args.num_cpus, num_gpus=args.num_gpus,
              _node_ip_address=args.node_ip_address, **common)
     return True
+
+
+#: ddrl's own packages (pyproject.toml's): what an installed ddrl sends to a cluster's nodes
+PACKAGES = ("core", "envs", "models", "agents", "options", "loggers", "ddrl")
+
+
+def is_checkout(root=REPO_ROOT):
+    """True where ddrl runs from its source tree (a clone, or an editable install of one);
+    False where it was installed from a wheel (``root`` is then site-packages)."""
+    return os.path.isfile(os.path.join(root, "pyproject.toml"))
+
+
+def code_runtime_env(args, root=REPO_ROOT):
+    """What travels to a cluster's nodes with the job: a checkout whole (less its venv, runs
+    and results), or, from an installed ddrl, its own packages alone (shipping site-packages
+    would send torch along); --user_dir's plugins in both."""
+    if is_checkout(root):
+        runtime_env = {"working_dir": root,
+                       "excludes": [".venv", "runs", ".git", "benchmarks/results", "*.pt"]}
+        modules = []
+    else:
+        runtime_env, modules = {}, [os.path.join(root, name) for name in PACKAGES]
+    if args.user_dir:
+        modules.append(os.path.abspath(args.user_dir))
+    if modules:
+        runtime_env["py_modules"] = modules
+    return runtime_env
 
 
 def check_joined_gpus(args):
