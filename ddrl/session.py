@@ -580,6 +580,8 @@ class TrainingSession:
         (``shutdown_ray`` False: main.py kills Ray's processes with it)."""
         if self.plotter is not None:
             self.plotter.close()
+        if self.ray_starter is not None:
+            self.ray_starter.note_if_not_joined()
         if not self.shutdown_ray:
             return
         if self.trainer is not None:

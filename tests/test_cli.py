@@ -188,3 +188,20 @@ def test_a_script_outside_the_checkout_trains_with_a_callback(elsewhere):
     events.Reload()
     assert [e.value for e in events.Scalars("ddrl/progress")] == pytest.approx(
         [float(r["progress"]) for r in rows])
+
+
+def test_a_run_that_ends_before_joining_its_cluster_says_it_ran_alone(tmp_path):
+    """--address where something listens but no Ray answers (a socket that never replies):
+    PPO learns in this process while the join goes on (an elastic start); a run that ends
+    first says it ran in this process only, also from main.py, which leaves Ray's shutdown to
+    the process's end (the note was printed only when the session shut Ray down itself)."""
+    import socket
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        address = f"127.0.0.1:{listener.getsockname()[1]}"
+        proc = main_py("--address", address, "--num_workers", "2", "--total_steps", "512",
+                       "--no-tensorboard", "--run_dir", "run", cwd=str(tmp_path), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (f"the run ended before the cluster at --address {address} was joined: it ran in "
+            f"this process only") in proc.stderr

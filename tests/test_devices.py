@@ -266,6 +266,7 @@ def test_start_ray_checks_the_joined_clusters_gpus_and_disconnects(monkeypatch):
     monkeypatch.setattr(ray, "init", lambda *a, **kw: calls.append("init"))
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 8.0})
     monkeypatch.setattr(ray, "shutdown", lambda: calls.append("shutdown"))
+    monkeypatch.setattr(placement, "check_address_answers", lambda args: None)  # no cluster
     args = parse_args(["--config", "none", "--address", "127.0.0.1:6399", "--num_gpus", "1"])
     with pytest.raises(ConfigError, match="has 0 GPU"):
         placement.start_ray(args)

@@ -6,7 +6,9 @@ import pytest
 import ray
 
 from core.distributed.placement import (INLINE_WEIGHTS_MAX_BYTES, PACKAGES, LocalRef, Placement,
-                                        code_runtime_env, start_ray)
+                                        RayStarter, code_runtime_env, start_ray)
+from core.distributed import placement
+from core.errors import ConfigError
 from core.plugins import REPO_ROOT
 from options.options import parse_args
 
@@ -49,7 +51,10 @@ def captured_init(monkeypatch):
 @pytest.mark.contract
 def test_start_ray_with_address_joins_that_cluster_and_ships_the_code(monkeypatch):
     calls = captured_init(monkeypatch)
+    asked = []  # no connection leaves the machine: the check is recorded, not made
+    monkeypatch.setattr(placement, "check_address_answers", lambda args: asked.append(args))
     start_ray(parse_args(["--config", "none", "--address", "10.0.0.5:6379"]))
+    assert [a.address for a in asked] == ["10.0.0.5:6379"]
     [kwargs] = calls
     assert kwargs["address"] == "10.0.0.5:6379"
     assert kwargs["runtime_env"]["working_dir"] == REPO_ROOT
@@ -81,6 +86,23 @@ def pyproject_packages():
     with open(os.path.join(REPO_ROOT, "pyproject.toml"), "rb") as f:
         include = tomllib.load(f)["tool"]["setuptools"]["packages"]["find"]["include"]
     return [pattern.rstrip("*") for pattern in include]
+
+
+@pytest.mark.contract
+def test_an_address_where_nothing_listens_is_refused_at_once(monkeypatch):
+    """Before, ray.init retried for over a minute, and a PPO run learning in this process
+    meanwhile (an elastic start) trained to its end on this machine alone, without a word."""
+    import socket
+    with socket.socket() as probe:  # a port nothing listens on once closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setattr(ray, "init", lambda *a, **kw: pytest.fail("ray.init was called"))
+    args = parse_args(["--config", "none", "--address", f"127.0.0.1:{port}"])
+    for start in (start_ray, RayStarter):
+        with pytest.raises(ConfigError, match=f"cannot join the Ray cluster at --address "
+                                              f"'127.0.0.1:{port}': nothing answers at "
+                                              f"127.0.0.1:{port}"):
+            start(args)
 
 
 @pytest.mark.contract

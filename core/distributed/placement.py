@@ -226,16 +226,11 @@ def start_ray(args):
     if args.dashboard:
         common["dashboard_host"] = args.dashboard_host
     if args.address:
+        check_address_answers(args)
         try:
             ray.init(address=args.address, runtime_env=code_runtime_env(args), **common)
         except (ConnectionError, ValueError, RuntimeError) as exc:
-            raise ConfigError(
-                f"cannot join the Ray cluster at --address {args.address!r}: {exc}. Start one "
-                f"with `python -m ddrl.cluster start --head --port PORT` (README, 'Scaling "
-                f"out'), give this machine's node address with --node_ip_address (now "
-                f"{args.node_ip_address}), set RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH when the "
-                f"head's token is not in ~/.ray/auth_token, or leave --address out to start a "
-                f"local instance.") from exc
+            raise join_error(args, exc) from exc
         check_joined_gpus(args)
         return True
     # Local workers inherit this environment: make a checkout importable in them (an installed
@@ -248,6 +243,32 @@ def start_ray(args):
     ray.init(address="local", num_cpus=args.num_cpus, num_gpus=args.num_gpus,
              _node_ip_address=args.node_ip_address, **common)
     return True
+
+
+def join_error(args, reason):
+    return ConfigError(
+        f"cannot join the Ray cluster at --address {args.address!r}: {reason}. Start one "
+        f"with `python -m ddrl.cluster start --head --port PORT` (README, 'Scaling "
+        f"out'), give this machine's node address with --node_ip_address (now "
+        f"{args.node_ip_address}), set RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH when the "
+        f"head's token is not in ~/.ray/auth_token, or leave --address out to start a "
+        f"local instance.")
+
+
+def check_address_answers(args, timeout=3.0):
+    """Raise join_error at once when nothing listens at --address HOST:PORT. ray.init would
+    retry for over a minute, and a run that learns in this process meanwhile (an elastic
+    start) would end, or go on for minutes, on this machine alone with no word of the
+    cluster. Other forms Ray takes ("auto", "ray://...") are left to ray.init."""
+    import socket
+    host, sep, port = args.address.rpartition(":")
+    if not sep or not host or "://" in args.address or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise join_error(args, f"nothing answers at {host}:{port} "
+                               f"({exc.strerror or type(exc).__name__})") from None
 
 
 #: ddrl's own packages (pyproject.toml's): what an installed ddrl sends to a cluster's nodes
@@ -307,10 +328,13 @@ class RayStarter:
     """
 
     def __init__(self, args, nice=0):
+        if args.address:
+            check_address_answers(args)  # here, in the main thread, before any learning
         self.args = args
         self.nice = nice
         self.error = None
         self.started = False  # this process started (or joined) Ray, so it shuts it down
+        self._noted = False
         self._up = threading.Event()
         self._stop = threading.Event()
         logging.getLogger("ray._private.worker").addFilter(_DropThreadWarning())
@@ -339,15 +363,22 @@ class RayStarter:
             raise error
         return up
 
+    def note_if_not_joined(self):
+        """A run that learned in this process while joining --address and ended first says so
+        (once): its results are this machine's alone."""
+        if self.args.address and not self._up.is_set() and not self._noted:
+            self._noted = True
+            print(f"ddrl: the run ended before the cluster at --address {self.args.address} "
+                  f"was joined: it ran in this process only", file=sys.stderr, flush=True)
+
     def stop(self):
         """Shut Ray down if this process started it, then let the thread end. A local start
         is waited for (it takes seconds; Ray's processes must not outlive it half-made); joining
         --address is not: a connect that hangs ends with this process."""
         if not self.args.address:
             self._up.wait(120)
-        elif not self._up.is_set():
-            print(f"ddrl: the run ended before the cluster at --address {self.args.address} "
-                  f"was joined: it ran in this process only", file=sys.stderr, flush=True)
+        else:
+            self.note_if_not_joined()
         if lazy_ray.initialized() and not self.args.address and self.started:
             ray.shutdown()
         self._stop.set()
