@@ -402,22 +402,25 @@ def dispatch(argv, start_time=START_TIME, leave_quickly=False):
     return run(HANDLERS[name], rest, start_time, leave_quickly)
 
 
-def leave(code):
+def leave(code, keep_children=False):
     """End the process now: what must be durable (checkpoints, metrics.csv, summary.json, the
     plot) is written and closed by then. Ray's processes (a local instance's GCS, raylet and
     workers: this process's descendants) are killed rather than shut down one by one, which
     took seconds after the run was over; a cluster joined with --address ends this job's
-    actors itself when the driver is gone."""
+    actors itself when the driver is gone. ``keep_children``: none is killed (the node that
+    `ddrl cluster start` started)."""
     sys.stdout.flush()
     sys.stderr.flush()
-    from core.process_tree import kill_descendants
-    kill_descendants()
+    if not keep_children:
+        from core.process_tree import kill_descendants
+        kill_descendants()
     os._exit(code)
 
 
-def exit_with(function):
+def exit_with(function, keep_children=False):
     """Run ``function()`` (an exit code) and end the process quickly with it: -h and argparse's
-    own exits as they mean, anything unexpected printed as Python prints it, exit code 1."""
+    own exits as they mean, anything unexpected printed as Python prints it, exit code 1.
+    ``keep_children``: what this process started is meant to outlive it (leave())."""
     try:
         code = function()
     except SystemExit as exc:
@@ -428,12 +431,15 @@ def exit_with(function):
         import traceback
         traceback.print_exc()
         code = 1
-    leave(code)
+    leave(code, keep_children)
 
 
 def main():
     """The ``ddrl`` console script."""
-    exit_with(lambda: dispatch(sys.argv[1:], START_TIME, leave_quickly=True))
+    # `ddrl cluster start` leaves the Ray node it started running: its GCS and raylet are this
+    # process's children, which leave() would otherwise kill with it
+    exit_with(lambda: dispatch(sys.argv[1:], START_TIME, leave_quickly=True),
+              keep_children=sys.argv[1:2] == ["cluster"])
 
 
 if __name__ == "__main__":

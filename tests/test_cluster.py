@@ -23,6 +23,7 @@ from tests.test_faults import (actor_pids, descendants, finish, metrics_rows, pr
 pytestmark = pytest.mark.cluster
 
 CLUSTER_PY = os.path.join(REPO, "ddrl", "cluster.py")
+DDRL = os.path.join(os.path.dirname(sys.executable), "ddrl")  # `make setup` installs it
 
 
 def free_port():
@@ -66,7 +67,10 @@ def cluster(tmp_path_factory):
                  "false"]] + [["--address", address, "--num-cpus", "2"]] * 2
     try:
         for args in commands:
-            proc = subprocess.run([sys.executable, CLUSTER_PY, "start", *args], cwd=elsewhere,
+            # the head through the `ddrl` command as README shows it (its quick exit killed
+            # the node it had just started), the nodes through the file, as README shows too
+            start = [DDRL, "cluster"] if "--head" in args else [sys.executable, CLUSTER_PY]
+            proc = subprocess.run([*start, "start", *args], cwd=elsewhere,
                                   env=outside_env(home), capture_output=True, text=True,
                                   timeout=180)
             assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
