@@ -27,7 +27,7 @@ import time
 from core.errors import ConfigError
 from core.run.observer import RunObserver
 from options.sweep_spec import (SWEEP_SWITCHES, SWEEP_VALUE_FLAGS, Dist, check_spec, config_to_argv,
-                             flags_given, load_spec, mutations, search_space)
+                             flags_given, load_spec, mutations, search_space, spec_file)
 
 METRIC = "eval_return"
 SWEEP_FILE = "sweep.json"
@@ -174,7 +174,8 @@ class Sweep:
         self.resuming = sweep_dir is not None
         self.sweep_dir = sweep_dir or os.path.abspath(args.run_dir or default_sweep_dir(args))
         self.base_argv = trial_base_argv(argv)
-        spec_path = os.path.join(self.sweep_dir, "spec.yaml") if self.resuming else args.tune
+        spec_path = (os.path.join(self.sweep_dir, "spec.yaml") if self.resuming
+                     else spec_file(args.tune))
         self.spec = load_spec(spec_path)
         from options.options import flag_actions
         self.actions = flag_actions(self.base_argv)
@@ -376,7 +377,7 @@ class Sweep:
         header = (f"# The best trial of the sweep in {self.sweep_dir}: {best.trial_id} ({flags}),\n"
                   f"# best eval return {best.result['best_eval_return']:.2f} in "
                   f"{best.result.get('env_steps')} env steps. Re-run it with\n"
-                  f"#     python main.py --config best.yaml\n")
+                  f"#     ddrl train --config best.yaml\n")
         atomic_write_text(os.path.join(self.sweep_dir, "best.yaml"),
                           header + yaml.safe_dump(config, sort_keys=False))
 
@@ -386,7 +387,7 @@ class Sweep:
             lines.append(("* " if row is best else "  ") + row.line())
         if best is not None:
             lines.append(f"best: {best.trial_id}; its configuration: "
-                         f"{os.path.join(self.sweep_dir, 'best.yaml')} (python main.py --config "
+                         f"{os.path.join(self.sweep_dir, 'best.yaml')} (ddrl train --config "
                          f"{os.path.join(self.sweep_dir, 'best.yaml')})")
         lines.append(f"all trials: {os.path.join(self.sweep_dir, 'sweep.csv')}, "
                      f"{os.path.join(self.sweep_dir, 'sweep.png')}")

@@ -367,9 +367,37 @@ def plots_default():
     return os.environ.get("DDRL_PLOTS", "1").strip().lower() not in ("0", "off", "false", "no")
 
 
+def config_file(path):
+    """--config PATH: a file, else one of the presets ddrl carries (CONFIG_DIR) by its name
+    (sac-mujoco), its file name or as README writes it (configs/sac-mujoco.yaml): README's
+    commands then work from any directory, and from a ddrl installed as a package."""
+    if os.path.isfile(path):
+        return path
+    found = preset_named(path, CONFIG_DIR)
+    if found is None:
+        names = sorted(f[:-len(".yaml")] for f in os.listdir(CONFIG_DIR) if f.endswith(".yaml")) \
+            if os.path.isdir(CONFIG_DIR) else []
+        raise ConfigError(f"--config {path!r}: no such file, nor a preset of ddrl's. Give a YAML "
+                          f"file of flag defaults or a preset's name: {', '.join(names)} "
+                          f"(`ddrl list` says what each is for).")
+    return found
+
+
+def preset_named(path, directory, folder="configs"):
+    """``directory``'s file that ``path`` names (NAME, NAME.yaml, or ``folder``/NAME.yaml as
+    README writes it), or None: a path elsewhere names the user's own file, never a preset."""
+    head, name = os.path.split(os.path.normpath(path))
+    if head not in ("", os.path.normpath(folder)):
+        return None
+    for candidate in (name, name + ".yaml"):
+        full = os.path.join(directory, candidate)
+        if name and os.path.isfile(full):
+            return full
+    return None
+
+
 def load_config(path):
-    if not os.path.isfile(path):
-        raise ConfigError(f"--config {path!r}: no such file. Presets live in configs/.")
+    path = config_file(path)
     with open(path) as f:
         try:
             config = yaml.safe_load(f) or {}
@@ -551,6 +579,8 @@ def build_parser(argv, command="main"):
         from core.run.checkpoint import saved_model_path
         early.restore = saved_model_path(early.evaluate)  # the same configuration rules
     no_preset = early.config is not None and early.config.lower() == "none"
+    if early.config and not no_preset:
+        early.config = config_file(early.config)  # config.yaml records the file it read
     config = load_config(early.config) if early.config and not no_preset else {}
     if early.restore and early.config is None:
         # Resume with the configuration the checkpoint was trained with; flags given win.

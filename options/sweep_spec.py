@@ -46,11 +46,30 @@ NOT_SWEEPABLE = set(SWEEP_VALUE_FLAGS) | set(SWEEP_SWITCHES) | {
 ALLOWED = ", ".join(f"{{{name}: {what.split(':')[0]}}}" for name, (_, what) in DISTRIBUTIONS.items())
 
 
+#: the sweep specs ddrl carries (configs/sweeps, in a checkout and in the installed package)
+SWEEPS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          "configs", "sweeps")
+
+
+def spec_file(path):
+    """SPEC: a file, else one of the specs ddrl carries by its name (ppo-cartpole), its file
+    name or as README writes it (configs/sweeps/ppo-cartpole.yaml), from any directory."""
+    if os.path.isfile(path):
+        return path
+    from options.options import preset_named
+    found = preset_named(path, SWEEPS_DIR, os.path.join("configs", "sweeps"))
+    if found is None:
+        names = sorted(f[:-len(".yaml")] for f in os.listdir(SWEEPS_DIR) if f.endswith(".yaml")) \
+            if os.path.isdir(SWEEPS_DIR) else []
+        raise ConfigError(f"--tune {path!r}: no such file, nor one of ddrl's sweep specs "
+                          f"({', '.join(names)}). A SPEC is a YAML mapping of flags to "
+                          f"distributions, e.g. `lr: {{loguniform: [1.0e-5, 1.0e-3]}}`.")
+    return found
+
+
 def load_spec(path):
     """The SPEC file as {flag: Dist or fixed value}; the format is checked, not the flags."""
-    if not os.path.isfile(path):
-        raise ConfigError(f"--tune {path!r}: no such file. A SPEC is a YAML mapping of flags to "
-                          f"distributions, e.g. `lr: {{loguniform: [1.0e-5, 1.0e-3]}}`.")
+    path = spec_file(path)
     with open(path) as f:
         try:
             raw = yaml.safe_load(f)

@@ -74,6 +74,17 @@ def test_evaluate_export_and_card_work_on_a_run_made_elsewhere(elsewhere):
     os.remove(os.path.join(elsewhere, "run", "README.md"))
     proc = ddrl("card", "run", cwd=elsewhere)
     assert proc.returncode == 0 and os.path.isfile(os.path.join(elsewhere, "run", "README.md"))
+    # the card's commands are the ddrl command's (they were main.py's old flags, each of
+    # which prints a note), and its first runs as written
+    with open(os.path.join(elsewhere, "run", "README.md")) as f:
+        card = f.read()
+    commands = [line.split("#")[0].split() for line in card.splitlines()
+                if line.startswith(("ddrl ", "python main.py"))]
+    assert [c[:2] for c in commands] == [["ddrl", "evaluate"]] * 2 + [["ddrl", "export"]] * 2 + [
+        ["ddrl", "train"]], commands
+    proc = ddrl(*commands[0][1:], cwd=elsewhere)
+    assert proc.returncode == 0 and "5 seeds x 2 deterministic episodes" in proc.stdout, proc.stderr
+    assert proc.stderr == "", proc.stderr
 
 
 def test_evaluate_passes_other_flags_to_the_runs_parser(elsewhere, capsys, monkeypatch):

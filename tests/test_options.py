@@ -192,6 +192,23 @@ def test_config_with_a_bad_value_raises_naming_it(tmp_path):
         parse_args(["--config", preset])
 
 
+def test_a_preset_is_found_by_name_from_any_directory(tmp_path, monkeypatch):
+    """README's `--config configs/sac-mujoco.yaml` from outside the checkout (or from an
+    installed ddrl), or the preset's bare name: the preset ddrl carries."""
+    monkeypatch.chdir(tmp_path)
+    preset = os.path.join(REPO_ROOT, "configs", "sac-mujoco.yaml")
+    for given in ("configs/sac-mujoco.yaml", "sac-mujoco.yaml", "sac-mujoco"):
+        args = parse_args(["--config", given])
+        assert args.config == preset and args.model_name == "sac", given
+    # a file of the user's own wins; a path elsewhere never falls back to a preset
+    os.makedirs("configs")
+    with open("configs/sac-mujoco.yaml", "w") as f:
+        f.write("model_name: dqn\n")
+    assert parse_args(["--config", "configs/sac-mujoco.yaml"]).model_name == "dqn"
+    with pytest.raises(ConfigError, match="nor a preset of ddrl's.*sac-mujoco, "):
+        parse_args(["--config", str(tmp_path / "elsewhere" / "sac-mujoco.yaml")])
+
+
 def test_config_that_is_missing_or_not_a_mapping_raises(tmp_path):
     with pytest.raises(ConfigError, match="no such file"):
         parse_args(["--config", str(tmp_path / "missing.yaml")])

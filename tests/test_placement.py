@@ -62,21 +62,25 @@ def test_start_ray_with_address_joins_that_cluster_and_ships_the_code(monkeypatc
 
 
 @pytest.mark.contract
-def test_an_installed_ddrl_sends_its_own_packages_to_a_cluster_not_site_packages(tmp_path):
-    """From a wheel, REPO_ROOT is site-packages: working_dir would upload torch and all."""
-    site = tmp_path / "site-packages"
+def test_an_installed_ddrl_sends_a_copy_of_its_packages_to_a_cluster_not_site_packages(tmp_path):
+    """From a wheel, REPO_ROOT is site-packages: as working_dir it would upload torch and all.
+    A copy of ddrl's packages and presets goes instead, laid out as a checkout."""
+    site, staging = tmp_path / "site-packages", tmp_path / "staging"
     for name in PACKAGES:
-        (site / name).mkdir(parents=True)
+        (site / name / "__pycache__").mkdir(parents=True)
+        (site / name / "x.py").write_text("")
+    (site / "torch").mkdir()
+    staging.mkdir()
     (tmp_path / "plugins").mkdir()
     args = parse_args(["--config", "none", "--address", "10.0.0.5:6379",
                        "--user_dir", str(tmp_path / "plugins")])
-    env = code_runtime_env(args, str(site))
-    assert "working_dir" not in env
-    assert env["py_modules"] == [str(site / name) for name in PACKAGES] + [
-        str(tmp_path / "plugins")]
-    assert set(PACKAGES) == set(pyproject_packages()) - {"configs"}  # presets: the driver's
+    env = code_runtime_env(args, str(staging), str(site))
+    assert env == {"working_dir": str(staging), "py_modules": [str(tmp_path / "plugins")]}
+    assert sorted(os.listdir(staging)) == sorted(PACKAGES)
+    assert all(os.listdir(staging / name) == ["x.py"] for name in PACKAGES)
+    assert set(PACKAGES) == set(pyproject_packages())
     # a checkout goes whole, with the plugins beside it
-    checkout = code_runtime_env(args, REPO_ROOT)
+    checkout = code_runtime_env(args, str(staging), REPO_ROOT)
     assert checkout["working_dir"] == REPO_ROOT
     assert checkout["py_modules"] == [str(tmp_path / "plugins")]
 
@@ -96,6 +100,7 @@ def test_an_address_where_nothing_listens_is_refused_at_once(monkeypatch):
     with socket.socket() as probe:  # a port nothing listens on once closed
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)  # the session's Ray may be up
     monkeypatch.setattr(ray, "init", lambda *a, **kw: pytest.fail("ray.init was called"))
     args = parse_args(["--config", "none", "--address", f"127.0.0.1:{port}"])
     for start in (start_ray, RayStarter):

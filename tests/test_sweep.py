@@ -92,6 +92,14 @@ def test_grid_needs_random_search(tmp_path):
         checked(tmp_path, "lr: {grid: [0.001, 0.01]}", search="optuna")
 
 
+def test_a_sweep_spec_ddrl_carries_is_found_by_name_from_any_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for given in ("configs/sweeps/ppo-cartpole.yaml", "ppo-cartpole.yaml", "ppo-cartpole"):
+        assert "lr" in load_spec(given), given
+    with pytest.raises(ConfigError, match="nor one of ddrl's sweep specs .*ppo-cartpole"):
+        load_spec("ppo-cartpol")
+
+
 def test_not_a_mapping_and_missing_file(tmp_path):
     with pytest.raises(ConfigError, match="non-empty mapping"):
         load_spec(write_spec(tmp_path, "- lr\n"))

@@ -227,10 +227,14 @@ def start_ray(args):
         common["dashboard_host"] = args.dashboard_host
     if args.address:
         check_address_answers(args)
-        try:
-            ray.init(address=args.address, runtime_env=code_runtime_env(args), **common)
-        except (ConnectionError, ValueError, RuntimeError) as exc:
-            raise join_error(args, exc) from exc
+        import tempfile
+        # ray.init uploads the job's files before it returns: the staging copy can go then
+        with tempfile.TemporaryDirectory(prefix="ddrl-job-") as staging:
+            try:
+                ray.init(address=args.address, runtime_env=code_runtime_env(args, staging),
+                         **common)
+            except (ConnectionError, ValueError, RuntimeError) as exc:
+                raise join_error(args, exc) from exc
         check_joined_gpus(args)
         return True
     # Local workers inherit this environment: make a checkout importable in them (an installed
@@ -271,8 +275,9 @@ def check_address_answers(args, timeout=3.0):
                                f"({exc.strerror or type(exc).__name__})") from None
 
 
-#: ddrl's own packages (pyproject.toml's): what an installed ddrl sends to a cluster's nodes
-PACKAGES = ("core", "envs", "models", "agents", "options", "loggers", "ddrl")
+#: ddrl's own packages and its presets (pyproject.toml's): what an installed ddrl sends to a
+#: cluster's nodes
+PACKAGES = ("core", "envs", "models", "agents", "options", "loggers", "ddrl", "configs")
 
 
 def is_checkout(root=REPO_ROOT):
@@ -281,20 +286,23 @@ def is_checkout(root=REPO_ROOT):
     return os.path.isfile(os.path.join(root, "pyproject.toml"))
 
 
-def code_runtime_env(args, root=REPO_ROOT):
-    """What travels to a cluster's nodes with the job: a checkout whole (less its venv, runs
-    and results), or, from an installed ddrl, its own packages alone (shipping site-packages
-    would send torch along); --user_dir's plugins in both."""
+def code_runtime_env(args, staging, root=REPO_ROOT):
+    """What travels to a cluster's nodes with the job, as its working directory: a checkout
+    whole (less its venv, runs and results), or, from an installed ddrl, a copy of its own
+    packages and presets made in ``staging`` (site-packages whole would send torch along), laid
+    out as in a checkout: a sweep's trial on a node finds the presets beside options/ there.
+    --user_dir's plugins travel beside it (py_modules)."""
     if is_checkout(root):
         runtime_env = {"working_dir": root,
                        "excludes": [".venv", "runs", ".git", "benchmarks/results", "*.pt"]}
-        modules = []
     else:
-        runtime_env, modules = {}, [os.path.join(root, name) for name in PACKAGES]
+        import shutil
+        for name in PACKAGES:
+            shutil.copytree(os.path.join(root, name), os.path.join(staging, name),
+                            ignore=shutil.ignore_patterns("__pycache__"))
+        runtime_env = {"working_dir": staging}
     if args.user_dir:
-        modules.append(os.path.abspath(args.user_dir))
-    if modules:
-        runtime_env["py_modules"] = modules
+        runtime_env["py_modules"] = [os.path.abspath(args.user_dir)]
     return runtime_env
 
 

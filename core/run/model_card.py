@@ -137,21 +137,21 @@ def render_model_card(run_dir):
         lines += ["## Learning curve", "", "![learning curves](learning_curves.png)", ""]
 
     lines += ["## Use it", "",
-              "From Python (run from the ddrl repository's root):", "", "```python",
+              "From Python (wherever ddrl is installed):", "", "```python",
               "import ddrl", f"policy = ddrl.load({run_dir!r})   # checkpoints/best.pt",
               "env = policy.make_env()", "obs, _ = env.reset(seed=0)",
               "action = policy.act(obs)" + ("   # recurrent: action, state = policy.act(obs, "
                                             "state)" if config.get("recurrent") not in
                                             (None, "none") else ""),
               "```", "", "From the command line:", "", "```",
-              f"python main.py --evaluate {quoted} --eval_seeds 5        # returns over 5 seeds",
-              f"python main.py --evaluate {quoted} --record_video videos  # a GIF",
-              f"python main.py --export {quoted} --format onnx --out policy.onnx",
-              f"python main.py --export {quoted} --format pt2 --out policy.pt2",
-              f"python main.py --restore {quoted} --total_steps N   # train on", "```", ""]
+              f"ddrl evaluate {quoted} --eval_seeds 5        # returns over 5 seeds",
+              f"ddrl evaluate {quoted} --record_video videos  # a GIF",
+              f"ddrl export {quoted} --format onnx --out policy.onnx",
+              f"ddrl export {quoted} --format pt2 --out policy.pt2",
+              f"ddrl train --restore {quoted} --total_steps N   # train on", "```", ""]
     if config:
         lines += ["## Flags", "",
-                  "The run's whole configuration (`config.yaml`; `python main.py --config "
+                  "The run's whole configuration (`config.yaml`; `ddrl train --config "
                   "config.yaml` trains a new run with it):", "", "```yaml",
                   yaml.safe_dump(config, sort_keys=False).rstrip(), "```", ""]
     return "\n".join(lines)
