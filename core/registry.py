@@ -204,6 +204,19 @@ def _pickle_by_value(module):
     cloudpickle.register_pickle_by_value(module)
 
 
+def shadow_hint(exc):
+    """For an import of the user's own package named as one of ddrl's top-level ones (their
+    models.net, say): why it fails, and what to do."""
+    top = (getattr(exc, "name", None) or "").split(".")[0]
+    module = sys.modules.get(top) if isinstance(exc, ImportError) and top else None
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if not str(getattr(module, "__file__", None) or "").startswith(root + os.sep):
+        return ""
+    return (f". '{top}' is ddrl's own top-level package here (ddrl keeps the seed's layout: "
+            f"core, envs, models, agents, options, loggers), so a package of yours named so "
+            f"cannot be imported beside ddrl: rename yours (e.g. my_{top})")
+
+
 def import_user_dir(user_dir: str):
     """Import plugins from a folder anywhere: its .py files and its envs/, models/, agents/,
     trainers/, loggers/ subfolders. Idempotent: a module already imported from the same file is not run again."""
@@ -242,6 +255,6 @@ def import_user_dir(user_dir: str):
             except Exception as exc:
                 del sys.modules[module_name]
                 raise ConfigError(f"--user_dir: importing {file} failed: "
-                                  f"{type(exc).__name__}: {exc}") from exc
+                                  f"{type(exc).__name__}: {exc}{shadow_hint(exc)}") from exc
     finally:
         _current_source = previous

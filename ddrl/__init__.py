@@ -18,6 +18,47 @@ core/errors.py: ``DdrlError`` and under it ``ConfigError`` (bad input: the parag
 line prints), ``RunFailure`` (a fault past its limit) and ``EnvFailure``.
 """
 import importlib
+import importlib.util
+import os
+import sys
+
+#: ddrl's top-level packages beside this one (the seed's layout: plugins go into envs/, models/,
+#: agents/); a package of the user's with one of these names cannot be imported beside ddrl
+OWN_PACKAGES = ("core", "envs", "models", "agents", "options", "loggers")
+
+
+def shadowed_packages():
+    """[(name, the file Python would import for it)] for each of OWN_PACKAGES that resolves
+    outside ddrl's own root: a project's models/ or core/ first on sys.path (a script run from
+    the project's folder) is imported instead of ddrl's."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    found = []
+    for name in OWN_PACKAGES:
+        module = sys.modules.get(name)
+        origin = getattr(module, "__file__", None) if module is not None else None
+        if module is None:
+            spec = importlib.util.find_spec(name)
+            origin = None if spec is None else spec.origin
+        if origin is None or not os.path.abspath(origin).startswith(root + os.sep):
+            found.append((name, origin or "a namespace package"))
+    return found
+
+
+def check_own_packages():
+    shadowed = shadowed_packages()
+    if shadowed:
+        yours = ", ".join(f"'{name}' ({origin})" for name, origin in shadowed)
+        raise ImportError(
+            f"ddrl's top-level package{'s' if len(shadowed) > 1 else ''} {yours} resolve"
+            f"{'' if len(shadowed) > 1 else 's'} to another folder first on sys.path: ddrl "
+            f"keeps the seed's layout ({', '.join(OWN_PACKAGES)} at the top level), so a "
+            f"package of yours named so, beside a script you run, is imported instead of "
+            f"ddrl's. Rename yours (e.g. my_models), run the script from a folder without it, "
+            f"or use the ddrl command with --user_dir for plugins (README, 'In a code base of "
+            f"your own').")
+
+
+check_own_packages()
 
 #: public name -> the module that defines it
 _EXPORTS = {

@@ -1,6 +1,7 @@
 """The registry contract: names, duplicates, base classes, errors that help, --user_dir."""
 import argparse
 import os
+import subprocess
 import sys
 
 import pytest
@@ -266,3 +267,32 @@ def test_the_built_in_agents_are_of_their_loops_kind():
         agent_cls = AGENT_REGISTRY.get(model_cls.default_agent if hasattr(model_cls, "default_agent")
                                        else "default_agent")
         assert issubclass(agent_cls, trainer_class(model_cls.trainer).agent_kind)
+
+
+def test_a_projects_own_models_package_beside_a_script_is_named_at_import_ddrl(tmp_path):
+    """A research code base with a models/ (or core/, envs/, ...) package: a script run from
+    its folder imports that one instead of ddrl's top-level package of the name, which failed
+    deep inside ddrl ("cannot import name 'MODEL_REGISTRY' from 'models'"); `import ddrl` now
+    says which and what to do. Without such a folder the same script imports ddrl."""
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "__init__.py").write_text("")
+    (tmp_path / "train.py").write_text("import ddrl\nprint(ddrl.ConfigError.__name__)\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # as a user's shell
+    proc = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert (f"ImportError: ddrl's top-level package 'models' "
+            f"({tmp_path / 'models' / '__init__.py'}) resolves to another folder") in proc.stderr
+    assert "Rename yours (e.g. my_models)" in proc.stderr
+    os.rename(tmp_path / "models", tmp_path / "my_models")
+    proc = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout == "ConfigError\n", proc.stderr
+
+
+def test_a_plugin_importing_a_package_of_its_own_named_as_ddrls_says_why(tmp_path):
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "plugins" / "my_env.py").write_text("from models.net import Net\n")
+    with pytest.raises(ConfigError, match=r"No module named 'models.net'\. 'models' is ddrl's "
+                                          r"own top-level package here .* my_models"):
+        import_user_dir(str(tmp_path / "plugins"))
