@@ -81,7 +81,7 @@ def test_a_run_leaves_a_model_card_and_main_rewrites_it(cartpole_run, tmp_path):
     assert f"| {float(best['eval_return']):.1f} |" in card and "95% interval" in card
     assert f"(all {len(evaluations)})" in card
     assert "![learning curves](learning_curves.png)" in card
-    assert f"ddrl.load({run_dir!r})" in card and "--export" in card and "--eval_seeds" in card
+    assert f"ddrl.load({run_dir!r})" in card and "ddrl export" in card and "--eval_seeds" in card
     assert "```yaml\nenv_name: gym_env" in card and "total_steps: 3000" in card
     os.remove(card_path)
     rewrite, missing = run_mains(["--model_card", run_dir],

@@ -82,8 +82,9 @@ def add_args(parser):
     group.add_argument("--elastic_start", action=argparse.BooleanOptionalAction, default=True,
                        help="with Ray workers, learn at once from a worker in this process "
                             "while Ray and the workers start; it steps out when all are up "
-                            "(--no-elastic_start: learn from the Ray workers only, and with "
-                            "--num_learners, once the learner workers are up) (default: on)")
+                            "(--no-elastic_start: learn from the Ray workers only, once every "
+                            "one is up, and with --num_learners, once the learner workers are "
+                            "up) (default: on)")
     group.add_argument("--num_learners", type=positive_int, default=1,
                        help="learner workers sharing each batch, data-parallel: each holds "
                             "whole fragments (env columns) of it and computes the gradient of "
@@ -188,6 +189,7 @@ class APPOTrainer(Trainer):
         self.queue_limit = max(
             args.learner_queue or 2 * max(1, self.num_remote) * args.fragments_in_flight,
             -(-2 * args.batch_size // fragment_samples))
+        self.started_whole = False  # every Ray worker has been up (--no-elastic_start waits)
         if self.num_remote == 0:
             self.group.add(0, local=True)
             for slot in range(args.num_learners if args.num_learners > 1 else 0):
@@ -250,7 +252,17 @@ class APPOTrainer(Trainer):
         The in-process stand-in steps out once every remote worker is up."""
         self.spawn_remote()
         if self.remote_spawned:
-            for member in self.group.poll(timeout=0):
+            joined = self.group.poll(timeout=0)
+            # --no-elastic_start: every Ray worker is up before the first fragment is asked
+            # for, as PPO's first round waits for them, so which workers the first batches
+            # come from does not depend on which process started first (once: a replacement
+            # later joins when it is up, the learner never waits for it)
+            while (not self.args.elastic_start and not self.started_whole
+                   and not all(m.ready for m in self.group.remote_members())
+                   and self.run.stop_requested is None):
+                joined += self.group.poll(timeout=1.0)
+            self.started_whole = True
+            for member in joined:
                 state = self.pending_states.pop(member.slot, None)
                 if state is not None and member.generation == 0:
                     ray.get(member.handle.set_state.remote(state, None))
