@@ -37,6 +37,10 @@ class PluginSpec:
     #: the packages of built-in plugins, imported by name in every process that loads the
     #: plugins (options/options.py names them: the library knows none of them)
     plugin_packages: Tuple[str, ...] = ()
+    #: (kind, name, class) of the chosen plugins that the user's own code registered as it ran
+    #: (core/registry.py registered_by_user_code): registered again in each process that loads
+    #: the plugins, their classes travelling by value
+    own_plugins: Tuple[Tuple[str, str, Any], ...] = ()
 
 
 @dataclass
@@ -56,6 +60,9 @@ def load_plugins(spec) -> Plugins:
         importlib.import_module(package)
     if spec.user_dir:
         import_user_dir(spec.user_dir)
+    for kind, name, cls in getattr(spec, "own_plugins", ()):
+        if name not in registry_of(kind):
+            registry_of(kind).register(name)(cls)
     env = registry_of("env").get(spec.env_name)
     return Plugins(unwrap_actor_class(env), registry_of("model").get(spec.model_name),
                    registry_of("agent").get(spec.agent_name))

@@ -23,10 +23,15 @@ from core.errors import ConfigError  # (also importable from here, as plugins lo
 
 
 
+#: how a plugin registered by the code that runs shows its source (its module follows)
+USER_CODE = "registered by "
+
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
 
-# Where plugins come from, shown by --list and in errors: "built-in" or the --user_dir path.
-_current_source = "built-in"
+# Where plugins come from, shown by --list and in errors: "built-in", the --user_dir path
+# while one is imported, else None: the code that runs registered it (a script using ddrl.train,
+# a package of the user's it imported), named by its module.
+_current_source = None
 
 
 @dataclass
@@ -104,6 +109,8 @@ class Registry:
             # A built-in imported while a --user_dir module runs is still built-in.
             builtin = target.__module__.split(".")[0] in (self.home, "core")
             source = "built-in" if builtin else _current_source
+            if source is None:
+                source = f"{USER_CODE}{target.__module__}"
             if old is not None and not builtin:  # re-imported: still from where it came
                 source = old.source or source
             self.entries[name] = Entry(name, cls, source)
@@ -202,6 +209,23 @@ def _pickle_by_value(module):
     except ImportError:  # pragma: no cover - ray is a core requirement
         return
     cloudpickle.register_pickle_by_value(module)
+
+
+def registered_by_user_code(kind: str, name: str) -> bool:
+    """Whether the ``kind`` plugin ``name`` was registered by the user's own code as it ran
+    (a script or notebook using ddrl.train, a package of theirs it imported): neither a
+    built-in nor a --user_dir's, so another process (a Ray worker) has not registered it."""
+    entry = registry_of(kind).entries.get(name)
+    return entry is not None and entry.source.startswith(USER_CODE)
+
+
+def ship_by_value(cls):
+    """Let ``cls`` travel to Ray workers whole: its top-level package (a package of the
+    user's, which a worker may not be able to import, on a cluster's node least of all) is
+    pickled by value. A class of ``__main__`` travels by value anyway."""
+    top = cls.__module__.split(".")[0]
+    if top != "__main__" and top in sys.modules:
+        _pickle_by_value(sys.modules[top])
 
 
 def shadow_hint(exc):

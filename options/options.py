@@ -19,7 +19,8 @@ from core.argtypes import (  # noqa: F401 - re-exported for plugins, see above
     non_negative_int, positive_float, positive_float_or_none, positive_int, positive_int_or_none,
     target_return, unit_interval, unit_interval_or_none)
 from core.plugins import env_label
-from core.registry import import_user_dir, unwrap_actor_class
+from core.registry import (import_user_dir, registered_by_user_code, registry_of, ship_by_value,
+                           unwrap_actor_class)
 from core.errors import ConfigError
 from options.custom_options import get_custom_args
 
@@ -724,12 +725,19 @@ def run_spec(args, gpus=None):
         own = flag_actions(getattr(unwrap_actor_class(cls), "add_args", None))
         return make_config(name, own + run, values, extras)
     loop_cls = trainer_class(plugins.model_cls.trainer, plugins.model_cls)
+    own = []
+    for kind, name in zip(("env", "model", "agent"), names):
+        if registered_by_user_code(kind, name):  # a Ray worker has not run the user's code
+            cls = registry_of(kind).get(name)
+            ship_by_value(unwrap_actor_class(cls))
+            own.append((kind, name, cls))
     return PluginSpec(*names, run=make_config("RunConfig", run, values),
                       env=config("EnvConfig", plugins.env_cls, ENV_EXTRAS),
                       model=config("ModelConfig", plugins.model_cls),
                       agent=config("AgentConfig", plugins.agent_cls),
                       loop=config("LoopConfig", loop_cls),
-                      user_dir=args.user_dir, gpus=gpus, plugin_packages=PLUGIN_PACKAGES)
+                      user_dir=args.user_dir, gpus=gpus, plugin_packages=PLUGIN_PACKAGES,
+                      own_plugins=tuple(own))
 
 
 def parse_args(argv=None, command="main"):

@@ -179,3 +179,83 @@ def test_a_run_restored_from_python_takes_its_plugins_switches(tmp_path):
     more = ddrl.train(restore=run_dir, total_steps=1200, double_q=False, quiet=True)
     assert "--no-double_q" in more.argv and more.summary["env_steps"] >= 1200
     assert more.run_dir == run_dir
+
+
+PACKAGE_ENV = '''
+"""An env of the user's own package: its helper in a sibling module, as in a code base."""
+from envs import register_env
+from envs.gym_env import GymEnv
+
+from {package}.helpers import noise_scale
+
+
+@register_env("{name}")
+class PackageCartPole(GymEnv):
+    """CartPole registered by a package of the user's (not built in, not a --user_dir)."""
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs * (1.0 + noise_scale()), reward, terminated, truncated, info
+'''
+
+
+def user_package(root, package, name):
+    (root / package).mkdir(parents=True)
+    (root / package / "__init__.py").write_text("")
+    (root / package / "helpers.py").write_text("def noise_scale():\n    return 0.0\n")
+    (root / package / "env.py").write_text(PACKAGE_ENV.format(package=package, name=name))
+
+
+@pytest.mark.contract
+def test_a_plugin_the_users_code_registered_reaches_a_process_that_cannot_import_it(tmp_path):
+    """ddrl.train from a script whose package registers an env: a Ray worker looked the name
+    up in its own registry (built-ins and the --user_dir only) and died on 'unknown env', while
+    the run went on in the driver's stand-in alone. The spec now carries the class, its package
+    pickled by value: a fresh process without the package on its path builds the env."""
+    import importlib
+    from ray import cloudpickle
+    from options.options import run_spec
+    user_package(tmp_path / "src", "acme_sim_pkg", "acme_cartpole")
+    sys.path.insert(0, str(tmp_path / "src"))
+    try:
+        importlib.import_module("acme_sim_pkg.env")
+        spec = run_spec(parse_args(["--config", "none", "--env_name", "acme_cartpole"]))
+    finally:
+        sys.path.remove(str(tmp_path / "src"))
+    assert [(kind, name) for kind, name, _ in spec.own_plugins] == [("env", "acme_cartpole")]
+    from core.registry import registry_of
+    assert registry_of("env").entries["acme_cartpole"].source == "registered by acme_sim_pkg.env"
+    (tmp_path / "spec.pkl").write_bytes(cloudpickle.dumps(spec))
+    check = ("import pickle, sys\n"
+             "from core.plugins import load_plugins, make_env\n"
+             "spec = pickle.load(open(sys.argv[1], 'rb'))\n"
+             "env = make_env(load_plugins(spec), spec.env, seed=0)\n"
+             "print(type(env).__name__, env.reset(seed=0)[0].shape)\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "-c", check, str(tmp_path / "spec.pkl")], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split()[0] == "PackageCartPole", proc.stdout
+
+
+@pytest.mark.e2e
+def test_a_script_trains_a_plugin_of_its_own_package_on_ray_workers(tmp_path):
+    """The same from a user's script: 2 Ray workers, --no-elastic_start (no stand-in), every
+    metrics row from both."""
+    user_package(tmp_path, "acme_sim_pkg2", "acme_cartpole2")
+    (tmp_path / "train.py").write_text(
+        "import ddrl\nimport acme_sim_pkg2.env\n"
+        "run = ddrl.train(env_name='acme_cartpole2', gym_id='CartPole-v1', num_workers=2, "
+        "elastic_start=False, total_steps=2048, eval_interval=1024, eval_episodes=2, "
+        "seed=0, quiet=True, tensorboard=False, run_dir='run')\n"
+        "print(sorted(d['role'] for d in run.summary['devices']))\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "unknown env" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "['rollout worker 0', 'rollout worker 1']"
+    import csv
+    with open(tmp_path / "run" / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert rows and all(r["workers"] == "2" and r["worker_restarts"] == "0" for r in rows)

@@ -13,7 +13,7 @@ from options.options import APP_ONLY_KEYS, parse_args, run_spec
 pytestmark = pytest.mark.contract
 
 SPEC_FIELDS = {"env_name", "model_name", "agent_name", "run", "env", "model", "agent", "loop",
-               "user_dir", "gpus", "plugin_packages"}
+               "user_dir", "gpus", "plugin_packages", "own_plugins"}
 
 
 def spec_for(*flags):
