@@ -157,3 +157,40 @@ def test_env_actors_in_one_process_start_rays_own_loopback_instance(tmp_path):
                            str(tmp_path / "run")], cwd=repo, env=env, capture_output=True,
                           text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+ACTOR_REFUSING_ENV = '''
+import ray
+
+from core.errors import ConfigError
+from envs import register_env
+from envs.gym_env import GymEnv
+
+
+@register_env("actor_refusing_cartpole")
+class ActorRefusingCartPole(GymEnv):
+    """CartPole whose constructor raises ConfigError inside a Ray actor only."""
+
+    def __init__(self, args, seed=None):
+        if ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None:
+            raise ConfigError("--gym_id CartPole-v1: this node has no such simulator")
+        super().__init__(args, seed)
+'''
+
+
+def test_bad_input_only_a_ray_worker_meets_stops_the_run_in_one_paragraph(tmp_path):
+    """A ConfigError in a Ray worker's constructor (bad input this process never met: a
+    simulator a node lacks, a plugin it cannot load) is the run's error, exit 2, at once: it
+    was replaced like a crash, and replaced again, while an elastic start learned on alone."""
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "plugins" / "refusing.py").write_text(ACTOR_REFUSING_ENV)
+    proc = run_main("--user_dir", str(tmp_path / "plugins"), "--env_name",
+                    "actor_refusing_cartpole", "--num_workers", "2", "--total_steps", "100000",
+                    "--target_return", "none", "--run_dir", str(tmp_path / "run"), "--quiet",
+                    "--no-tensorboard")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1].endswith(
+        "could not start: --gym_id CartPole-v1: this node has no such simulator")
+    summary, _ = read_run(str(tmp_path / "run"))
+    assert summary["stopped_because"] == "error" and summary["worker_restarts"] == 0, summary
+    assert os.path.isfile(tmp_path / "run" / "checkpoints" / "last.pt")  # learned: kept

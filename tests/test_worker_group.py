@@ -219,3 +219,24 @@ def test_the_node_of_an_actor_that_died_while_starting_is_known(ray_session):
         group.poll(timeout=1)
     assert group.members[0] is not member and member.node_id is None
     assert actor_node(member.handle) == ray.get_runtime_context().get_node_id()
+
+
+@pytest.mark.unit
+def test_a_config_error_in_a_constructor_is_read_from_rays_report_and_nothing_else_is():
+    """What Ray reports for an actor whose __init__ raised: the ConfigError's message (the run
+    stops on bad input at once, as in the driver), never a crash's or a lost node's."""
+    from ray.exceptions import ActorDiedError, RayTaskError
+    from core.errors import ConfigError
+    from core.sampling.worker_group import config_error_in_constructor
+    bad = ConfigError("--gym_id X: no such simulator on this node")
+    wrapped = RayTaskError("RolloutWorker.__init__", "Traceback (most recent call last):\n  "
+                           "File \"envs/x.py\", line 9, in __init__\ncore.errors.ConfigError: "
+                           f"{bad}", bad)
+    assert config_error_in_constructor(wrapped) == str(bad)
+    died = ActorDiedError(wrapped)  # how ray.get of the dead actor's call reports it
+    assert died.actor_init_failed
+    assert config_error_in_constructor(died) == str(bad)
+    crash = RayTaskError("RolloutWorker.__init__", "Traceback ...", RuntimeError("segfault"))
+    assert config_error_in_constructor(crash) is None
+    assert config_error_in_constructor(ActorDiedError(crash)) is None
+    assert config_error_in_constructor(ActorDiedError()) is None  # a lost process or node

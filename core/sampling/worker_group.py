@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from core.lazy_ray import ray
 from core.faults import actor_died, short_error
-from core.errors import RunFailure
+from core.errors import ConfigError, RunFailure
 from core.distributed.placement import LocalHandle, LocalRef, actor_node, free_cpus_per_node
 
 MISSING = object()          # what ``take`` returns for work lost with its worker
@@ -214,6 +214,9 @@ class WorkerGroup:
         """Replace a member that died or hung. Raises RunFailure past --max_worker_restarts, or
         when a slot's replacements keep dying while they start (their constructor fails)."""
         self.retire(member)
+        bad_input = config_error_in_constructor(error) if when else None
+        if bad_input is not None:  # the same input fails the same way in every replacement
+            raise ConfigError(f"{self.kind} {member.slot} could not start: {bad_input}")
         what = short_error(error) if isinstance(error, BaseException) else str(error)
         start_failures = member.start_failures + 1 if when else 0
         if start_failures >= START_FAILURES_IN_A_ROW:
@@ -244,6 +247,22 @@ class WorkerGroup:
             if m.node_id in load:
                 load[m.node_id] += 1
         return max(free, key=lambda node: (free[node], -load[node]))
+
+
+def config_error_in_constructor(error) -> Optional[str]:
+    """The message of a ConfigError (bad input: an unknown plugin name, a flag this node
+    cannot serve) that an actor's constructor raised, from the error Ray reports for the dead
+    actor; None for anything else (a crash, a lost node: those are faults, and replaced)."""
+    cause = getattr(error, "cause", None)
+    if isinstance(cause, ConfigError):  # a RayTaskError around it
+        return str(cause)
+    if not getattr(error, "actor_init_failed", False):
+        return None
+    marker = f"{ConfigError.__module__}.ConfigError: "
+    text = getattr(error, "error_msg", None) or str(error)
+    if marker not in text:
+        return None
+    return text.rsplit(marker, 1)[1].strip().splitlines()[0]
 
 
 def _node_of(actor) -> str:
