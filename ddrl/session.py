@@ -23,7 +23,7 @@ from core.faults import Faults, short_error
 from core.atomic import atomic_write_text
 from core.distributed.placement import RayStarter
 from core.plugins import env_label, load_plugins, make_env, steps_an_env
-from options.options import run_spec
+from options.options import preset_label, run_spec
 from core.distributed.process import setup_process
 from core.errors import ConfigError, EnvContractError
 from core.run.context import RUN_ONLY_KEYS, RowRecorder, RunContext
@@ -228,7 +228,7 @@ class TrainingSession:
             print(f"ddrl: {args.env_name}{'/' + label if label else ''} + {args.model_name} + "
                   f"{args.agent_name}, {args.num_workers} workers x {args.num_envs_per_worker} "
                   f"envs, target {target}, run dir {self.run_dir}"
-                  + (f", preset {os.path.relpath(args.config)}" if args.config else "")
+                  + (f", preset {preset_label(args.config)}" if args.config else "")
                   + self.trainer.start_note(), flush=True)
 
     def check_gpus(self):

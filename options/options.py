@@ -384,6 +384,16 @@ def config_file(path):
     return found
 
 
+def preset_label(path):
+    """How the start line names --config's file: one of ddrl's presets as configs/NAME.yaml
+    (wherever ddrl is installed: a site-packages path says nothing), another file as a path
+    relative to the working directory."""
+    path = os.path.abspath(path)
+    if os.path.dirname(path) == os.path.abspath(CONFIG_DIR):
+        return f"configs/{os.path.basename(path)}"
+    return os.path.relpath(path)
+
+
 def preset_named(path, directory, folder="configs"):
     """``directory``'s file that ``path`` names (NAME, NAME.yaml, or ``folder``/NAME.yaml as
     README writes it), or None: a path elsewhere names the user's own file, never a preset."""

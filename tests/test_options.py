@@ -337,3 +337,12 @@ def test_a_presets_listing_is_its_first_sentence_whole_or_its_title():
     long = "# PPO on MuJoCo (a, b, ...): " + "word " * 40 + "end. Next.\n"
     assert preset_summary(long) == "PPO on MuJoCo (a, b, ...)"
     assert preset_summary("# No full stop at all\nx: 1\n") == "No full stop at all"
+
+
+def test_the_start_line_names_a_preset_of_ddrls_as_configs_name(tmp_path, monkeypatch):
+    from options.options import preset_label
+    monkeypatch.chdir(tmp_path)  # elsewhere: it was ../../work/main/configs/... (or site-packages)
+    assert preset_label(os.path.join(REPO_ROOT, "configs", "sac-mujoco.yaml")) == \
+        "configs/sac-mujoco.yaml"
+    (tmp_path / "mine.yaml").write_text("num_workers: 0\n")
+    assert preset_label(str(tmp_path / "mine.yaml")) == "mine.yaml"
