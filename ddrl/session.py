@@ -26,6 +26,7 @@ from core.plugins import env_label, load_plugins, make_env, steps_an_env
 from options.options import preset_label, run_spec
 from core.distributed.process import setup_process
 from core.errors import ConfigError, EnvContractError
+from core.registry import unwrap_actor_class
 from core.run.context import RUN_ONLY_KEYS, RowRecorder, RunContext
 from core.run.metrics import write_json
 from core.run.observer import RunView, in_call_order
@@ -264,6 +265,10 @@ class TrainingSession:
                 "last_eval_return": context.last_eval_return, "run_dir": self.run_dir,
                 "faults": dict(self.faults.counts), "spaces": self.spaces_json(),
                 "config": {k: v for k, v in vars(args).items() if k != "config"},
+                # plugins the user's code registered as it ran: named when a later process
+                # (ddrl.load, ddrl evaluate) does not know them
+                "user_code_plugins": {kind: unwrap_actor_class(cls).__module__
+                                      for kind, _, cls in self.spec.own_plugins},
                 **(extra or {})}
 
     def spaces_json(self):

@@ -452,10 +452,11 @@ def _apply_config(parser, config, strict):
     parser.set_defaults(**defaults)
 
 
-def restored_config(path, flag="--restore"):
+def restored_config(path, flag="--restore", user_code=None):
     """The resolved configuration saved with a checkpoint (inside the file; a format-2 file's
     .json sidecar), minus what only concerned that process; run_dir stays, so the run goes on in
-    its own directory. The file is memory-mapped, so a large one (a replay buffer) is not read
+    its own directory. ``user_code``: a dict that gets the modules that registered the run's
+    plugins as its own code ran (kind -> module), for the errors of a process that lacks them. The file is memory-mapped, so a large one (a replay buffer) is not read
     whole; it loads with weights_only=True, as every checkpoint does."""
     import torch
     from core.run.checkpoint import checkpoint_path, embedded_meta, payload_format
@@ -485,7 +486,25 @@ def restored_config(path, flag="--restore"):
         raise ConfigError(f"{flag} {file}: the configuration saved in it is not a "
                           f"mapping. Give --config explicitly to restore without it.")
     from core.run.context import RUN_ONLY_KEYS  # here: core.run.context imports Ray, which -h does not need
+    plugins = meta.get("user_code_plugins") if isinstance(meta, dict) else None
+    if user_code is not None and isinstance(plugins, dict):
+        user_code.update(plugins)
     return {k: v for k, v in config.items() if k not in RUN_ONLY_KEYS}
+
+
+def chosen_class(registry, kind, name, user_code):
+    """The registered class, or the unknown-name paragraph, naming the module that registered
+    it when the run was trained (``user_code``: kind -> module, from the checkpoint)."""
+    try:
+        return registry.get(name)
+    except ConfigError as exc:
+        module = user_code.get(kind)
+        if not isinstance(module, str):
+            raise
+        raise ConfigError(f"{exc} The run was trained with {kind} {name!r} as the training "
+                          f"script's own code registered it, in module {module}: import "
+                          f"{module} before ddrl.load or ddrl.train(restore=...), or give the "
+                          f"folder of its file with --user_dir.") from None
 
 
 def registries(user_dir=None):
@@ -593,10 +612,12 @@ def build_parser(argv, command="main"):
     if early.config and not no_preset:
         early.config = config_file(early.config)  # config.yaml records the file it read
     config = load_config(early.config) if early.config and not no_preset else {}
+    user_code = {}  # kind -> the module that registered the restored run's plugin, if any
     if early.restore and early.config is None:
         # Resume with the configuration the checkpoint was trained with; flags given win.
         early.config, no_preset = "none", True
-        config = restored_config(early.restore, "--evaluate" if early.evaluate else "--restore")
+        config = restored_config(early.restore, "--evaluate" if early.evaluate else "--restore",
+                                 user_code)
     user_dir = early.user_dir or config.get("user_dir")
     if user_dir:
         import_user_dir(user_dir)
@@ -624,13 +645,15 @@ def build_parser(argv, command="main"):
                                   f"this run has --{key} {wanted}. A checkpoint continues "
                                   f"with the plugins it was trained with.")
 
-    model_cls = MODEL_REGISTRY.get(known.model_name)
+    model_cls = chosen_class(MODEL_REGISTRY, "model", known.model_name, user_code)
     if known.agent_name is None:
         known.agent_name = getattr(model_cls, "default_agent", "default_agent")
         parser.set_defaults(agent_name=known.agent_name)
-    chosen = [("env", ENV_REGISTRY.get(known.env_name), known.env_name),
-              ("model", MODEL_REGISTRY.get(known.model_name), known.model_name),
-              ("agent", AGENT_REGISTRY.get(known.agent_name), known.agent_name)]
+    chosen = [("env", chosen_class(ENV_REGISTRY, "env", known.env_name, user_code),
+               known.env_name),
+              ("model", model_cls, known.model_name),
+              ("agent", chosen_class(AGENT_REGISTRY, "agent", known.agent_name, user_code),
+               known.agent_name)]
     for kind, cls, name in chosen:
         add_args = getattr(unwrap_actor_class(cls), "add_args", None)
         if add_args is not None:

@@ -259,3 +259,14 @@ def test_a_script_trains_a_plugin_of_its_own_package_on_ray_workers(tmp_path):
     with open(tmp_path / "run" / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
     assert rows and all(r["workers"] == "2" and r["worker_restarts"] == "0" for r in rows)
+    # a later process that has not imported the package is told which module registered it;
+    # one that imports it loads the policy
+    ddrl_command = os.path.join(os.path.dirname(sys.executable), "ddrl")
+    proc = subprocess.run([ddrl_command, "evaluate", "run", "--eval_episodes", "1"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "in module acme_sim_pkg2.env: import acme_sim_pkg2.env " \
+        "before ddrl.load" in proc.stderr, proc.stderr[-2000:]
+    proc = subprocess.run([sys.executable, "-c", "import acme_sim_pkg2.env, ddrl; "
+                           "print(ddrl.load('run').config['env_name'])"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "acme_cartpole2", proc.stderr
