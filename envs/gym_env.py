@@ -143,9 +143,15 @@ class GymEnv:
             self.env = gym.make(args.gym_id, **kwargs)
         except gym.error.Error as exc:
             reason = str(exc).rstrip(". ")  # gymnasium's own message may end with a stop
-            raise ConfigError(f"--gym_id {args.gym_id!r} cannot be made by gymnasium: {reason}. "
-                              f"Use a registered id such as CartPole-v1, Pendulum-v1, "
-                              f"ALE/Breakout-v5 or HalfCheetah-v5.") from exc
+            own = ("" if ":" in args.gym_id or not isinstance(exc, gym.error.UnregisteredEnv)
+                   else f" An id your own code registers (gym.register in a module of yours) "
+                        f"is known only where that module was imported, not in a Ray worker: "
+                        f"give it as --gym_id MODULE:{args.gym_id} (gymnasium imports MODULE "
+                        f"first, in every process).")
+            stop = "" if reason.endswith(("?", "!")) else "."  # "Did you mean: `X`?"
+            raise ConfigError(f"--gym_id {args.gym_id!r} cannot be made by gymnasium: {reason}"
+                              f"{stop} Use a registered id such as CartPole-v1, Pendulum-v1, "
+                              f"ALE/Breakout-v5 or HalfCheetah-v5.{own}") from exc
         if preprocess:
             self.env = wrap_atari(self.env, args, evaluation=args.evaluation)
         if args.gym_id.startswith("BabyAI-"):

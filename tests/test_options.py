@@ -129,6 +129,12 @@ def test_unknown_gym_id_parses_and_fails_when_the_env_is_made():
         gym_env(parse_args(["--gym_id", "CartPole-v9"]))
     message = str(bad_version.value)
     assert "provides versioned environments" in message and ".." not in message, message
+    # an id nobody registered here: gymnasium's "Did you mean ...?" keeps its question mark
+    # alone, and the paragraph says how an id of the user's own reaches the Ray workers
+    with pytest.raises(ConfigError) as unknown:
+        gym_env(parse_args(["--gym_id", "Corridor-v0"]))
+    message = str(unknown.value)
+    assert "?." not in message and "give it as --gym_id MODULE:Corridor-v0" in message, message
 
 
 def test_main_reports_an_unknown_gym_id_as_one_line_and_exit_code_2(capsys):
