@@ -216,3 +216,10 @@ def test_a_run_that_ends_before_joining_its_cluster_says_it_ran_alone(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (f"the run ended before the cluster at --address {address} was joined: it ran in "
             f"this process only") in proc.stderr
+
+
+def test_python_dash_m_ddrl_is_the_command(elsewhere):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "-m", "ddrl", "list"], cwd=elsewhere, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.startswith("envs (--env_name):"), proc.stderr
