@@ -376,12 +376,18 @@ def config_file(path):
         return path
     found = preset_named(path, CONFIG_DIR)
     if found is None:
-        names = sorted(f[:-len(".yaml")] for f in os.listdir(CONFIG_DIR) if f.endswith(".yaml")) \
-            if os.path.isdir(CONFIG_DIR) else []
         raise ConfigError(f"--config {path!r}: no such file, nor a preset of ddrl's. Give a YAML "
-                          f"file of flag defaults or a preset's name: {', '.join(names)} "
-                          f"(`ddrl list` says what each is for).")
+                          f"file of flag defaults or a preset's name: "
+                          f"{', '.join(yaml_names(CONFIG_DIR))} (`ddrl list` says what each is "
+                          f"for).")
     return found
+
+
+def yaml_names(directory):
+    """The names of ``directory``'s .yaml files, without the suffix, sorted."""
+    if not os.path.isdir(directory):
+        return []
+    return sorted(f[:-len(".yaml")] for f in os.listdir(directory) if f.endswith(".yaml"))
 
 
 def preset_label(path):
@@ -455,9 +461,10 @@ def _apply_config(parser, config, strict):
 def restored_config(path, flag="--restore", user_code=None):
     """The resolved configuration saved with a checkpoint (inside the file; a format-2 file's
     .json sidecar), minus what only concerned that process; run_dir stays, so the run goes on in
-    its own directory. ``user_code``: a dict that gets the modules that registered the run's
-    plugins as its own code ran (kind -> module), for the errors of a process that lacks them. The file is memory-mapped, so a large one (a replay buffer) is not read
-    whole; it loads with weights_only=True, as every checkpoint does."""
+    its own directory. The file is memory-mapped, so a large one (a replay buffer) is not read
+    whole; it loads with weights_only=True, as every checkpoint does. ``user_code``: a dict
+    that gets the modules that registered the run's plugins as its own code ran (kind ->
+    module), for the errors of a process that lacks them."""
     import torch
     from core.run.checkpoint import checkpoint_path, embedded_meta, payload_format
     file = checkpoint_path(path, flag)

@@ -56,13 +56,11 @@ def spec_file(path):
     name or as README writes it (configs/sweeps/ppo-cartpole.yaml), from any directory."""
     if os.path.isfile(path):
         return path
-    from options.options import preset_named
+    from options.options import preset_named, yaml_names
     found = preset_named(path, SWEEPS_DIR, os.path.join("configs", "sweeps"))
     if found is None:
-        names = sorted(f[:-len(".yaml")] for f in os.listdir(SWEEPS_DIR) if f.endswith(".yaml")) \
-            if os.path.isdir(SWEEPS_DIR) else []
         raise ConfigError(f"--tune {path!r}: no such file, nor one of ddrl's sweep specs "
-                          f"({', '.join(names)}). A SPEC is a YAML mapping of flags to "
+                          f"({', '.join(yaml_names(SWEEPS_DIR))}). A SPEC is a YAML mapping of flags to "
                           f"distributions, e.g. `lr: {{loguniform: [1.0e-5, 1.0e-3]}}`.")
     return found
 
