@@ -9,6 +9,7 @@ import argparse
 import importlib
 import inspect
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
@@ -59,13 +60,28 @@ def load_plugins(spec) -> Plugins:
     for package in getattr(spec, "plugin_packages", ()):
         importlib.import_module(package)
     if spec.user_dir:
-        import_user_dir(spec.user_dir)
+        import_user_dir(user_dir_here(spec.user_dir))
     for kind, name, cls in getattr(spec, "own_plugins", ()):
         if name not in registry_of(kind):
             registry_of(kind).register(name)(cls)
     env = registry_of("env").get(spec.env_name)
     return Plugins(unwrap_actor_class(env), registry_of("model").get(spec.model_name),
                    registry_of("agent").get(spec.agent_name))
+
+
+def user_dir_here(user_dir):
+    """The --user_dir on this machine: the driver's path where it exists (one machine, or a
+    disk the nodes share), else the copy that Ray's py_modules brought with the job
+    (core/distributed/placement.py code_runtime_env): a folder of that name in a _ray_pkg_
+    folder on sys.path. On another machine of a cluster the driver's path means nothing."""
+    if os.path.isdir(os.path.expanduser(user_dir)):
+        return user_dir
+    name = os.path.basename(os.path.normpath(user_dir))
+    for entry in sys.path:
+        candidate = os.path.join(entry, name)
+        if os.path.basename(entry).startswith("_ray_pkg_") and os.path.isdir(candidate):
+            return candidate
+    return user_dir  # import_user_dir says that it is not a folder
 
 
 def make_env(plugins: Plugins, config, seed=None, evaluation=False, worker_index=None):

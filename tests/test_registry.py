@@ -296,3 +296,33 @@ def test_a_plugin_importing_a_package_of_its_own_named_as_ddrls_says_why(tmp_pat
     with pytest.raises(ConfigError, match=r"No module named 'models.net'\. 'models' is ddrl's "
                                           r"own top-level package here .* my_models"):
         import_user_dir(str(tmp_path / "plugins"))
+
+
+def test_a_user_dir_is_found_where_rays_py_modules_put_it_on_another_machine(tmp_path):
+    """On a cluster's other machine the driver's --user_dir path does not exist: Ray's
+    py_modules brought the folder as _ray_pkg_<hash>/<name> on sys.path, and the worker imports
+    that copy (it failed: '--user_dir ... is not a folder'). Simulated in a fresh process."""
+    copy = tmp_path / "runtime_resources" / "_ray_pkg_0123abcd" / "my_plugins"
+    copy.mkdir(parents=True)
+    (copy / "helper.py").write_text("SCALE = 2.0\n")
+    (copy / "node_env.py").write_text(
+        "from envs import register_env\nfrom envs.gym_env import GymEnv\nimport helper\n\n\n"
+        "@register_env('node_copy_env')\nclass NodeCopyEnv(GymEnv):\n"
+        "    \"\"\"CartPole from the job's copy of the plugins.\"\"\"\n    scale = helper.SCALE\n")
+    check = (f"import sys, argparse\nsys.path.insert(0, {str(copy.parent)!r})\n"
+             "from core.plugins import load_plugins\n"
+             "spec = argparse.Namespace(env_name='node_copy_env', model_name='ppo',\n"
+             "    agent_name='default_agent', user_dir='/home/alice/proj/my_plugins',\n"
+             "    plugin_packages=('envs', 'models', 'agents'))\n"
+             "cls = load_plugins(spec).env_cls\nprint(cls.__name__, cls.scale)\n")
+    proc = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True,
+                          timeout=120, cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["NodeCopyEnv", "2.0"]
+    # an unrelated folder of that name elsewhere on sys.path is not taken for it
+    other = tmp_path / "elsewhere" / "my_plugins"
+    other.mkdir(parents=True)
+    check = check.replace(str(copy.parent), str(other.parent))
+    proc = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True,
+                          timeout=120, cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert proc.returncode == 1 and "is not a folder" in proc.stderr, proc.stderr[-2000:]
