@@ -18,7 +18,7 @@ from core.argtypes import (  # noqa: F401 - re-exported for plugins, see above
     auto_or_nonnegative_int, auto_or_positive_int, gpu_list, non_negative_float,
     non_negative_int, positive_float, positive_float_or_none, positive_int, positive_int_or_none,
     target_return, unit_interval, unit_interval_or_none)
-from core.plugins import env_label
+from core.plugins import env_label, user_dir_here
 from core.registry import (import_user_dir, registered_by_user_code, registry_of, ship_by_value,
                            unwrap_actor_class)
 from core.errors import ConfigError
@@ -626,8 +626,8 @@ def build_parser(argv, command="main"):
         config = restored_config(early.restore, "--evaluate" if early.evaluate else "--restore",
                                  user_code)
     user_dir = early.user_dir or config.get("user_dir")
-    if user_dir:
-        import_user_dir(user_dir)
+    if user_dir:  # (a sweep's trial on another machine: the job's copy, core/plugins.py)
+        import_user_dir(user_dir_here(user_dir))
     from envs import ENV_REGISTRY       # importing the packages registers the built-ins
     from models import MODEL_REGISTRY
     from agents import AGENT_REGISTRY
