@@ -223,3 +223,23 @@ def test_python_dash_m_ddrl_is_the_command(elsewhere):
     proc = subprocess.run([sys.executable, "-m", "ddrl", "list"], cwd=elsewhere, env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.startswith("envs (--env_name):"), proc.stderr
+
+
+def test_ddrl_train_with_ray_workers_from_a_project_root_with_its_own_models_package(tmp_path):
+    """Ray puts the driver's working directory first on each local worker's sys.path: from a
+    project root holding its own models/, every worker imported that package instead of
+    ddrl's and died starting (the run stopped after three replacements). A setup hook now
+    makes ddrl's top-level names resolve in ddrl first there; the project's folder is left
+    alone otherwise (core/distributed/placement.py ddrl_first_hook)."""
+    from core.distributed.placement import ddrl_first_hook
+    assert ddrl_first_hook(str(tmp_path)) is None  # nothing to shadow: no runtime_env at all
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "__init__.py").write_text("# the project's own models\n")
+    assert ddrl_first_hook(str(tmp_path)) is not None
+    proc = ddrl("train", "--num_workers", "2", "--no-elastic_start", "--total_steps", "2048",
+                "--eval_interval", "1024", "--eval_episodes", "2", "--seed", "0",
+                "--no-tensorboard", "--quiet", "--run_dir", "run", cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(tmp_path / "run" / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert rows and all(r["workers"] == "2" and r["worker_restarts"] == "0" for r in rows)

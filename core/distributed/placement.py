@@ -243,10 +243,48 @@ def start_ray(args):
     path = os.environ.get("PYTHONPATH", "")
     if is_checkout() and REPO_ROOT not in path.split(os.pathsep):
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, path) if p)
+    hook = ddrl_first_hook()
+    if hook is not None:
+        common["runtime_env"] = {"worker_process_setup_hook": hook}
     # address="local": always a new instance, never one that happens to run on this machine.
     ray.init(address="local", num_cpus=args.num_cpus, num_gpus=args.num_gpus,
              _node_ip_address=args.node_ip_address, **common)
     return True
+
+
+#: ddrl's top-level packages (the seed's layout; ddrl/__init__.py checks the driver's)
+TOP_LEVEL = ("core", "envs", "models", "agents", "options", "loggers")
+
+
+def ddrl_first_hook(cwd=None):
+    """None, or a function for Ray's worker_process_setup_hook when the working directory
+    holds a package named as one of ddrl's (a project's own models/): Ray puts the driver's
+    working directory first on every local worker's sys.path, so a worker would import that
+    package instead of ddrl's and die starting. The function, pickled by value (nothing of
+    ddrl is imported to run it), makes those names resolve in ddrl's root first. Only then:
+    a runtime_env is not free for Ray's worker start."""
+    cwd = os.path.abspath(cwd or os.getcwd())
+    if cwd == REPO_ROOT or not any(os.path.exists(os.path.join(cwd, name))
+                                   or os.path.exists(os.path.join(cwd, name + ".py"))
+                                   for name in TOP_LEVEL):
+        return None
+    root, names = REPO_ROOT, TOP_LEVEL
+
+    def put_ddrl_first():
+        # Ray adds the driver's directories to sys.path after this hook runs: so not a place
+        # on sys.path but a finder ahead of the others, for ddrl's top-level names only
+        # (their submodules follow their package's own __path__)
+        import importlib.machinery
+        import sys as _sys
+
+        class DdrlFirst:
+            @staticmethod
+            def find_spec(name, path=None, target=None):
+                if path is None and name in names:
+                    return importlib.machinery.PathFinder.find_spec(name, [root])
+                return None
+        _sys.meta_path.insert(0, DdrlFirst)
+    return put_ddrl_first
 
 
 def join_error(args, reason):
