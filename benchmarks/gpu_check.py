@@ -164,9 +164,15 @@ def parse_args(argv=None):
     p.add_argument("--update_seconds", type=float, default=None,
                    help="timed seconds per update configuration (default 5; --dry_run 0.2)")
     p.add_argument("--scaling_seconds", type=float, default=None,
-                   help="--seconds of each scaling point (default 45: on the H100 machine 16 "
-                        "workers took over 20 s to start, importing CUDA's torch, and 25 s "
-                        "points left windows of 1-10 s; --dry_run 12)")
+                   help="--seconds of each scaling point: its cap while --scaling_window is on "
+                        "(default 100; --dry_run 60), its length when off (45 was the default "
+                        "then: on the H100 machine 16 workers took over 20 s to start, importing "
+                        "CUDA's torch, and 25-s points left windows of 1-10 s)")
+    p.add_argument("--scaling_window", type=float, default=None,
+                   help="seconds of steady state each scaling point measures, counted from the "
+                        "moment all its workers are up and 15 s have passed (none in a dry run); "
+                        "the run is then stopped (scaling.py --window). 0: fixed-length points "
+                        "(default 25; --dry_run 6)")
     p.add_argument("--runs", nargs="+", choices=list(LEARNING_RUNS), default=None,
                    help="the learning runs to make (default: all)")
     p.add_argument("--scaling_systems", nargs="+", choices=["ppo", "dqn"], default=None,
@@ -416,18 +422,22 @@ def updates(check):
 
 # -- scaling ------------------------------------------------------------------------------------
 def scaling(check):
-    # a dry run's point must outlast Ray's start-up: its first metrics row comes ~7 s after the
-    # start on a 2-core AMD EPYC (AVX2), and a window needs two rows after it; beside the e2e
-    # tier's other file on 2 cores (load 4) the workers were all up only after 12.7 s of a
-    # 12-s point (a CI run on an AVX-512 EPYC, 2026-11-30), so 20 s
-    seconds = check.args.scaling_seconds or (20 if check.args.dry_run else 45)
+    # each point measures a window of steady state once all its workers are up: how long they take
+    # to start is not ours to know (a dry run's 2 workers beside the e2e tier's other file on
+    # 2 cores: 7-21 s; 16 workers importing CUDA's torch on the H100 machine: over 20 s)
+    window = check.args.scaling_window
+    window = (6 if check.args.dry_run else 25) if window is None else window
+    seconds = check.args.scaling_seconds or (
+        (60 if check.args.dry_run else 100) if window else 45)
+    warmup = (0 if check.args.dry_run else 15) if window else 0.35 * seconds
     workers = check.args.scaling_workers or ([2] if check.args.dry_run else [8, 16])
     systems = check.args.scaling_systems or (["ppo"] if check.args.dry_run else ["ppo", "dqn"])
     out = os.path.join(check.runs, "scaling", "scaling.json")
     argv = [sys.executable, "benchmarks/scaling.py", "--systems", *systems, "--placements",
             "worker", "--workers", *map(str, workers), "--seconds", f"{seconds:g}",
-            "--warmup_frac", "0.35", "--min_window", "10", "--cooldown", "2", "--out", out,
-            "--extra", "--eval_interval 1000000000"]  # no evaluation inside the window
+            "--warmup_frac", f"{warmup / seconds:.4g}", "--min_window", f"{min(10, window or 10):g}",
+            "--cooldown", "2", "--out", out, "--extra", "--eval_interval 1000000000"
+            ] + (["--window", f"{window:g}"] if window else [])  # no evaluation inside the window
     check.log(f"scaling: {shlex.join(argv[1:])}")
     budget = len(workers) * len(systems) * (seconds + 60) + 30
     proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=budget)
@@ -437,12 +447,13 @@ def scaling(check):
         data = json.load(f)
     points = [{k: p.get(k) for k in ("system", "n", "steps_per_s", "limit_steps_per_s",
                                      "efficiency", "workers_min", "workers_max", "window_s",
-                                     "short_window", "returncode", "cmd")}
+                                     "short_window", "all_workers_up_s", "stopped_at_window",
+                                     "returncode", "cmd")}
               for p in data["points"]]
     for p in points:
         check.log(f"scaling {p['system']} N={p['n']}: {p['steps_per_s']} steps/s, "
                   f"efficiency {p['efficiency']}")
-    return {"seconds_per_point": seconds, "points": points}
+    return {"seconds_per_point": seconds, "window_s": window or None, "points": points}
 
 
 # -- export -------------------------------------------------------------------------------------
@@ -584,12 +595,15 @@ def markdown(results):
                             if match.get("cuda_graphs_error") else "")), ""]
     scale = phases.get("scaling", {})
     if scale.get("points"):
-        lines += [f"## Scaling, 5 ms env, {scale['seconds_per_point']:g} s a point", "",
-                  "| system | N | env steps/s | share of N x 200 |", "| --- | ---: | ---: | ---: |"]
+        span = (f"a {scale['window_s']:g}-s window once all workers are up"
+                if scale.get("window_s") else f"{scale['seconds_per_point']:g} s a point")
+        lines += [f"## Scaling, 5 ms env, {span}", "",
+                  "| system | N | env steps/s | share of N x 200 | window (s) |",
+                  "| --- | ---: | ---: | ---: | ---: |"]
         for p in scale["points"]:
             lines.append(f"| {p['system']} | {p['n']} | {fmt(p['steps_per_s'], ',.0f')} | "
                          f"{fmt(None if p['efficiency'] is None else 100 * p['efficiency'], '.0f')}"
-                         f"% |")
+                         f"% | {fmt(p['window_s'], '.1f')} |")
         lines.append("")
     exp = phases.get("export", {})
     if exp.get("runs"):

@@ -29,6 +29,9 @@ both --warmup_frac x --seconds and the first row whose ``workers`` column reache
 workers up; PPO's elastic start first learns with one in-process worker), and ends at the last
 row; steps/s = env steps between the window's first and last rows / wall time between them. A
 point whose workers never all delivered is measured from --warmup_frac on and flagged.
+With --window S the harness stops each run (SIGTERM; main.py writes its summary and exits 143)
+once that window spans S seconds, so a point whose workers are slow to start still gets its whole
+window; --seconds is then only the cap.
 
 Writes --out (default benchmarks/results/scaling.json; scaling-cluster.json with --cluster or
 --address) after every point: each point's command, steps/s, limit, efficiency, workers seen,
@@ -108,6 +111,11 @@ def parse_args():
                    help="a steady-state window shorter than this many seconds is flagged (~ in the table; "
                         "many workers take long to be all up: give such points a longer --seconds, "
                         "benchmarks/README.md) (default: 20)")
+    p.add_argument("--window", type=float, default=None, metavar="S",
+                   help="stop each run (SIGTERM) once its steady-state window spans S seconds; "
+                        "--seconds is then only the cap. Workers slow to start (a loaded machine, "
+                        "CUDA's torch to import) then shorten no window (default: off, every run "
+                        "lasts --seconds)")
     p.add_argument("--extra", default="",
                    help="flags appended to every command, e.g. --extra \"--sample_ahead on\" (they win; "
                         "one flag alone: --extra=--compiled_graph)")
@@ -178,20 +186,29 @@ def point_command(args, system, placement, n, run_dir, address):
     return argv, key.strip(), workers, envs
 
 
-def run_process(argv, run_dir, timeout):
-    """Run main.py in its own process group with stdout/stderr to run_dir/*.log; kill the group
-    afterwards (also on timeout or Ctrl-C here)."""
+def run_process(argv, run_dir, timeout, stop_when=None):
+    """Run main.py in its own process group with stdout/stderr to run_dir/*.log; SIGTERM it once
+    ``stop_when()`` holds (polled twice a second), and kill the group afterwards (also on timeout
+    or Ctrl-C here). Returns (returncode, timed_out, wall seconds, stopped here)."""
     with open(os.path.join(run_dir, "stdout.log"), "w") as out, \
             open(os.path.join(run_dir, "stderr.log"), "w") as err:
         proc = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=err, start_new_session=True)
-        t0, timed_out = time.time(), False
+        t0, timed_out, stopped = time.time(), False, False
         try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
+            while True:
+                try:
+                    proc.wait(timeout=min(0.5, max(0.01, t0 + timeout - time.time())))
+                    break
+                except subprocess.TimeoutExpired:
+                    if time.time() - t0 >= timeout:
+                        timed_out = True
+                        break
+                    if stop_when is not None and not stopped and stop_when():
+                        proc.send_signal(signal.SIGTERM)  # main.py ends cleanly: summary, exit 143
+                        stopped = True
         finally:
             end_process_group(proc)  # a finished run's leftovers too
-        return proc.returncode if not timed_out else None, timed_out, time.time() - t0
+        return proc.returncode if not timed_out else None, timed_out, time.time() - t0, stopped
 
 
 def read_rows(run_dir):
@@ -245,12 +262,17 @@ def measure_point(args, system, placement, n, address):
     load = os.getloadavg()
     timeout = args.timeout or 1.5 * args.seconds + 120
     print(f"[scaling] {label} (load {load[0]:.2f}): {shlex.join(argv)}", flush=True)
-    rc, timed_out, wall = run_process(argv, run_dir, timeout)
+    def window_long_enough():
+        state = steady_state(read_rows(run_dir), workers, args.seconds, args.warmup_frac)
+        return (state.get("window_s") or 0) >= args.window
+
+    rc, timed_out, wall, stopped = run_process(argv, run_dir, timeout,
+                                               window_long_enough if args.window else None)
     limit = workers * envs * 1000.0 / args.step_ms
     rec = dict(system=system, placement=placement, n=n, workers=workers, envs_per_worker=envs,
                key=key, cmd=shlex.join(argv), run_dir=repo_relative(run_dir), address=address,
                seconds=args.seconds, step_ms=args.step_ms, extra=args.extra, returncode=rc,
-               timed_out=timed_out, process_wall_s=wall, load_before=list(load),
+               timed_out=timed_out, stopped_at_window=stopped, process_wall_s=wall, load_before=list(load),
                date=datetime.datetime.now().isoformat(timespec="seconds"), commit=git_commit(),
                limit_steps_per_s=limit)
     rec.update(steady_state(read_rows(run_dir), workers, args.seconds, args.warmup_frac))
@@ -261,12 +283,13 @@ def measure_point(args, system, placement, n, address):
             rec["stopped_because"] = json.load(f).get("stopped_because")
     except (OSError, ValueError):
         rec["stopped_because"] = None
-    if rc != 0:
+    rc_ok = rc == 0 or (stopped and rc == 128 + signal.SIGTERM)
+    if not rc_ok:
         with open(os.path.join(run_dir, "stderr.log")) as f:
             rec["stderr_tail"] = f.read()[-2000:]
     print(f"    {fmt_rate(rec)}; workers seen {rec.get('workers_min')}-{rec.get('workers_max')} of {workers}"
           + ("" if rec["all_workers_up"] else " (never all up)")
-          + (f"; window only {rec['window_s']:.0f} s" if rec["short_window"] else "") + (f"; rc={rc}" if rc else "")
+          + (f"; window only {rec['window_s']:.0f} s" if rec["short_window"] else "") + (f"; rc={rc}" if not rc_ok else "")
           + (" TIMEOUT" if timed_out else "") + (f"; {rec['error']}" if rec.get("error") else ""), flush=True)
     return rec
 
