@@ -86,22 +86,24 @@ LEARNING_RUNS = {
     "sac_lunar_gpu_graphs": ("--model_name sac --gym_id LunarLanderContinuous-v3 --num_gpus 1 "
                              "--cuda_graphs on", True),
     # FastTD3's shape: many envs, big batches, the replay buffer on the GPU (issue 50 item 3),
-    # and the same settings with the buffer and the learner on the CPU
+    # and the same settings with the buffer and the learner on the CPU, the learner given the
+    # cores the runs beside it leave ({cpu_threads}: all but 4; --learner_threads auto would
+    # give a process alone 2, measured on 2 cores, not a 16-core learner)
     "sac_lunar_gpu_bigbatch": ("--model_name sac --gym_id LunarLanderContinuous-v3 --num_gpus 1 "
                                "--num_envs_per_worker 64 --batch_size 4096 --utd_ratio 0.0625 "
                                "--replay_device cuda",
                                True),
     "sac_lunar_cpu_bigbatch": ("--model_name sac --gym_id LunarLanderContinuous-v3 "
-                               "--num_envs_per_worker 64 --batch_size 4096 --utd_ratio 0.0625",
-                               False),
+                               "--num_envs_per_worker 64 --batch_size 4096 --utd_ratio 0.0625 "
+                               "--learner_threads {cpu_threads}", False),
     # the same on MuJoCo (carry made with gpu_carry.sh --mujoco): HalfCheetah-v5, its preset
     "sac_cheetah_gpu": ("--model_name sac --gym_id HalfCheetah-v5 --num_gpus 1", True),
     "sac_cheetah_gpu_bigbatch": ("--model_name sac --gym_id HalfCheetah-v5 --num_gpus 1 "
                                  "--num_envs_per_worker 64 --batch_size 4096 --utd_ratio 0.0625 "
                                  "--replay_device cuda", True),
     "sac_cheetah_cpu_bigbatch": ("--model_name sac --gym_id HalfCheetah-v5 "
-                                 "--num_envs_per_worker 64 --batch_size 4096 --utd_ratio 0.0625",
-                                 False),
+                                 "--num_envs_per_worker 64 --batch_size 4096 --utd_ratio 0.0625 "
+                                 "--learner_threads {cpu_threads}", False),
     "sac_lunar_gpu_compiled": ("--model_name sac --gym_id LunarLanderContinuous-v3 --num_gpus 1 "
                                "--cuda_graphs on --compile_update on", True),
 }
@@ -299,7 +301,8 @@ def probe(check):
 def learning_argv(check, name, flags, run_dir, seconds):
     """main.py's argv for one learning run: its flags, a seed, --max_time; --dry_run drops the
     GPU flags and adds DRY_LEARNING's budget."""
-    words = shlex.split(flags)
+    cores = os.cpu_count() or 1
+    words = shlex.split(flags.replace("{cpu_threads}", str(max(1, cores - 4))))
     if check.args.dry_run:
         drop = {"--gpu", "--num_gpus", "--num_cpus"}
         words = [w for i, w in enumerate(words)

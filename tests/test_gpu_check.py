@@ -100,6 +100,21 @@ def test_the_dry_run_drops_the_gpu_flags_and_adds_its_budget():
 
 
 @pytest.mark.unit
+@pytest.mark.parametrize("cores, threads", [(16, "12"), (2, "1")])
+def test_the_cpu_big_batch_runs_give_their_learner_the_cores_left(monkeypatch, cores, threads):
+    """Against the GPU, the CPU's learner gets the cores the runs beside it leave, not the 2
+    threads --learner_threads auto gives a process alone."""
+    monkeypatch.setattr(gpu_check.os, "cpu_count", lambda: cores)
+
+    class Args:
+        dry_run = False
+    check = type("C", (), {"args": Args})()
+    for name in ("sac_lunar_cpu_bigbatch", "sac_cheetah_cpu_bigbatch"):
+        argv = gpu_check.learning_argv(check, name, gpu_check.LEARNING_RUNS[name][0], "/r", 9)
+        assert argv[argv.index("--learner_threads") + 1] == threads, argv
+
+
+@pytest.mark.unit
 def test_the_report_shows_where_the_updates_ran_and_what_failed():
     results = {"dry_run": False, "command": "benchmarks/gpu_check.py", "commit": "abc",
                "started": "now", "phases": {
