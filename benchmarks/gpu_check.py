@@ -456,7 +456,10 @@ def scaling(check):
     for p in points:
         check.log(f"scaling {p['system']} N={p['n']}: {p['steps_per_s']} steps/s, "
                   f"efficiency {p['efficiency']}")
-    return {"seconds_per_point": seconds, "window_s": window or None, "points": points}
+    alone = data.get("env_alone_steps_per_s")
+    check.log(f"scaling: the env alone {alone} steps/s")
+    return {"seconds_per_point": seconds, "window_s": window or None,
+            "env_alone_steps_per_s": alone, "points": points}
 
 
 # -- export -------------------------------------------------------------------------------------
@@ -607,6 +610,10 @@ def markdown(results):
             lines.append(f"| {p['system']} | {p['n']} | {fmt(p['steps_per_s'], ',.0f')} | "
                          f"{fmt(None if p['efficiency'] is None else 100 * p['efficiency'], '.0f')}"
                          f"% | {fmt(p['window_s'], '.1f')} |")
+        if scale.get("env_alone_steps_per_s"):
+            alone = scale["env_alone_steps_per_s"]
+            lines += ["", f"The env alone, a bare loop in one process: {alone:,.1f} steps/s "
+                          f"({alone / 2:.1f}% of 200): the ceiling of every share."]
         lines.append("")
     exp = phases.get("export", {})
     if exp.get("runs"):

@@ -369,7 +369,27 @@ def series(points):
     return out
 
 
-def markdown(points, step_ms, seconds, where):
+def env_alone(step_ms, seconds=3.0):
+    """One slow_env stepped by a bare loop in this process (random actions, no ddrl around
+    it): the env's own steps/s on this machine, the overshoot of its sleeps included, which no
+    platform gets past (5 ms steps made 195 steps/s on a 2-core AMD EPYC, 97.5% of 200)."""
+    sys.path.insert(0, os.path.join(HERE, "plugins"))
+    import slow_env
+    parser = argparse.ArgumentParser()
+    slow_env.SlowEnv.add_args(parser)
+    env = slow_env.SlowEnv(parser.parse_args(["--step_ms", f"{step_ms:g}"]), seed=0)
+    env.reset(seed=0)
+    env.action_space.seed(0)
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+        steps += 1
+        if terminated or truncated:
+            env.reset()
+    return steps / (time.perf_counter() - start)
+
+
+def markdown(points, step_ms, seconds, where, alone=None):
     ns = sorted({p["n"] for p in points})
     lines = [f"slow_env with a {step_ms:g} ms step ({1000 / step_ms:g} steps/s per env), {seconds:g} s per run, "
              f"{where}; steady-state env steps/s and % of the env's limit (workers x envs x "
@@ -390,6 +410,10 @@ def markdown(points, step_ms, seconds, where):
         lines.append(f"| {row_label(system, placement, extra)} | " + " | ".join(cells) + " |")
     lines += ["", "Goals: 8 workers >= 75%, 16 workers >= 60% (N workers x 1 env). "
               "* = not every worker delivered in the window; ~ = steady-state window under the --min_window."]
+    if alone:
+        lines += ["", f"The env alone, stepped by a bare loop in one process on this machine: "
+                      f"{alone:,.1f} steps/s, {100 * alone * step_ms / 1000:.1f}% of "
+                      f"{1000 / step_ms:g} (its sleeps overshoot): the ceiling of every share."]
     return "\n".join(lines)
 
 
@@ -417,11 +441,13 @@ def plot(path, points, step_ms, where):
 
 
 def write_results(args, points, where):
-    table = markdown(points, args.step_ms, args.seconds, where)
+    alone = getattr(args, "env_alone_steps_per_s", None)
+    table = markdown(points, args.step_ms, args.seconds, where, alone)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     data = dict(harness_cmd=shlex.join([sys.executable] + sys.argv), where=where, step_ms=args.step_ms,
                 seconds=args.seconds, warmup_frac=args.warmup_frac, goals=GOALS, systems=args.system_flags,
-                machine=machine_info(), points=points, markdown=table)
+                machine=machine_info(), env_alone_steps_per_s=alone, points=points,
+                markdown=table)
     from core.atomic import atomic_open  # the repository's one atomic writer
     with atomic_open(args.out, "w") as f:
         json.dump(data, f, indent=1)
@@ -441,7 +467,8 @@ def replot(path):
         data = json.load(f)
     points = data["points"]
     plot(os.path.splitext(path)[0] + ".png", points, data["step_ms"], data["where"])
-    print(markdown(points, data["step_ms"], data["seconds"], data["where"]))
+    print(markdown(points, data["step_ms"], data["seconds"], data["where"],
+                   data.get("env_alone_steps_per_s")))
 
 
 # -- main ---------------------------------------------------------------------------------------
@@ -478,6 +505,10 @@ def main():
 
 
 def measure_and_report(args):
+    args.env_alone_steps_per_s = env_alone(args.step_ms)
+    print(f"[scaling] the env alone: {args.env_alone_steps_per_s:,.1f} steps/s "
+          f"({100 * args.env_alone_steps_per_s * args.step_ms / 1000:.1f}% of "
+          f"{1000 / args.step_ms:g})", flush=True)
     if args.cluster:
         where = f"{args.cluster_nodes}-node loopback cluster ({args.cluster_cpus} CPUs per node)"
         with loopback_cluster(args.cluster_nodes, args.cluster_cpus) as address:

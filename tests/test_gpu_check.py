@@ -58,6 +58,8 @@ def test_the_dry_run_runs_every_phase_on_the_cpu(tmp_path):
 
     points = phases["scaling"]["points"]
     assert points and all(p["steps_per_s"] and p["steps_per_s"] > 0 for p in points)
+    # the env's own rate, its sleeps' overshoot included: the ceiling (5 ms: at most 200/s)
+    assert 100 < phases["scaling"]["env_alone_steps_per_s"] <= 200
     # each point stopped once its window of steady state (all workers up) spanned 6 s
     assert all(p["stopped_at_window"] and p["window_s"] >= 6 and p["returncode"] == 143
                for p in points), points
