@@ -16,7 +16,9 @@ as soon as it ends, so a run cut short keeps what it measured:
   start) and once with ``--no-elastic_start`` (every gradient from the Ray workers), both to
   CartPole's 475; DQN on LunarLander-v3 and SAC on LunarLanderContinuous-v3 (their presets) to
   200, each with the learner on the GPU (``--num_gpus 1``; device rounds), with the GPU and
-  ``--cuda_graphs`` (the ``_graphs`` runs) and the same run on the CPU. Every
+  ``--cuda_graphs`` (the ``_graphs`` runs) and the same run on the CPU; a user's batched
+  simulator on the GPU (``ppo_pointmass_gpu``: examples/batched_sim/point_mass.py's 1,024
+  point masses stepped in torch on cuda) to its -12. Every
   run's summary.json says where each part computed (``devices``: the device, CUDA's name and
   torch's peak memory there), which is the proof that the gradients ran on CUDA.
 - ``updates``: learning throughput of ddrl's own update code (benchmarks/probes/learning_speed.py):
@@ -104,6 +106,12 @@ LEARNING_RUNS = {
     "sac_cheetah_cpu_bigbatch": ("--model_name sac --gym_id HalfCheetah-v5 "
                                  "--num_envs_per_worker 64 --batch_size 4096 --utd_ratio 0.0625 "
                                  "--learner_threads {cpu_threads}", False),
+    # a user's batched simulator on the GPU (examples/batched_sim/point_mass.py): 1,024 point
+    # masses stepped in torch on cuda, PPO's gradients on the GPU too, acting on the CPU
+    "ppo_pointmass_gpu": ("--user_dir examples/batched_sim --env_name point_mass --config none "
+                          "--pm_device cuda --num_gpus 1 --num_workers 0 "
+                          "--num_envs_per_worker 1024 --rollout_steps 16 --batch_size 4096 "
+                          "--num_epochs 4 --total_steps 3000000", True),
     "sac_lunar_gpu_compiled": ("--model_name sac --gym_id LunarLanderContinuous-v3 --num_gpus 1 "
                                "--cuda_graphs on --compile_update on", True),
 }
@@ -121,7 +129,11 @@ DRY_LEARNING = {
            "--dqn_hidden_sizes 32,32",
     "sac": "--total_steps 600 --learning_starts 200 --start_steps 200 --eval_interval 300 "
            "--eval_episodes 1 --sac_hidden_sizes 32,32",
+    # (by a run's whole name first) one PPO round of the 1,024 point masses, in this process
+    "ppo_pointmass_gpu": "--total_steps 16384 --eval_interval 16384 --eval_episodes 1",
 }
+#: flags a dry run drops with their values: the GPU's, and a simulator's own device
+DRY_DROPPED = ("--gpu", "--num_gpus", "--num_cpus", "--pm_device")
 
 #: (workload, mode, device, threads, precision) of the updates phase; "all" = every core.
 #: The replay workloads' modes (benchmarks/probes/learning_speed.py): one update per call
@@ -304,10 +316,9 @@ def learning_argv(check, name, flags, run_dir, seconds):
     cores = os.cpu_count() or 1
     words = shlex.split(flags.replace("{cpu_threads}", str(max(1, cores - 4))))
     if check.args.dry_run:
-        drop = {"--gpu", "--num_gpus", "--num_cpus"}
         words = [w for i, w in enumerate(words)
-                 if w not in drop and (i == 0 or words[i - 1] not in drop)]
-        words += shlex.split(DRY_LEARNING[name.split("_")[0]])
+                 if w not in DRY_DROPPED and (i == 0 or words[i - 1] not in DRY_DROPPED)]
+        words += shlex.split(DRY_LEARNING.get(name) or DRY_LEARNING[name.split("_")[0]])
     return [sys.executable, "main.py", *words, "--seed", "0", "--max_time", f"{seconds:g}",
             "--no-tensorboard", "--run_dir", run_dir]
 
@@ -506,9 +517,16 @@ def check_one_export(run_dir):
     import numpy as np
     import onnxruntime
     import torch
+    import yaml
     import ddrl
     result = {"cuda_visible": torch.cuda.is_available()}
-    policy = ddrl.load(run_dir)
+    # a simulator that ran on the GPU is stepped on the CPU here, as a user without one would
+    # (ddrl.load's flags override the run's: `ddrl evaluate RUN --pm_device cpu` the same)
+    config = yaml.safe_load(open(os.path.join(run_dir, "config.yaml"))) or {}
+    overrides = {"pm_device": "cpu"} if config.get("pm_device", "cpu") != "cpu" else {}
+    if overrides:
+        result["overrides"] = overrides
+    policy = ddrl.load(run_dir, **overrides)
     result["returns"] = [round(r, 2) for r in policy.play(episodes=2)]
     onnx_file = os.path.join(run_dir, "policy.onnx")
     sidecar = policy.export(onnx_file, "onnx")

@@ -102,6 +102,23 @@ def test_the_dry_run_drops_the_gpu_flags_and_adds_its_budget():
 
 
 @pytest.mark.unit
+def test_the_batched_simulator_run_steps_on_cuda_and_its_dry_run_on_the_cpu():
+    class Args:
+        dry_run = False
+    check = type("C", (), {"args": Args})()
+    flags = gpu_check.LEARNING_RUNS["ppo_pointmass_gpu"][0]
+    argv = gpu_check.learning_argv(check, "ppo_pointmass_gpu", flags, "/r", 60)
+    assert argv[argv.index("--pm_device") + 1] == "cuda" and "--num_gpus" in argv
+    Args.dry_run = True
+    argv = gpu_check.learning_argv(check, "ppo_pointmass_gpu", flags, "/r", 60)
+    assert "--pm_device" not in argv and "--num_gpus" not in argv
+    # its own small budget (one round of 1,024 envs x 16 steps), still in one process
+    assert argv[argv.index("--num_workers") + 1] == "0" and argv.count("--num_workers") == 1
+    last = len(argv) - 1 - argv[::-1].index("--total_steps")  # the later flag wins
+    assert argv[last + 1] == "16384"
+
+
+@pytest.mark.unit
 @pytest.mark.parametrize("cores, threads", [(16, "12"), (2, "1")])
 def test_the_cpu_big_batch_runs_give_their_learner_the_cores_left(monkeypatch, cores, threads):
     """Against the GPU, the CPU's learner gets the cores the runs beside it leave, not the 2
