@@ -5,6 +5,8 @@ one: SameStep gives exactly the per-env path's fragment; NextStep the same trans
 each episode's reset step kept as a cut (invalid, truncated at the final observation) that
 nothing learns from. Then truncation bootstraps, masks, recurrent state, a raising batch,
 exact resume, the single-env view, and gym_env --vectorize end to end."""
+import re
+
 import numpy as np
 import pytest
 from gymnasium import spaces
@@ -444,3 +446,23 @@ def test_a_vector_env_plugin_that_does_not_say_it_is_batched_is_one_paragraph(tm
     assert "env plugin VecPlugin" in message and "a batch of 4 envs" in message
     assert "num_envs in __init__" in message and "make_batch" in message
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.contract
+@pytest.mark.parametrize("device, says", [
+    ("cuda", "--pm_device cuda: torch here sees no CUDA device"),
+    ("gpu0", "--pm_device 'gpu0' is not a torch device"),
+])
+def test_the_point_mass_example_refuses_a_device_it_cannot_use_in_one_paragraph(device, says):
+    """Where the simulator is built (a Ray worker's constructor too: such a ConfigError stops
+    the run, exit 2), not torch's traceback from its generator."""
+    import os
+    import torch
+    from tests.test_e2e import REPO
+    if device == "cuda" and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    spec = run_spec(parse_args(["--user_dir", os.path.join(REPO, "examples", "batched_sim"),
+                                "--env_name", "point_mass", "--config", "none",
+                                "--pm_device", device, "--num_workers", "0"]))
+    with pytest.raises(ConfigError, match="^" + re.escape(says)):
+        make_env_batch(load_plugins(spec), spec.env, 4, seed=0)

@@ -21,7 +21,26 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
+from core.errors import ConfigError
 from envs import register_env
+
+
+def simulator_device(name):
+    """The torch device --pm_device names, checked where the simulator runs (a Ray worker on
+    another machine may have the GPU this process lacks): bad input is the run's ConfigError,
+    one paragraph, exit code 2, not torch's traceback from deep in the first step."""
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise ConfigError(f"--pm_device {name!r} is not a torch device ({exc}). Give cpu, cuda "
+                          f"or cuda:N.") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(
+            f"--pm_device {name}: torch here sees no CUDA device (torch {torch.__version__}, "
+            f"{'built with CUDA: no GPU or driver found' if torch.backends.cuda.is_built() else 'a CPU-only build'}). "
+            f"Use --pm_device cpu, or run where a GPU is; a policy trained on one plays here "
+            f"with `ddrl evaluate RUN --pm_device cpu`.")
+    return device
 
 
 @register_env("point_mass")
@@ -37,7 +56,7 @@ class PointMass:
 
     def __init__(self, args, seed=None, num_envs=1):
         self.num_envs = num_envs
-        self.device = torch.device(args.pm_device)
+        self.device = simulator_device(args.pm_device)
         self.single_observation_space = spaces.Box(-np.inf, np.inf, (6,), np.float32)
         self.single_action_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
         self.generator = torch.Generator(device=self.device)
