@@ -441,7 +441,7 @@ def plot(path, points, step_ms, where):
 
 
 def write_results(args, points, where):
-    alone = getattr(args, "env_alone_steps_per_s", None)
+    alone = args.env_alone_steps_per_s  # measure_and_report measured it first
     table = markdown(points, args.step_ms, args.seconds, where, alone)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     data = dict(harness_cmd=shlex.join([sys.executable] + sys.argv), where=where, step_ms=args.step_ms,
