@@ -180,7 +180,8 @@ def point_command(args, system, placement, n, run_dir, address):
         "worker" if placement == "worker" else
         f"actor --envs_per_actor {envs if placement == 'actor' else 1}")
     tail = f"{flags} {point}" + (" --address {address}" if address else "") + f" {args.extra}".rstrip()
-    key = f"main.py {common} {tail}"
+    # a point measured in a --window is another measurement than one of --seconds (--resume)
+    key = f"main.py {common} {tail}" + (f" [window {args.window:g} s]" if args.window else "")
     argv = ([sys.executable, "main.py"] + shlex.split(common) + ["--run_dir", run_dir]
             + shlex.split(tail.replace("{address}", address or "")))
     return argv, key.strip(), workers, envs
@@ -372,7 +373,8 @@ def series(points):
 def env_alone(step_ms, seconds=3.0):
     """One slow_env stepped by a bare loop in this process (random actions, no ddrl around
     it): the env's own steps/s on this machine, the overshoot of its sleeps included, which no
-    platform gets past (5 ms steps made 195 steps/s on a 2-core AMD EPYC, 97.5% of 200)."""
+    platform gets past (5 ms steps: 192.6-194.9 steps/s, 96-97.5% of 200, on a 2-core AMD EPYC
+    with AVX-512)."""
     sys.path.insert(0, os.path.join(HERE, "plugins"))
     import slow_env
     parser = argparse.ArgumentParser()
