@@ -522,7 +522,8 @@ def check_one_export(run_dir):
     result = {"cuda_visible": torch.cuda.is_available()}
     # a simulator that ran on the GPU is stepped on the CPU here, as a user without one would
     # (ddrl.load's flags override the run's: `ddrl evaluate RUN --pm_device cpu` the same)
-    config = yaml.safe_load(open(os.path.join(run_dir, "config.yaml"))) or {}
+    with open(os.path.join(run_dir, "config.yaml")) as f:
+        config = yaml.safe_load(f) or {}
     overrides = {"pm_device": "cpu"} if config.get("pm_device", "cpu") != "cpu" else {}
     if overrides:
         result["overrides"] = overrides
