@@ -18,7 +18,7 @@ $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
-	$(PY) -c "import torch, ray, ray.tune, optuna, gymnasium, Box2D, ale_py, cv2, mujoco, gymnasium_robotics, onnx, onnxscript, onnxruntime, pettingzoo, mpe2, wandb, mlflow, envpool; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+	$(PY) -c "import torch, ray, ray.tune, optuna, gymnasium, threadpoolctl, Box2D, ale_py, cv2, mujoco, gymnasium_robotics, onnx, onnxscript, onnxruntime, pettingzoo, mpe2, wandb, mlflow, envpool; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 	touch $(STAMP)
 
 run: setup

@@ -30,7 +30,7 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_27_x86_64 \
   --platform manylinux_2_28_x86_64 -d .whl \
   ray==2.60.0 gymnasium==1.4.0 farama-notifications==0.0.6 jsonschema==4.26.0 \
-  jsonschema-specifications referencing rpds-py "${sims[@]}" "$@"
+  jsonschema-specifications referencing rpds-py threadpoolctl==3.8.0 "${sims[@]}" "$@"
 python3 - <<'PY'
 import glob, os, zipfile
 # gymnasium's box2d envs import pygame even without rendering: its docs, examples and tests go

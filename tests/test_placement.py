@@ -161,3 +161,24 @@ def test_actors_record_task_events_only_with_the_flag(ray_session, flags, record
         ray.kill(handle)
     finally:
         record_task_events(False)
+
+
+@pytest.mark.unit
+def test_every_ddrl_process_runs_numpys_blas_on_one_thread():
+    """numpy's OpenBLAS pool hung the driver when Ray's start forked in the background while
+    the elastic start's worker acted on a big batch (core/distributed/process.py); torch's
+    threads stay what --torch_threads asks."""
+    import subprocess
+    import sys
+    code = ("import numpy, torch; from threadpoolctl import threadpool_info; "
+            "from options.options import parse_args; "
+            "from core.distributed.process import setup_process; "
+            "setup_process(parse_args(['--config', 'none', '--torch_threads', '2'])); "
+            "print([i['num_threads'] for i in threadpool_info() if i['user_api'] == 'blas'], "
+            "torch.get_num_threads())")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[1] 2"
