@@ -333,6 +333,8 @@ def test_appo_learns_cartpole_in_one_process():
         summary, rows = read_run(run_dir)
     assert summary["best_eval_return"] >= 400, summary
     assert summary["stopped_because"] == "target_return", summary
+    # where the learner computed (the proof a GPU run gives that it ran on CUDA)
+    assert [(d["role"], d["device"]) for d in summary["devices"]] == [("learner", "cpu")]
 
 
 @pytest.mark.e2e
@@ -357,6 +359,9 @@ def test_an_lstm_policy_with_an_action_mask_runs_through_ray_workers(tmp_path):
     assert summary["env_steps"] >= 3000 and summary["last_eval_return"] is not None
     assert all(r["workers"] == "2" for r in rows)
     assert any(r["learners"] == "2" for r in rows)
+    assert [d["role"] for d in summary["devices"]] == ["learner", "learner worker 0",
+                                                       "learner worker 1"], summary["devices"]
+    assert all(d["device"] == "cpu" for d in summary["devices"])
     assert int(rows[-1]["updates"]) > 0
     assert all(float(r["ratio_mean"]) == pytest.approx(1.0, abs=0.5) for r in rows
                if r.get("ratio_mean"))

@@ -45,8 +45,8 @@ from core.algos.ppo_trainer import LearnerGradients, PPOTrainer, shared_rate
 from core.algos.trainer import Trainer
 from core.algos.trainers import register_trainer
 from core.argtypes import non_negative_int, positive_int
-from core.distributed.devices import (DRIVER_LEARNER, LEARNERS, plan_gpus, resolve_device,
-                                      to_cpu)
+from core.distributed.devices import (DRIVER_LEARNER, LEARNERS, device_info, plan_gpus,
+                                      resolve_device, to_cpu)
 from core.distributed.placement import LocalRef, Placement, cpus_per_actor
 from core.errors import ConfigError
 from core.faults import all_finite
@@ -537,6 +537,21 @@ class APPOTrainer(Trainer):
     def checkpoint_state(self):
         weights, optimizer_state, version = self.learner.state()
         return weights, to_cpu(optimizer_state), version
+
+    def summary_extra(self):
+        """summary.json's ``devices``: where the learner computed (this process; with
+        --num_learners N the learner workers, which compute the gradients), with CUDA's peak
+        memory there (core/distributed/devices.py device_info). A learner worker that does not
+        answer within 30 s is left out: the run is over, its summary must not wait on it."""
+        reports = [{"role": "learner", **device_info(self.device)}]
+        try:
+            members = sorted(self.learners.ready_members(), key=lambda m: m.slot)
+            calls = {self.learners.submit(m, "device_info"): m for m in members}
+            answered = self.learners.gather(calls, timeout=30.0) if calls else {}
+        except Exception:  # noqa: BLE001 - a report, never the run's fate
+            answered = {}
+        return {"devices": reports + [{"role": f"learner worker {m.slot}", **info}
+                                      for m, info in answered.items()]}
 
     def recording_groups(self):
         return [self.group]
