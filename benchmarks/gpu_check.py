@@ -18,7 +18,8 @@ as soon as it ends, so a run cut short keeps what it measured:
   200, each with the learner on the GPU (``--num_gpus 1``; device rounds), with the GPU and
   ``--cuda_graphs`` (the ``_graphs`` runs) and the same run on the CPU; a user's batched
   simulator on the GPU (``ppo_pointmass_gpu``: examples/batched_sim/point_mass.py's 1,024
-  point masses stepped in torch on cuda) to its -12. Every
+  point masses stepped in torch on cuda) to its -12, with PPO in one process and with APPO's
+  two Ray workers stepping it (``appo_pointmass_gpu``). Every
   run's summary.json says where each part computed (``devices``: the device, CUDA's name and
   torch's peak memory there), which is the proof that the gradients ran on CUDA.
 - ``updates``: learning throughput of ddrl's own update code (benchmarks/probes/learning_speed.py):
@@ -112,6 +113,12 @@ LEARNING_RUNS = {
                           "--pm_device cuda --num_gpus 1 --num_workers 0 "
                           "--num_envs_per_worker 1024 --rollout_steps 16 --batch_size 4096 "
                           "--num_epochs 4 --total_steps 3000000", True),
+    # the same simulator in two Ray workers (each steps its 1,024 envs on the GPU: Ray hides no
+    # GPU from an actor that reserves none) with APPO's learner on the GPU in the driver
+    "appo_pointmass_gpu": ("--user_dir examples/batched_sim --env_name point_mass --config none "
+                           "--pm_device cuda --model_name appo --num_gpus 1 --num_workers 2 "
+                           "--num_envs_per_worker 1024 --rollout_steps 16 "
+                           "--total_steps 3000000", True),
     "sac_lunar_gpu_compiled": ("--model_name sac --gym_id LunarLanderContinuous-v3 --num_gpus 1 "
                                "--cuda_graphs on --compile_update on", True),
 }
@@ -131,6 +138,8 @@ DRY_LEARNING = {
            "--eval_episodes 1 --sac_hidden_sizes 32,32",
     # (by a run's whole name first) one PPO round of the 1,024 point masses, in this process
     "ppo_pointmass_gpu": "--total_steps 16384 --eval_interval 16384 --eval_episodes 1",
+    "appo_pointmass_gpu": "--num_envs_per_worker 256 --total_steps 32768 --eval_interval 16384 "
+                          "--eval_episodes 1",
 }
 #: flags a dry run drops with their values: the GPU's, and a simulator's own device
 DRY_DROPPED = ("--gpu", "--num_gpus", "--num_cpus", "--pm_device")
@@ -367,7 +376,7 @@ def learning(check):
         check.log(f"{name}: rc {proc.returncode}, stopped {summary.get('stopped_because')}, "
                   f"best eval {summary.get('best_eval_return')}, time to target "
                   f"{summary.get('time_to_target_s')}, devices "
-                  f"{[d.get('device') for d in summary.get('devices', [])]}")
+                  f"{[d.get('device') for d in summary.get('devices') or []]}")
     return {"max_time_s": seconds, "runs": runs}
 
 
