@@ -34,6 +34,9 @@ class Echo:
     def broken(self):
         raise ValueError("a bug in the worker's code")
 
+    def where(self):
+        return f"slot {self.slot}"
+
 
 def make_group(max_restarts=1000, timeout=None, fail_on_start=False):
     faults = Faults(SimpleNamespace(max_worker_restarts=max_restarts, max_bad_updates=10,
@@ -240,3 +243,13 @@ def test_a_config_error_in_a_constructor_is_read_from_rays_report_and_nothing_el
     assert config_error_in_constructor(crash) is None
     assert config_error_in_constructor(ActorDiedError(crash)) is None
     assert config_error_in_constructor(ActorDiedError()) is None  # a lost process or node
+
+
+def test_ask_ready_puts_one_question_to_every_ready_member_in_the_order_asked():
+    group, _ = make_group()
+    for slot in range(3):
+        group.add(slot, local=True)
+    answered = group.ask_ready("where", timeout=1.0, order=lambda m: -m.slot)
+    assert [(m.slot, value) for m, value in answered.items()] == [
+        (2, "slot 2"), (1, "slot 1"), (0, "slot 0")]
+    assert make_group()[0].ask_ready("where", timeout=1.0) == {}  # nobody to ask

@@ -545,9 +545,7 @@ class APPOTrainer(Trainer):
         answer within 30 s is left out: the run is over, its summary must not wait on it."""
         reports = [{"role": "learner", **device_info(self.device)}]
         try:
-            members = sorted(self.learners.ready_members(), key=lambda m: m.slot)
-            calls = {self.learners.submit(m, "device_info"): m for m in members}
-            answered = self.learners.gather(calls, timeout=30.0) if calls else {}
+            answered = self.learners.ask_ready("device_info", timeout=30.0)
         except Exception:  # noqa: BLE001 - a report, never the run's fate
             answered = {}
         return {"devices": reports + [{"role": f"learner worker {m.slot}", **info}

@@ -553,9 +553,7 @@ class PPOTrainer(Trainer):
             model = self.learner_gradients.agent.model
             reports.append({"role": "learner", **device_info(getattr(model, "device", "cpu"))})
         try:
-            members = sorted(self.group.ready_members(), key=slot_order)
-            calls = {self.group.submit(m, "device_info"): m for m in members}
-            answered = self.group.gather(calls, timeout=30.0) if calls else {}
+            answered = self.group.ask_ready("device_info", timeout=30.0, order=slot_order)
         except Exception:  # noqa: BLE001 - a report, never the run's fate
             return reports
         return reports + [{"role": f"rollout worker {m.slot}" + (" (in-process)" if m.local

@@ -154,6 +154,14 @@ class WorkerGroup:
                 self._failed(refs[ref], f"no answer within {timeout:g} s (--worker_timeout)")
         return {refs[ref]: values[ref] for ref in refs if ref in values}
 
+    def ask_ready(self, method: str, timeout: float, order=lambda m: m.slot
+                  ) -> Dict[Member, Any]:
+        """``method()`` of every ready member at once, {member: value} of those that answer
+        within ``timeout`` (gather's rules), in ``order``: a question such as where each
+        computes, asked as a run ends."""
+        calls = {self.submit(m, method): m for m in sorted(self.ready_members(), key=order)}
+        return self.gather(calls, timeout=timeout) if calls else {}
+
     def hung(self, now: Optional[float] = None) -> List[Any]:
         """Refs of calls older than the timeout (for loops that wait on many kinds of work);
         their members are replaced."""
