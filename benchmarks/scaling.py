@@ -254,6 +254,15 @@ def steady_state(rows, expected_workers, seconds, warmup_frac):
     return out
 
 
+def window_reached(rows, expected_workers, seconds, warmup_frac, window):
+    """Whether a run's steady-state window (steady_state's) spans ``window`` seconds with all
+    its workers up: --window stops the run then. All up first: until then steady_state's
+    window falls back to starting at the warm-up (a point whose workers never all come is
+    measured so), which with a short warm-up spans the in-process stand-in's rows alone."""
+    state = steady_state(rows, expected_workers, seconds, warmup_frac)
+    return state["all_workers_up"] and (state.get("window_s") or 0) >= window
+
+
 def measure_point(args, system, placement, n, address):
     label = f"{system}-{placement}-{n}"
     run_dir = os.path.join(os.path.splitext(args.out)[0], label)
@@ -264,8 +273,8 @@ def measure_point(args, system, placement, n, address):
     timeout = args.timeout or 1.5 * args.seconds + 120
     print(f"[scaling] {label} (load {load[0]:.2f}): {shlex.join(argv)}", flush=True)
     def window_long_enough():
-        state = steady_state(read_rows(run_dir), workers, args.seconds, args.warmup_frac)
-        return (state.get("window_s") or 0) >= args.window
+        return window_reached(read_rows(run_dir), workers, args.seconds, args.warmup_frac,
+                              args.window)
 
     rc, timed_out, wall, stopped = run_process(argv, run_dir, timeout,
                                                window_long_enough if args.window else None)

@@ -709,3 +709,16 @@ def test_learning_speed_compare_modes():
                                           modes=("server", "rounds"))
     assert result["updates"] == 8
     assert result["weights_max_abs_diff"] < 1e-6 < result["weights_max_abs"]
+
+
+@pytest.mark.unit
+def test_a_window_is_reached_only_once_every_worker_is_up():
+    """scaling.py --window: the rows of PPO's elastic start (1 worker, in the driver) for 9 s,
+    then both Ray workers; with no warm-up the stand-in's rows alone would span 8 s. A dry run
+    of the GPU check was stopped that way at 10.7 s, before its window had two rows."""
+    rows = [{"wall_time_s": t, "env_steps": 128 * t, "workers": 1} for t in range(1, 10)]
+    assert not scaling.window_reached(rows, 2, 60, 0.0, 6)
+    rows += [{"wall_time_s": t, "env_steps": 128 * t, "workers": 2} for t in range(10, 16)]
+    assert not scaling.window_reached(rows, 2, 60, 0.0, 6)  # 10 to 15 s: 5 s
+    rows.append({"wall_time_s": 16, "env_steps": 128 * 16, "workers": 2})
+    assert scaling.window_reached(rows, 2, 60, 0.0, 6)
