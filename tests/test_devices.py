@@ -169,15 +169,19 @@ def test_auto_precision_is_bf16_only_on_cpus_that_multiply_bf16_natively(
 
 @pytest.mark.parametrize("slow_in, expected", [("bf16", "fp32"), ("fp32", "bf16"),
                                                (None, "fp32")])
-def test_time_precisions_keeps_the_faster_and_fp32_on_a_tie(slow_in, expected):
+def test_time_precisions_keeps_the_faster_and_fp32_on_a_tie(monkeypatch, slow_in, expected):
     """An update that takes longer under bf16 autocast (or in fp32) is timed in both; the faster
-    wins, fp32 unless bf16 gains 5% or more; the random generators are as they were."""
+    wins, fp32 unless bf16 gains 5% or more; the random generators are as they were. The
+    updates take their time on a clock of the test's own: real sleeps of 2 ms each way, under
+    a loaded CI (the e2e tier beside it), made the tie's bf16 5% faster now and then."""
     import time
+    now = [0.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: now[0])
 
     def update():
         precision = "bf16" if torch.is_autocast_enabled("cpu") else "fp32"
         torch.rand(3)  # a draw, as SAC's reparameterized actions make
-        time.sleep(0.004 if precision == slow_in else 0.002)
+        now[0] += 0.004 if precision == slow_in else 0.002
 
     torch.manual_seed(5)
     before = torch.get_rng_state()
