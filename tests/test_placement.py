@@ -85,6 +85,48 @@ def test_an_installed_ddrl_sends_a_copy_of_its_packages_to_a_cluster_not_site_pa
     assert checkout["py_modules"] == [str(tmp_path / "plugins")]
 
 
+@pytest.mark.contract
+def test_joining_leaves_no_staging_folder_behind(monkeypatch, tmp_path):
+    """A checkout joins --address as it is: no copy is staged. An installed ddrl's copy goes
+    once ray.init returns, or, when the run ends while ray.init still uploads it (an elastic
+    start that finished first), when RayStarter stops. Before, a checkout made an empty
+    /tmp/ddrl-job-* folder for every join and one was left behind whenever the process ended
+    during ray.init (seen after the e2e tier)."""
+    import threading
+    monkeypatch.setattr(placement.tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(placement, "check_address_answers", lambda args: None)
+    args = parse_args(["--config", "none", "--address", "10.0.0.5:6379"])
+    seen = []
+
+    def init(**kwargs):
+        folder = kwargs["runtime_env"]["working_dir"]
+        seen.append((folder, sorted(os.listdir(folder))))
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", init)
+    start_ray(args)
+    assert seen[-1][0] == REPO_ROOT and os.listdir(tmp_path) == []
+
+    monkeypatch.setattr(placement, "is_checkout", lambda root=REPO_ROOT: False)
+    start_ray(args)  # installed: the copy is there while ray.init runs, gone after
+    assert os.path.dirname(seen[-1][0]) == str(tmp_path) and seen[-1][1] == sorted(PACKAGES)
+    assert os.listdir(tmp_path) == []
+
+    uploading, release = threading.Event(), threading.Event()
+
+    def hanging_init(**kwargs):
+        uploading.set()
+        release.wait(30)
+    monkeypatch.setattr(ray, "init", hanging_init)
+    starter = RayStarter(args)
+    try:
+        assert uploading.wait(30) and len(os.listdir(tmp_path)) == 1
+        starter.stop()  # the run ended first
+        assert os.listdir(tmp_path) == []
+    finally:
+        release.set()
+        starter.thread.join(30)
+
+
 def pyproject_packages():
     import tomllib
     with open(os.path.join(REPO_ROOT, "pyproject.toml"), "rb") as f:

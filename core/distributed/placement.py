@@ -6,7 +6,9 @@ loops are written once; ``--num_workers 0`` runs them without Ray at all.
 """
 import logging
 import os
+import shutil
 import sys
+import tempfile
 import threading
 
 import numpy as np
@@ -214,10 +216,12 @@ def near_driver():
     return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
 
 
-def start_ray(args):
+def start_ray(args, staged=None):
     """Start a local Ray instance bound to 127.0.0.1, or join a cluster with --address.
     Returns False when Ray was up already (a sweep's trial runs inside a Ray worker): then
-    whoever started it shuts it down."""
+    whoever started it shuts it down. ``staged``, a list, gets the folder an installed ddrl
+    copies its packages into for the join, so that a process ending while ray.init still
+    uploads it can remove it (RayStarter.stop)."""
     if lazy_ray.initialized():
         return False
     loopback.prepare(args.node_ip_address)
@@ -227,14 +231,19 @@ def start_ray(args):
         common["dashboard_host"] = args.dashboard_host
     if args.address:
         check_address_answers(args)
-        import tempfile
-        # ray.init uploads the job's files before it returns: the staging copy can go then
-        with tempfile.TemporaryDirectory(prefix="ddrl-job-") as staging:
-            try:
-                ray.init(address=args.address, runtime_env=code_runtime_env(args, staging),
-                         **common)
-            except (ConnectionError, ValueError, RuntimeError) as exc:
-                raise join_error(args, exc) from exc
+        # only an installed ddrl stages a copy (a checkout goes as it is); ray.init uploads
+        # the job's files before it returns, so the copy can go then
+        staging = None if is_checkout() else tempfile.mkdtemp(prefix="ddrl-job-")
+        if staging and staged is not None:
+            staged.append(staging)
+        try:
+            ray.init(address=args.address, runtime_env=code_runtime_env(args, staging),
+                     **common)
+        except (ConnectionError, ValueError, RuntimeError) as exc:
+            raise join_error(args, exc) from exc
+        finally:
+            if staging:
+                shutil.rmtree(staging, ignore_errors=True)
         check_joined_gpus(args)
         return True
     # Local workers inherit this environment: make a checkout importable in them (an installed
@@ -334,7 +343,6 @@ def code_runtime_env(args, staging, root=REPO_ROOT):
         runtime_env = {"working_dir": root,
                        "excludes": [".venv", "runs", ".git", "benchmarks/results", "*.pt"]}
     else:
-        import shutil
         for name in PACKAGES:
             shutil.copytree(os.path.join(root, name), os.path.join(staging, name),
                             ignore=shutil.ignore_patterns("__pycache__"))
@@ -383,6 +391,7 @@ class RayStarter:
         self._noted = False
         self._up = threading.Event()
         self._stop = threading.Event()
+        self.staged = []  # start_ray's copy of an installed ddrl for the join, while it lasts
         logging.getLogger("ray._private.worker").addFilter(_DropThreadWarning())
         self.thread = threading.Thread(target=self._run, name="ddrl-ray-start", daemon=True)
         self.thread.start()
@@ -393,7 +402,7 @@ class RayStarter:
             # processes then yield the CPUs to the learning that goes on in this process.
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self.nice)
         try:
-            self.started = start_ray(self.args)
+            self.started = start_ray(self.args, self.staged)
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread by ready()
             self.error = exc
         finally:
@@ -425,6 +434,9 @@ class RayStarter:
             self._up.wait(120)
         else:
             self.note_if_not_joined()
+            if not self._up.is_set():  # this process ends before ray.init's own clean-up
+                for staging in self.staged:
+                    shutil.rmtree(staging, ignore_errors=True)
         if lazy_ray.initialized() and not self.args.address and self.started:
             ray.shutdown()
         self._stop.set()
