@@ -382,8 +382,12 @@ ray.shutdown()
 
 @pytest.fixture(scope="module")
 def placed():
+    # A guard against a hang, not a speed bar: the script starts Ray and 15 actors, each
+    # importing torch. On a 2-core AMD EPYC (AVX2, `import torch` 3.5 s) it took 43 s alone,
+    # 77 s beside one busy loop, and over 120 s beside the e2e tier's other xdist worker (it
+    # had printed all five scenarios when the old 120-s limit killed it).
     proc = subprocess.run([sys.executable, "-c", PLACEMENT_SCRIPT], cwd=REPO, text=True,
-                          capture_output=True, timeout=120,
+                          capture_output=True, timeout=400,
                           env={**os.environ, "PYTHONPATH": REPO})
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
