@@ -2,6 +2,7 @@
 descendants (core/process_tree.py), and main.py leaving with no Ray process behind."""
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -64,6 +65,42 @@ def test_the_plot_process_draws_and_a_dead_one_falls_back_to_this_process(tmp_pa
     assert curves.maybe_draw(force=True)       # drawn here instead
     assert curves.plotter is None and (tmp_path / FILE_NAME).exists()
     curves.close()
+
+
+GROUP_SIGINT_DRIVER = """
+import signal, sys, threading
+from core.run.plots import PlotProcess
+interrupted = threading.Event()
+signal.signal(signal.SIGINT, lambda *_: interrupted.set())
+plotter = PlotProcess()
+rows = [{"env_steps": 1000 * i, "wall_time_s": float(i), "train_return": 1.0 * i,
+         "eval_return": 2.0 * i, "eval_return_std": 0.1} for i in range(1, 4)]
+assert plotter.draw(sys.argv[1] + "/first.png", rows, None, "t", wait=True)  # imported, serving
+print("ready", flush=True)
+interrupted.wait(60)
+print("drawn after the Ctrl-C:", plotter.draw(sys.argv[1] + "/last.png", rows, None, "t",
+                                              wait=True), flush=True)
+plotter.close()
+"""
+
+
+def test_a_ctrl_c_to_the_drivers_group_leaves_the_plot_process_drawing(tmp_path):
+    """Ctrl-C in a terminal signals the whole foreground process group; the driver stops after
+    a round and then asks for the last drawing, which the plot process (a session of its own)
+    still makes, with no KeyboardInterrupt traceback of its own on the terminal."""
+    driver = subprocess.Popen([sys.executable, "-c", GROUP_SIGINT_DRIVER, str(tmp_path)],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, start_new_session=True)  # a group as a terminal's
+    try:
+        assert driver.stdout.readline().strip() == "ready", driver.stderr.read()
+        os.killpg(driver.pid, signal.SIGINT)
+        out, err = driver.communicate(timeout=60)
+    finally:
+        driver.kill()
+    assert driver.returncode == 0, err
+    assert out.strip() == "drawn after the Ctrl-C: True", (out, err)
+    assert "KeyboardInterrupt" not in err, err
+    assert (tmp_path / "last.png").stat().st_size > 10_000
 
 
 @pytest.mark.e2e

@@ -147,7 +147,13 @@ class PlotProcess:
     driver learns on meanwhile, and a run that reaches its target ends without them. It starts
     with the run at niceness 10 (it imports matplotlib while the run starts and yields the CPUs
     to it) and ends when its stdin closes (also when the driver dies). One JSON request per
-    line, one reply line each."""
+    line, one reply line each.
+
+    It runs in a session of its own, so that a signal to the driver's process group (Ctrl-C
+    in a terminal, a scheduler's SIGTERM to the job) does not reach it: the driver stops after
+    a round with a checkpoint and still asks for the last drawing. Before, the plot process
+    died of the Ctrl-C, the terminal showed its KeyboardInterrupt traceback and the driver drew
+    in its own process (``LearningCurves``' fall-back)."""
 
     def __init__(self):
         import subprocess
@@ -156,7 +162,7 @@ class PlotProcess:
             [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "core.run.plots"], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, env=env, text=True)
+            stdout=subprocess.PIPE, env=env, text=True, start_new_session=True)
         self.pending = 0  # requests sent, replies not yet read
 
     def draw(self, path, rows, target_return, title, wait):
