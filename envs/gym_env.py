@@ -4,6 +4,10 @@ Discrete, MultiDiscrete, MultiBinary and Box. step() hands the env a Discrete ac
 a MultiDiscrete one as int64 and a MultiBinary one as int8 arrays of the space's shape, a Box one
 as a float32 array of the space's shape (whatever shape the model gave: flat or shaped).
 
+``--gym_kwargs KEY=VALUE,...`` gives the id's constructor its keyword arguments, as
+gymnasium.make takes them (envs/gym_kwargs.py): ``--gym_id LunarLander-v3 --gym_kwargs
+enable_wind=true``.
+
 Dict observations: ``--drop_keys`` drops top-level keys a model cannot take (MiniGrid's Text
 ``mission``: ``--gym_id MiniGrid-DoorKey-5x5-v0 --drop_keys mission``). Action masks end up under
 the observation's top-level key ``action_mask`` (core/spaces.py ACTION_MASK; 1 = valid): an env
@@ -62,6 +66,7 @@ from core.run.state import (generator_state, plain_attributes, set_attributes,
 from core.spaces import ACTION_MASK
 from envs import register_env, OBSERVATION
 from envs.robotics_shim import fix_robotics_joint_types
+from envs.gym_kwargs import as_dict, check_gym_kwargs, gym_kwargs_type, make_with_kwargs
 from envs.gym_vector import VECTORIZE_MODES, GymVectorEnv
 from envs.toys import HideObs
 from envs.words import BabyAILevel, WordTokens
@@ -83,6 +88,13 @@ class GymEnv:
                                  "LunarLanderContinuous-v3 (default: %(default)s)")
         parser.add_argument("--max_episode_steps", type=positive_int_or_none, default=None,
                             help="override the id's time limit (default: the id's own)")
+        parser.add_argument("--gym_kwargs", type=gym_kwargs_type, default=(),
+                            help="keyword arguments for the id's constructor, as gymnasium.make "
+                                 "takes them: comma-separated KEY=VALUE pairs, each VALUE JSON "
+                                 "or plain text, e.g. enable_wind=true,wind_power=5.0 for "
+                                 "LunarLander-v3 or ctrl_cost_weight=0.05 for HalfCheetah-v5; "
+                                 "every env of the run gets them, evaluation's too (default: "
+                                 "none)")
         parser.add_argument("--drop_keys", type=key_list, default=(),
                             help="comma-separated top-level keys to drop from a Dict "
                                  "observation, e.g. mission for MiniGrid's text (default: "
@@ -138,9 +150,12 @@ class GymEnv:
             kwargs["max_num_frames_per_episode"] = args.max_episode_frames
         if atari and args.repeat_action_probability is not None:
             kwargs["repeat_action_probability"] = args.repeat_action_probability
+        user_kwargs = as_dict(args.gym_kwargs)
         try:
             register_ids_of(args.gym_id)
-            self.env = gym.make(args.gym_id, **kwargs)
+            if user_kwargs:
+                check_gym_kwargs(args.gym_id, user_kwargs, set_by_ddrl=kwargs)
+            self.env = make_with_kwargs(args.gym_id, kwargs, user_kwargs)
         except gym.error.Error as exc:
             reason = str(exc).rstrip(". ")  # gymnasium's own message may end with a stop
             own = ("" if ":" in args.gym_id or not isinstance(exc, gym.error.UnregisteredEnv)

@@ -2,6 +2,7 @@
 **flags)`` are checked by the very parser ``python main.py`` uses, so that a keyword and a flag
 can never mean two things."""
 import argparse
+import json
 
 #: the flags that choose the parser (plugins, presets, a restored run's configuration): read
 #: before the others are converted
@@ -28,6 +29,9 @@ def flags_to_argv(flags, actions=None):
                 if value == isinstance(action, argparse._StoreTrueAction):
                     argv.append(option)
                 continue
+        if isinstance(value, dict):  # a KEY=VALUE flag (gym_env's --gym_kwargs): JSON values
+            argv += [option, dict_text(name, value)]
+            continue
         if isinstance(value, (list, tuple)):
             if action is not None and action.nargs in ("+", "*"):
                 argv += [option, *map(str, value)]
@@ -58,3 +62,16 @@ def argv_for(flags):
             f"is a flag's name without its dashes (num_workers=2 for --num_workers 2); a "
             f"plugin's own come with its env_name, model_name or agent_name.")
     return flags_to_argv(flags, actions)
+
+
+def dict_text(name, mapping):
+    """{key: value} as a KEY=VALUE flag's text, each value as JSON (envs/gym_kwargs.py)."""
+    try:
+        return ",".join(f"{key}={json.dumps(value)}" for key, value in mapping.items())
+    except TypeError as exc:
+        from core.errors import ConfigError
+        raise ConfigError(
+            f"{name}={mapping!r}: {exc}; its values must be numbers, strings, booleans, None, "
+            f"lists or dicts of them (they travel to Ray workers and into checkpoints as "
+            f"data). For an object an env needs, register an id of your own that builds it "
+            f"(gym.register in your module, then --gym_id MODULE:ID).") from None

@@ -96,6 +96,7 @@ def test_ray_remote_env_unwraps_to_a_plain_class_runnable_in_process():
     cls = unwrap_actor_class(registry.get("remote_gym_env"))
     assert issubclass(cls, GymEnv) and not hasattr(cls, "__ray_metadata__")
     env = cls(argparse.Namespace(gym_id="CartPole-v1", max_episode_steps=None, render_mode=None,
+                                 gym_kwargs=(),
                                  evaluation=False, drop_keys=(), action_mask_key="action_mask",
                                  hide_obs=(), text_keys=(), max_words=16),
               seed=0)

@@ -92,7 +92,9 @@ def render_model_card(run_dir):
 
     lines = [f"# {model} on {env or '?'}", "",
              f"A ddrl run: model `{model}`, agent `{agent}`, env `{config.get('env_name', '?')}`"
-             + (f" (`{config['gym_id']}`)" if config.get("gym_id") else "")
+             + (f" (`{config['gym_id']}`"
+                + "".join(f", `{pair}`" for pair in config.get("gym_kwargs") or ()) + ")"
+                if config.get("gym_id") else "")
              + f", seed {config.get('seed', '?')}, {_placement(config)}.", "",
              "## Training", "",
              "| | |", "| --- | --- |",
