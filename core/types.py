@@ -132,6 +132,7 @@ class RolloutStats:
     sample_time_s: float = 0.0
     agent_stats: Dict[str, float] = field(default_factory=dict)  # what send_trajectory returned
     obs_moments: Any = None  # core.learning.normalizer.Moments of the raw observations (--normalize_obs)
+    return_moments: Any = None  # Moments of the discounted returns seen (--normalize_reward)
     # Env errors survived while collecting (core/sampling/envs.py): {"worker", "env", "method" ("step" or
     # "reset"), "error" ("TypeName: text"), "step" (t in the fragment; None for a reset outside
     # one)}.

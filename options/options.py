@@ -48,11 +48,12 @@ class Parser(argparse.ArgumentParser):
         for token in message.split(":", 1)[1].split():
             if token.startswith("--"):
                 flag = token.split("=")[0]
+                other_loop = loop_of_flag(flag)  # (a flag that exists wins over a look-alike)
                 close = difflib.get_close_matches(flag, known, n=1, cutoff=0.75)
-                if close:
+                if other_loop:
+                    hints.append(other_loop)
+                elif close:
                     hints.append(f"{flag}: did you mean {close[0]}?")
-                elif loop_of_flag(flag):
-                    hints.append(loop_of_flag(flag))
         return f" ({'; '.join(hints)})" if hints else ""
 
 
@@ -63,6 +64,7 @@ def loop_of_flag(flag):
     from core.algos.trainers import TRAINER_REGISTRY, trainer_class
     from models import MODEL_REGISTRY
     trainer_class("replay")  # (imports the built-in loops, which register themselves)
+    loops = []
     for name in TRAINER_REGISTRY.names():
         parser = argparse.ArgumentParser(add_help=False)
         trainer_class(name).add_args(parser)
@@ -70,9 +72,10 @@ def loop_of_flag(flag):
             models = sorted(m for m in MODEL_REGISTRY.names()
                             if getattr(MODEL_REGISTRY.get(m), "trainer", None) == name)
             if models:
-                return (f"{flag} is a flag of the {name} loop, which drives --model_name "
-                        f"{', '.join(models)}")
-    return None
+                loops.append(f"the {name} loop, which drives --model_name {', '.join(models)}")
+    if not loops:
+        return None
+    return f"{flag} is a flag of " + "; and of ".join(loops)
 
 
 def app_only(action):

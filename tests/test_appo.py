@@ -210,8 +210,9 @@ def test_minibatches_are_whole_columns_with_their_own_truncations():
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("extra", [(), ("--num_learners", "2", "--target_update_interval",
-                                        "3", "--num_minibatches", "2")],
-                         ids=["one-learner", "two-learners-target"])
+                                        "3", "--num_minibatches", "2"),
+                                   ("--normalize_reward",)],
+                         ids=["one-learner", "two-learners-target", "reward-normalized"])
 def test_pause_then_restore_ends_at_the_weights_of_the_straight_run(tmp_path, extra):
     """--num_workers 0: N steps, stop, --restore to 2N == 2N straight, bit for bit (the queue
     of fragments not learned yet travels in the checkpoint; so do the target network and the

@@ -145,14 +145,16 @@ def read_csv(path):
 
 
 @pytest.mark.parametrize("flags", [(), ("--grad_workers", "0"),
-                                   ("--vectorize", "native", "--num_envs_per_worker", "8")],
-                         ids=["workers", "learner", "batched"])
+                                   ("--vectorize", "native", "--num_envs_per_worker", "8"),
+                                   ("--normalize_reward",)],
+                         ids=["workers", "learner", "batched", "reward-normalized"])
 def test_pause_then_restore_ends_at_the_weights_of_the_straight_run(tmp_path, flags):
     """--num_workers 0, fixed seed: 2N steps straight == N steps, stop, --restore to 2N (same
     weights bit for bit: episodes, RNGs, optimizer and schedules all continue), with the
     metrics.csv of the resumed run appended, not restarted. Whether the worker or the
-    learner (--grad_workers 0, its own minibatch RNG) computes the gradients, and with a
-    batched env (gym_env --vectorize native: its arrays and NextStep's pending resets)."""
+    learner (--grad_workers 0, its own minibatch RNG) computes the gradients, with a
+    batched env (gym_env --vectorize native: its arrays and NextStep's pending resets), and
+    with --normalize_reward (its statistics and each env's discounted return)."""
     common = (*flags, "--num_workers", "0", "--seed", "3", "--total_steps", "2560",
               "--eval_interval", "1024", "--eval_episodes", "2", "--target_return", "none",
               "--checkpoint_interval", "1000", "--keep_checkpoints", "2", "--quiet")

@@ -42,7 +42,7 @@ from core import seeding
 from core.algos.agents import OnPolicyAgent
 from core.algos.ppo_trainer import METRIC_COLUMNS as PPO_COLUMNS
 from core.algos.ppo_trainer import LearnerGradients, PPOTrainer, shared_rate
-from core.algos.trainer import Trainer
+from core.algos.trainer import Trainer, add_reward_normalization_args
 from core.algos.trainers import register_trainer
 from core.argtypes import non_negative_int, positive_int
 from core.distributed.devices import (DRIVER_LEARNER, LEARNERS, device_info, plan_gpus,
@@ -95,6 +95,7 @@ def add_args(parser):
                        help="fragments that may wait for the learner before workers that "
                             "deliver get no new call (default: 2 x --num_workers x "
                             "--fragments_in_flight; never fewer than two batches hold)")
+    add_reward_normalization_args(group)
 
 
 @dataclass
@@ -242,7 +243,7 @@ class APPOTrainer(Trainer):
         progress = min(1.0, self.run.env_steps / self.args.total_steps)
         ref = self.group.submit(member, "collect", self.current_weights(), self.learner.version,
                                 self.args.rollout_steps, self.obs_statistics(), False, True,
-                                progress)
+                                progress, reward_scaling=self.reward_scaling())
         self.in_flight[ref] = member
 
     def start_members(self, local=True):
@@ -490,7 +491,7 @@ class APPOTrainer(Trainer):
         counted, and it waits in the queue."""
         self.run.env_steps += stats.env_steps
         self.faults.env_errors(stats.env_errors, self.run.env_steps)
-        self.merge_obs_moments([stats])
+        self.merge_moments([stats])
         self.queue.append(Arrived(stats))
 
     def get_state(self):
@@ -507,11 +508,11 @@ class APPOTrainer(Trainer):
                 "learner_agent": self.agent.agent.get_state(), "queue": queue,
                 "learner_workers": learners["workers"],
                 "learner_worker_slots": learners["worker_slots"],
-                **self.evaluation_state()}
+                **self.statistics_state()}
 
     def set_state(self, state, fresh_episode_seed):
         from core.types import RolloutStats
-        self.load_evaluation_state(state)
+        self.load_statistics_state(state)
         if state.get("learner_agent") is not None:
             self.agent.agent.set_state(state["learner_agent"])
         self.queue = [Arrived(RolloutStats(

@@ -31,7 +31,7 @@ from core.errors import ConfigError
 from core.sampling.rollout import make_rollout_worker
 from core.sampling.sample_ahead import SampleAhead
 from core import seeding
-from core.algos.trainer import Trainer
+from core.algos.trainer import Trainer, add_reward_normalization_args
 from core.algos.trainers import register_trainer
 from core.argtypes import auto_or_nonnegative_int, positive_int
 from core.types import GradientRequest
@@ -127,6 +127,7 @@ def add_args(parser):
                             "(default: on)")
     group.add_argument("--num_epochs", type=positive_int, default=10,
                        help="K: passes over each round's data (default: %(default)s)")
+    add_reward_normalization_args(group)
 
 
 def slot_order(member):
@@ -370,7 +371,8 @@ class PPOTrainer(Trainer):
         for member in sorted(members, key=slot_order):  # remote first: they overlap
             ref = self.group.submit(member, "collect", weights, self.learner.version,
                                     self.args.rollout_steps, self.obs_statistics(),
-                                    ahead and not member.local, member not in computing)
+                                    ahead and not member.local, member not in computing,
+                                    reward_scaling=self.reward_scaling())
             calls[ref] = member
         return self.group.gather(calls)
 
@@ -446,7 +448,7 @@ class PPOTrainer(Trainer):
         self.run.env_steps += sum(r.env_steps for r in rollouts)
         for r in rollouts:
             self.faults.env_errors(r.env_errors, self.run.env_steps)
-        self.merge_obs_moments(rollouts)
+        self.merge_moments(rollouts)
         # (the in-process worker never samples ahead)
         ahead = self.sample_ahead.active() and any(not m.local for m in delivered)
         return Round(delivered, weights, progress, started, time.perf_counter() - started,
@@ -600,12 +602,12 @@ class PPOTrainer(Trainer):
         own = ({"learner_agent": self.learner_gradients.agent.get_state()}
                if self.learner_gradients is not None else {})
         return {**self.worker_states(self.group, self.group.ready_members()), **own,
-                **self.evaluation_state()}
+                **self.statistics_state()}
 
     def set_state(self, state, fresh_episode_seed):
         """Hand every worker its saved state (a remote worker when it joins). Returns True if
         every worker that is up now continues its episodes exactly."""
-        self.load_evaluation_state(state)
+        self.load_statistics_state(state)
         if self.learner_gradients is not None and state.get("learner_agent") is not None:
             self.learner_gradients.agent.set_state(state["learner_agent"])
         exact, by_slot = self.restore_worker_states(self.group, state, fresh_episode_seed)

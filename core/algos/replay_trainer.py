@@ -736,7 +736,7 @@ class ReplayTrainer(Trainer):
             self.episode_returns += stats.episode_returns
             self.episode_lengths += stats.episode_lengths
             self.lags.append(self.updates_done - stats.weights_version)
-            self.merge_obs_moments([stats])
+            self.merge_moments([stats])
 
     def book_updates(self, done):
         for ref in [r for r in self.updates if r in done]:

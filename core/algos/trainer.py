@@ -42,12 +42,14 @@ WEIGHTS_VERSION_KEY), a model that loads them keeps it, and what the model compu
   sample entered learning (PPO: the round's first update; SAC: the update count booked when its
   fragment reached the replay buffer); the mean over the row's samples.
 """
+import argparse
 from dataclasses import dataclass
 from typing import Optional
 
+from core.argtypes import positive_float
 from core.distributed.devices import ROLLOUT_WORKERS, plan_gpus
 from core.errors import ConfigError
-from core.learning.normalizer import ObsNormalizer
+from core.learning.normalizer import ObsNormalizer, RewardNormalizer
 from core.sampling.eval_runner import EvalRunner
 
 
@@ -152,6 +154,8 @@ class Trainer:
         self.run, self.faults, self.ray_starter = run, faults, ray_starter
         self.obs_normalizer = (ObsNormalizer(spaces[0], clip=args.obs_clip)
                                if args.normalize_obs else None)
+        self.reward_normalizer = (RewardNormalizer(agent_gamma(spec), clip=args.reward_clip)
+                                  if getattr(args, "normalize_reward", False) else None)
         self.iteration = 0
         self.evaluations = EvalRunner(spec, run, faults, self.remote_evaluation)
 
@@ -237,10 +241,19 @@ class Trainer:
         """(mean, var) to hand to workers and the test worker, or None."""
         return None if self.obs_normalizer is None else self.obs_normalizer.statistics()
 
-    def merge_obs_moments(self, rollout_stats):
+    def reward_scaling(self):
+        """(std, gamma, clip) of --normalize_reward to hand to workers with a fragment, or
+        None."""
+        return None if self.reward_normalizer is None else self.reward_normalizer.scaling()
+
+    def merge_moments(self, rollout_stats):
+        """The fragments' observation and return moments into the run's statistics."""
         if self.obs_normalizer is not None and not self.obs_normalizer.frozen:
             for stats in rollout_stats:
                 self.obs_normalizer.update(stats.obs_moments)
+        if self.reward_normalizer is not None:
+            for stats in rollout_stats:
+                self.reward_normalizer.update(stats.return_moments)
 
     # -- checkpoints -------------------------------------------------------------------------
     def drain(self):
@@ -256,14 +269,25 @@ class Trainer:
 
     def get_state(self):
         """The run state besides the learner's, as plain data (core/run/state.py checks it): by
-        default what evaluating needs (the normalizer)."""
-        return self.evaluation_state()
+        default the normalizers' statistics."""
+        return self.statistics_state()
 
     def set_state(self, state, fresh_episode_seed):
         """Apply ``get_state()``'s dict from a checkpoint; True if the run continues exactly
         (every worker's episodes and random generators as they were)."""
-        self.load_evaluation_state(state)
+        self.load_statistics_state(state)
         return False
+
+    def statistics_state(self):
+        """What evaluating needs and --normalize_reward's statistics (learning only needs them)."""
+        return {**self.evaluation_state(),
+                **({} if self.reward_normalizer is None
+                   else {"reward_normalizer": self.reward_normalizer.state_dict()})}
+
+    def load_statistics_state(self, state):
+        self.load_evaluation_state(state)
+        if self.reward_normalizer is not None and state.get("reward_normalizer") is not None:
+            self.reward_normalizer.load_state_dict(state["reward_normalizer"])
 
     def evaluation_state(self):
         """What evaluating the weights needs besides them (the normalizer's statistics)."""
@@ -306,3 +330,29 @@ class Trainer:
         saved = state.get("workers") or []
         slots = state.get("worker_slots") or list(range(len(saved)))
         return dict(zip(slots, saved))
+
+
+def add_reward_normalization_args(group):
+    """--normalize_reward and --reward_clip, for the loops whose rollout workers feed learning
+    from fragments (PPO's, APPO's)."""
+    group.add_argument("--normalize_reward", action=argparse.BooleanOptionalAction,
+                       default=False,
+                       help="learn from rewards divided by the running standard deviation of "
+                            "the discounted return (with the agent's --gamma), its statistics "
+                            "merged across workers and saved in checkpoints, as SB3's "
+                            "VecNormalize(norm_reward=True) and CleanRL's NormalizeReward: for "
+                            "envs whose rewards are far from unit scale (MuJoCo). Returns in "
+                            "the log and evaluations stay the env's (default: off)")
+    group.add_argument("--reward_clip", type=positive_float, default=10.0,
+                       help="with --normalize_reward, clip scaled rewards to "
+                            "[-reward_clip, reward_clip] (default: %(default)s)")
+
+
+def agent_gamma(spec):
+    """The agent's discount, which --normalize_reward's returns are taken with."""
+    try:
+        return float(spec.agent.gamma)
+    except AttributeError:
+        raise ConfigError(f"--normalize_reward divides rewards by the spread of the discounted "
+                          f"return, taken with the agent's --gamma; agent {spec.agent_name!r} "
+                          f"has no --gamma flag. Leave --normalize_reward out with it.") from None

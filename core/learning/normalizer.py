@@ -1,4 +1,5 @@
-"""Observation normalization (--normalize_obs): running mean and variance merged across workers.
+"""Observation normalization (--normalize_obs): running mean and variance merged across workers;
+reward scaling (--normalize_reward, ``RewardNormalizer`` below) the same way.
 
 Each rollout worker normalizes with the statistics it was handed for the fragment (frozen for
 the fragment, so the policy, the stored trajectory and the learner all see the same inputs:
@@ -128,3 +129,49 @@ def _normalize(obs, statistics, clip, epsilon):
     mean, var = statistics
     out = (np.asarray(obs, dtype=np.float32) - mean) / np.sqrt(var + epsilon)
     return np.clip(out, -clip, clip).astype(np.float32)
+
+
+class RewardNormalizer:
+    """--normalize_reward's statistics on the driver: the running variance of every env's
+    discounted return r_t + gamma * r_(t-1) + ... (reset at each episode's end), merged across
+    workers as the observations' are. Workers divide each reward by its standard deviation and
+    clip it to [-clip, clip] (SB3's VecNormalize with norm_reward, CleanRL's NormalizeReward: the
+    scale of the value targets stays near 1 whatever the env's reward scale). No mean is taken
+    out: a reward's sign is kept."""
+
+    def __init__(self, gamma, clip=10.0, epsilon=1e-8):
+        self.gamma, self.clip, self.epsilon = float(gamma), float(clip), epsilon
+        self.moments = Moments(0.0, np.zeros(()), np.zeros(()))
+
+    @property
+    def var(self):
+        return float(self.moments.m2 / self.moments.count) if self.moments.count else 1.0
+
+    def update(self, moments):
+        if moments is not None:
+            self.moments = self.moments.merge(moments)
+
+    def scaling(self):
+        """What a worker is handed with a fragment: (standard deviation, gamma, clip)."""
+        return (float(np.sqrt(self.var + self.epsilon)), self.gamma, self.clip)
+
+    def state_dict(self):
+        return {"count": self.moments.count, "mean": float(self.moments.mean),
+                "m2": float(self.moments.m2)}
+
+    def load_state_dict(self, state):
+        self.moments = Moments(float(state["count"]), np.asarray(state["mean"], np.float64),
+                               np.asarray(state["m2"], np.float64))
+
+
+def scale_rewards(rewards, returns, ended, scaling):
+    """One step of --normalize_reward on a worker: ``returns`` (each env's running discounted
+    return, updated in place and reset where ``ended``) takes ``rewards``; the rewards the
+    agent learns from are ``rewards / std`` clipped, with ``scaling`` = (std, gamma, clip) the
+    statistics the fragment was handed. Returns (scaled rewards, the returns this step saw)."""
+    std, gamma, clip = scaling
+    returns *= gamma
+    returns += rewards
+    seen = returns.copy()
+    returns[ended] = 0.0
+    return np.clip(rewards / std, -clip, clip).astype(np.float32), seen

@@ -17,7 +17,7 @@ from core.distributed.devices import device_info, learning_model, plan_of, resol
 from core.sampling.batched import make_env_group
 from core.sampling.envs import check_finite_observations, check_valid_actions
 from core.sampling.memory import EnvMemory
-from core.learning.normalizer import moments_of, normalize
+from core.learning.normalizer import Moments, moments_of, normalize, scale_rewards
 from core.distributed.placement import resolve
 from core.plugins import load_plugins
 from core import seeding, spaces
@@ -70,6 +70,8 @@ class RolloutWorker:
                 algorithm_name=f"ddrl {spec.model_name}")
         self.episode_return = np.zeros(num_envs)
         self.episode_length = np.zeros(num_envs, dtype=np.int64)
+        # each env's discounted return so far, for --normalize_reward's statistics
+        self.discounted_return = np.zeros(num_envs)
         self.random_steps_left = int(random_steps)
         self.envs.action_space.seed(seeding.worker_torch(args.seed, worker_index, generation))
         self.normalize_obs = args.normalize_obs
@@ -100,7 +102,7 @@ class RolloutWorker:
         self.progress = None
 
     def collect(self, weights, weights_version, num_steps, obs_statistics=None, ahead=False,
-                export=False, progress=None):
+                export=False, progress=None, reward_scaling=None):
         """A fragment of ``num_steps`` steps in each env, handed to the agent; returns
         core.types.RolloutStats.
 
@@ -116,7 +118,10 @@ class RolloutWorker:
 
         With --normalize_obs, the policy, the fragment and the agent see observations
         normalized with ``obs_statistics`` (mean, var), and the stats carry the moments of the
-        raw ones. With ``export``, the stats carry the agent's data of the fragment
+        raw ones. With ``reward_scaling`` (--normalize_reward: the driver's (std, gamma, clip),
+        core/learning/normalizer.py RewardNormalizer) the fragment's rewards are divided by std
+        and clipped, and the stats carry the moments of the discounted returns seen; the
+        episodes' returns stay the env's. With ``export``, the stats carry the agent's data of the fragment
         (``RolloutStats.data``) for a gradient worker to compute on (``absorb``).
 
         A step whose env raised (core/sampling/envs.py rebuilt it) is kept as an invalid cut
@@ -134,10 +139,11 @@ class RolloutWorker:
             sampled = self.take_ahead()
         else:
             self.use_weights(weights, weights_version, ahead)
-            sampled = self.sample(num_steps, obs_statistics)
+            sampled = self.sample(num_steps, obs_statistics, reward_scaling)
         if ahead:  # the envs go on at once; the agent's work below overlaps with them
             self.use_weights(weights, weights_version, ahead=True)
-            self.ahead = self.sampler().submit(self.sample, num_steps, obs_statistics)
+            self.ahead = self.sampler().submit(self.sample, num_steps, obs_statistics,
+                                               reward_scaling)
         stats = self.deliver(sampled)
         if export:
             stats.data = self.agent.export_data()
@@ -213,7 +219,7 @@ class RolloutWorker:
                                                              (num_steps * num_envs,)))
         return values.reshape(num_steps, num_envs, *values.shape[1:])  # [T, E, K]: per agent
 
-    def sample(self, num_steps, obs_statistics=None):
+    def sample(self, num_steps, obs_statistics=None, reward_scaling=None):
         """Step every env ``num_steps`` times with the acting model: (Trajectory, RolloutStats
         without the agent's statistics, the weights it acted with when they are not the agent's
         model's own, else None)."""
@@ -241,6 +247,8 @@ class RolloutWorker:
             truncated_states, truncated_starts = [], []
         finished_returns, finished_lengths, finished_metrics = [], [], []
         raw_seen = (spaces.tree_map(np.empty_like, obs_buf) if self.normalize_obs else None)
+        returns_seen = (np.empty((num_steps, num_envs)) if reward_scaling is not None
+                        else None)
         env_errors = [dict(worker=self.worker_index, **error, step=None)  # initial reset etc.
                       for error in self.envs.take_reset_errors()]
 
@@ -306,6 +314,10 @@ class RolloutWorker:
                     truncated_starts += [start for _, start in cut_here]
                 # At t = 0 the step before is in the last fragment, whose last observation was
                 # obs_buf[0, e]: it bootstraps from the real state already.
+            if returns_seen is not None:  # (after the cuts: a cut step's reward is 0)
+                rewards[t], returns_seen[t] = scale_rewards(
+                    rewards[t], self.discounted_return, terminated[t] | truncated[t],
+                    reward_scaling)
             self.episode_return += result.rewards
             self.episode_length += 1
             for e in np.flatnonzero(cut):  # a cut episode is not a finished one
@@ -370,6 +382,8 @@ class RolloutWorker:
             sample_time_s=time.perf_counter() - start,
             obs_moments=(moments_of(spaces.reshape_leading(raw_seen, 2, (-1,)))
                          if raw_seen is not None else None),
+            return_moments=(Moments.of(returns_seen.reshape(-1))
+                            if returns_seen is not None else None),
             env_errors=env_errors, episode_metrics=finished_metrics), acting_weights
 
     def collect_to_buffer(self, weights, weights_version, num_steps, buffer, prioritized=False,
@@ -403,6 +417,7 @@ class RolloutWorker:
         return {"observations": spaces.copy(self.observations),
                 "episode_return": self.episode_return.copy(),
                 "episode_length": self.episode_length.copy(),
+                "discounted_return": self.discounted_return.copy(),
                 "random_steps_left": int(self.random_steps_left),
                 "torch_rng": torch.get_rng_state(),
                 "action_space_rng": generator_state(self.envs.action_space.np_random),
@@ -429,12 +444,15 @@ class RolloutWorker:
             self.observations = spaces.tree_map(np.asarray, state["observations"])
             self.episode_return = np.asarray(state["episode_return"], dtype=np.float64).copy()
             self.episode_length = np.asarray(state["episode_length"], dtype=np.int64).copy()
+            self.discounted_return = np.asarray(
+                state.get("discounted_return", np.zeros(len(self.envs))), np.float64).copy()
             self.memory.set_state(state.get("memory"))
             return True
         seed = fresh_episode_seed if fresh_episode_seed is not None else 0
         self.observations = self.envs.reset_all(seed + j for j in range(len(self.envs)))
         self.episode_return[:] = 0.0
         self.episode_length[:] = 0
+        self.discounted_return[:] = 0.0
         self.memory.reset()
         self.agent.episodes_restarted()
         return False
