@@ -6,33 +6,44 @@ import numpy as np
 import pytest
 
 from core.errors import ConfigError
-from core.learning.normalizer import Moments, RewardNormalizer, scale_rewards
+from core.learning.normalizer import Moments, RewardNormalizer, discount_step, scale_fragment
 from core.sampling.rollout import RolloutWorker
 from options.options import parse_args, run_spec
 
 pytestmark = pytest.mark.unit
 
 
-def test_a_step_scales_by_the_std_clips_and_resets_returns_at_episode_ends():
+def test_a_step_discounts_and_resets_returns_at_episode_ends():
     returns = np.array([0.0, 2.0, 1.0])
-    scaled, seen = scale_rewards(np.array([1.0, 4.0, -30.0], np.float32), returns,
-                                 np.array([False, True, False]), (2.0, 0.5, 10.0))
+    seen = discount_step(returns, np.array([1.0, 4.0, -30.0], np.float32),
+                         np.array([False, True, False]), 0.5)
     np.testing.assert_allclose(seen, [1.0, 5.0, -29.5])       # 0.5 * return + reward
     np.testing.assert_allclose(returns, [1.0, 0.0, -29.5])    # the ended env starts again
-    np.testing.assert_allclose(scaled, [0.5, 2.0, -10.0])     # / 2, -15 clipped to -10
+
+
+def test_a_fragment_is_scaled_by_the_runs_returns_merged_with_its_own_and_clipped():
+    before = np.array([0.0, 2.0, 4.0, 6.0])                   # the run's statistics so far
+    seen = np.array([[1.0, 3.0], [5.0, 7.0]])                 # this fragment's returns [T, E]
+    rewards = np.array([[1.0, -2.0], [100.0, 0.5]], np.float32)
+    scaled, own = scale_fragment(rewards, seen, (Moments.of(before), 0.9, 10.0))
+    std = np.sqrt(np.var([0, 2, 4, 6, 1, 3, 5, 7]) + 1e-8)     # 2.29...
+    np.testing.assert_allclose(scaled, [[1 / std, -2 / std], [10.0, 0.5 / std]], rtol=1e-6)
     assert scaled.dtype == np.float32
+    assert own.count == 4 and own.mean == pytest.approx(4.0)  # for the driver to merge
+    first, _ = scale_fragment(rewards, seen, (Moments(0.0, np.zeros(()), np.zeros(())), 0.9,
+                                              10.0))           # no statistics yet: its own
+    np.testing.assert_allclose(first[0], rewards[0] / np.sqrt(np.var(seen) + 1e-8), rtol=1e-6)
 
 
 def test_the_statistics_are_the_variance_of_the_returns_merged_across_workers():
     normalizer = RewardNormalizer(gamma=0.9, clip=5.0)
-    assert normalizer.scaling() == (pytest.approx(1.0), 0.9, 5.0)  # nothing seen: unscaled
+    assert normalizer.var == 1.0 and normalizer.scaling()[1:] == (0.9, 5.0)
     a, b = np.array([1.0, 2.0, 3.0]), np.array([10.0, 11.0])
     normalizer.update(Moments.of(a))
     normalizer.update(Moments.of(b))
     normalizer.update(None)                                     # a fragment without them
     assert normalizer.var == pytest.approx(np.var(np.concatenate([a, b])))
-    std = normalizer.scaling()[0]
-    assert std == pytest.approx(np.sqrt(np.var(np.concatenate([a, b])) + 1e-8))
+    assert normalizer.scaling()[0].count == 5
     again = RewardNormalizer(gamma=0.9)
     again.load_state_dict(normalizer.state_dict())
     assert again.var == normalizer.var and again.moments.count == 5
@@ -52,11 +63,13 @@ def test_a_fragment_learns_scaled_rewards_and_reports_the_envs_returns():
     w = worker()
     captured = []
     w.agent.send_trajectory = lambda trajectory: captured.append(trajectory) or {}
-    stats = w.collect(None, None, 12, reward_scaling=(4.0, 0.5, 10.0))
-    np.testing.assert_allclose(captured[0].rewards, 0.25)    # 1 / 4 at every step
-    assert stats.episode_returns == [5.0, 5.0, 5.0, 5.0]      # the env's, unscaled
+    stats = w.collect(None, None, 12, reward_scaling=(Moments.of(np.array([0.0, 4.0])), 0.5,
+                                                         10.0))
     one = [1.0, 1.5, 1.75, 1.875, 1.9375]
     seen = np.array(one + one + one[:2])                      # 12 steps of one env
+    std = np.sqrt(np.var(np.concatenate([[0.0, 4.0], seen, seen])) + 1e-8)
+    np.testing.assert_allclose(captured[0].rewards, 1 / std, rtol=1e-6)  # every step's 1
+    assert stats.episode_returns == [5.0, 5.0, 5.0, 5.0]      # the env's, unscaled
     assert stats.return_moments.count == 24
     assert stats.return_moments.mean == pytest.approx(seen.mean())
     assert stats.return_moments.m2 / 24 == pytest.approx(seen.var())

@@ -134,26 +134,28 @@ def _normalize(obs, statistics, clip, epsilon):
 class RewardNormalizer:
     """--normalize_reward's statistics on the driver: the running variance of every env's
     discounted return r_t + gamma * r_(t-1) + ... (reset at each episode's end), merged across
-    workers as the observations' are. Workers divide each reward by its standard deviation and
-    clip it to [-clip, clip] (SB3's VecNormalize with norm_reward, CleanRL's NormalizeReward: the
-    scale of the value targets stays near 1 whatever the env's reward scale). No mean is taken
-    out: a reward's sign is kept."""
+    workers as the observations' are. A worker divides each reward of a fragment by the
+    standard deviation of these statistics merged with the fragment's own returns (so the first
+    fragment, before any statistics, is scaled too), clipped to [-clip, clip]: SB3's
+    VecNormalize with norm_reward, CleanRL's NormalizeReward; the scale of the value targets
+    stays near 1 whatever the env's reward scale. No mean is taken out: a reward's sign is
+    kept."""
 
-    def __init__(self, gamma, clip=10.0, epsilon=1e-8):
-        self.gamma, self.clip, self.epsilon = float(gamma), float(clip), epsilon
+    def __init__(self, gamma, clip=10.0):
+        self.gamma, self.clip = float(gamma), float(clip)
         self.moments = Moments(0.0, np.zeros(()), np.zeros(()))
 
     @property
     def var(self):
-        return float(self.moments.m2 / self.moments.count) if self.moments.count else 1.0
+        return return_variance(self.moments)
 
     def update(self, moments):
         if moments is not None:
             self.moments = self.moments.merge(moments)
 
     def scaling(self):
-        """What a worker is handed with a fragment: (standard deviation, gamma, clip)."""
-        return (float(np.sqrt(self.var + self.epsilon)), self.gamma, self.clip)
+        """What a worker is handed with a fragment: (the Moments so far, gamma, clip)."""
+        return (self.moments, self.gamma, self.clip)
 
     def state_dict(self):
         return {"count": self.moments.count, "mean": float(self.moments.mean),
@@ -164,14 +166,25 @@ class RewardNormalizer:
                                np.asarray(state["m2"], np.float64))
 
 
-def scale_rewards(rewards, returns, ended, scaling):
-    """One step of --normalize_reward on a worker: ``returns`` (each env's running discounted
-    return, updated in place and reset where ``ended``) takes ``rewards``; the rewards the
-    agent learns from are ``rewards / std`` clipped, with ``scaling`` = (std, gamma, clip) the
-    statistics the fragment was handed. Returns (scaled rewards, the returns this step saw)."""
-    std, gamma, clip = scaling
+def return_variance(moments):
+    return float(moments.m2 / moments.count) if moments.count else 1.0
+
+
+def discount_step(returns, rewards, ended, gamma):
+    """One step of each env's running discounted return (``returns``, updated in place, reset
+    where ``ended``): the returns this step saw."""
     returns *= gamma
     returns += rewards
     seen = returns.copy()
     returns[ended] = 0.0
-    return np.clip(rewards / std, -clip, clip).astype(np.float32), seen
+    return seen
+
+
+def scale_fragment(rewards, returns_seen, scaling, epsilon=1e-8):
+    """A fragment's rewards [T, E] divided by the standard deviation of its discounted returns
+    ``returns_seen`` [T, E] merged with the run's statistics, clipped: (scaled float32
+    rewards, the fragment's own Moments, for the driver). ``scaling``: RewardNormalizer's."""
+    moments, _, clip = scaling
+    own = Moments.of(np.asarray(returns_seen, np.float64).reshape(-1))
+    std = np.sqrt(return_variance(moments.merge(own)) + epsilon)
+    return np.clip(rewards / std, -clip, clip).astype(np.float32), own

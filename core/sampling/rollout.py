@@ -17,7 +17,7 @@ from core.distributed.devices import device_info, learning_model, plan_of, resol
 from core.sampling.batched import make_env_group
 from core.sampling.envs import check_finite_observations, check_valid_actions
 from core.sampling.memory import EnvMemory
-from core.learning.normalizer import Moments, moments_of, normalize, scale_rewards
+from core.learning.normalizer import discount_step, moments_of, normalize, scale_fragment
 from core.distributed.placement import resolve
 from core.plugins import load_plugins
 from core import seeding, spaces
@@ -118,10 +118,11 @@ class RolloutWorker:
 
         With --normalize_obs, the policy, the fragment and the agent see observations
         normalized with ``obs_statistics`` (mean, var), and the stats carry the moments of the
-        raw ones. With ``reward_scaling`` (--normalize_reward: the driver's (std, gamma, clip),
-        core/learning/normalizer.py RewardNormalizer) the fragment's rewards are divided by std
-        and clipped, and the stats carry the moments of the discounted returns seen; the
-        episodes' returns stay the env's. With ``export``, the stats carry the agent's data of the fragment
+        raw ones. With ``reward_scaling`` (--normalize_reward: the driver's (moments, gamma,
+        clip), core/learning/normalizer.py RewardNormalizer) the fragment's rewards are divided
+        by the standard deviation of the discounted returns (those moments and the fragment's
+        own) and clipped, and the stats carry the fragment's moments; the episodes' returns
+        stay the env's. With ``export``, the stats carry the agent's data of the fragment
         (``RolloutStats.data``) for a gradient worker to compute on (``absorb``).
 
         A step whose env raised (core/sampling/envs.py rebuilt it) is kept as an invalid cut
@@ -315,9 +316,8 @@ class RolloutWorker:
                 # At t = 0 the step before is in the last fragment, whose last observation was
                 # obs_buf[0, e]: it bootstraps from the real state already.
             if returns_seen is not None:  # (after the cuts: a cut step's reward is 0)
-                rewards[t], returns_seen[t] = scale_rewards(
-                    rewards[t], self.discounted_return, terminated[t] | truncated[t],
-                    reward_scaling)
+                returns_seen[t] = discount_step(self.discounted_return, rewards[t],
+                                                terminated[t] | truncated[t], reward_scaling[1])
             self.episode_return += result.rewards
             self.episode_length += 1
             for e in np.flatnonzero(cut):  # a cut episode is not a finished one
@@ -341,6 +341,9 @@ class RolloutWorker:
             self.observations = result.observations
             memory.episodes_ended(result.terminated | result.truncated | cut)
 
+        return_moments = None
+        if returns_seen is not None:
+            rewards, return_moments = scale_fragment(rewards, returns_seen, reward_scaling)
         check_finite_observations(
             raw_seen if raw_seen is not None else obs_buf, self.env_cls,
             lambda index: f"env {index[1]} of rollout worker {self.worker_index}, step "
@@ -382,8 +385,7 @@ class RolloutWorker:
             sample_time_s=time.perf_counter() - start,
             obs_moments=(moments_of(spaces.reshape_leading(raw_seen, 2, (-1,)))
                          if raw_seen is not None else None),
-            return_moments=(Moments.of(returns_seen.reshape(-1))
-                            if returns_seen is not None else None),
+            return_moments=return_moments,
             env_errors=env_errors, episode_metrics=finished_metrics), acting_weights
 
     def collect_to_buffer(self, weights, weights_version, num_steps, buffer, prioritized=False,
