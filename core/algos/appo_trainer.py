@@ -120,6 +120,7 @@ class Taken:
 class APPOTrainer(Trainer):
     """IMPALA / APPO: asynchronous rollout workers, one V-trace learner (the module
     docstring)."""
+    has_reward_normalization = True
     metric_columns = METRIC_COLUMNS
     line_metrics = (("policy_loss", "pi", ".3f"), ("value_loss", "vf", ".3f"),
                     ("entropy", "ent", ".3f"), ("dropped_fragments", "dropped", "d"))

@@ -180,6 +180,7 @@ def advantage_moments(rollouts):
 class PPOTrainer(Trainer):
     """Gradient-collecting PPO: workers collect fragments and compute minibatch gradients, the
     learner averages and applies them, lock-step rounds (the module's docstring)."""
+    has_reward_normalization = True
     metric_columns = METRIC_COLUMNS
     line_metrics = (("policy_loss", "pi", ".3f"), ("value_loss", "vf", ".3f"),
                     ("entropy", "ent", ".3f"), ("approx_kl", "kl", ".4f"))

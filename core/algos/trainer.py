@@ -72,6 +72,9 @@ class Trainer:
     #: learning can start in this process before Ray is up (ddrl/session.py starts it in the
     #: background)
     starts_without_ray = False
+    #: the loop has --normalize_reward (``add_reward_normalization_args``): its rollout
+    #: workers' fragments are learned as they come, so their rewards can be scaled there
+    has_reward_normalization = False
     #: the agent contract this loop calls (core/algos/agents.py); the session refuses another kind
     agent_kind = None
     #: who computes the gradients, which decides where GPUs go (core/distributed/devices.py):
@@ -155,7 +158,8 @@ class Trainer:
         self.obs_normalizer = (ObsNormalizer(spaces[0], clip=args.obs_clip)
                                if args.normalize_obs else None)
         self.reward_normalizer = (RewardNormalizer(agent_gamma(spec), clip=args.reward_clip)
-                                  if getattr(args, "normalize_reward", False) else None)
+                                  if self.has_reward_normalization and args.normalize_reward
+                                  else None)
         self.iteration = 0
         self.evaluations = EvalRunner(spec, run, faults, self.remote_evaluation)
 
