@@ -246,8 +246,8 @@ class Trainer:
         return None if self.obs_normalizer is None else self.obs_normalizer.statistics()
 
     def reward_scaling(self):
-        """(std, gamma, clip) of --normalize_reward to hand to workers with a fragment, or
-        None."""
+        """(the run's return Moments, gamma, clip) of --normalize_reward to hand to workers with
+        a fragment, or None."""
         return None if self.reward_normalizer is None else self.reward_normalizer.scaling()
 
     def merge_moments(self, rollout_stats):
@@ -283,7 +283,8 @@ class Trainer:
         return False
 
     def statistics_state(self):
-        """What evaluating needs and --normalize_reward's statistics (learning only needs them)."""
+        """What evaluating needs, and --normalize_reward's statistics (which only learning
+        needs)."""
         return {**self.evaluation_state(),
                 **({} if self.reward_normalizer is None
                    else {"reward_normalizer": self.reward_normalizer.state_dict()})}
