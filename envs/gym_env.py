@@ -66,7 +66,7 @@ from core.run.state import (generator_state, plain_attributes, set_attributes,
 from core.spaces import ACTION_MASK
 from envs import register_env, OBSERVATION
 from envs.robotics_shim import fix_robotics_joint_types
-from envs.gym_kwargs import as_dict, check_gym_kwargs, gym_kwargs_type, make_with_kwargs
+from envs.gym_kwargs import as_dict, gym_kwargs_type, make_with_kwargs
 from envs.gym_vector import VECTORIZE_MODES, GymVectorEnv
 from envs.toys import HideObs
 from envs.words import BabyAILevel, WordTokens
@@ -153,8 +153,6 @@ class GymEnv:
         user_kwargs = as_dict(args.gym_kwargs)
         try:
             register_ids_of(args.gym_id)
-            if user_kwargs:
-                check_gym_kwargs(args.gym_id, user_kwargs, set_by_ddrl=kwargs)
             self.env = make_with_kwargs(args.gym_id, kwargs, user_kwargs)
         except gym.error.Error as exc:
             reason = str(exc).rstrip(". ")  # gymnasium's own message may end with a stop

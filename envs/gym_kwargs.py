@@ -84,7 +84,12 @@ def gym_kwargs_type(text):
         if key in pairs:
             raise argparse.ArgumentTypeError(f"{text!r}: {key!r} is given twice")
         pairs[key] = parse_value(value)
-    return tuple(f"{key}={json.dumps(value)}" for key, value in pairs.items())
+    return as_texts(pairs)
+
+
+def as_texts(mapping):
+    """{key: value} as the flag keeps it: a tuple of 'key=<JSON>' texts."""
+    return tuple(f"{key}={json.dumps(value)}" for key, value in mapping.items())
 
 
 def as_dict(items):
@@ -138,12 +143,16 @@ def check_gym_kwargs(gym_id, kwargs, set_by_ddrl=(), vector=False):
 
 def make_with_kwargs(gym_id, kwargs, user_kwargs, num_envs=None):
     """gym.make(gym_id, **kwargs, **user_kwargs) (gym.make_vec's vector entry point with
-    ``num_envs``), where a constructor refusing ``user_kwargs`` (a TypeError, ValueError or
-    assertion of its own) is a ConfigError naming them and what it takes."""
+    ``num_envs``): ``user_kwargs`` checked first (``check_gym_kwargs``; ``kwargs`` are the
+    ones ddrl sets), and a constructor refusing them (a TypeError, ValueError or assertion of
+    its own) a ConfigError naming them and what it takes."""
     import gymnasium as gym
     from core.errors import ConfigError
+    vector = num_envs is not None
+    if user_kwargs:
+        check_gym_kwargs(gym_id, user_kwargs, set_by_ddrl=kwargs, vector=vector)
     try:
-        if num_envs is None:
+        if not vector:
             return gym.make(gym_id, **kwargs, **user_kwargs)
         return gym.make_vec(gym_id, num_envs=num_envs, vectorization_mode="vector_entry_point",
                             **kwargs, **user_kwargs)
@@ -152,10 +161,10 @@ def make_with_kwargs(gym_id, kwargs, user_kwargs, num_envs=None):
     except (TypeError, ValueError, AssertionError) as exc:
         if not user_kwargs:
             raise
-        accepted = accepted_keywords(gym_id, vector=num_envs is not None)
+        accepted = accepted_keywords(gym_id, vector=vector)
         takes = f" It takes: {describe(accepted[0])}." if accepted else ""
         message = (str(exc).strip().splitlines() or [""])[0][:300]
-        given = ",".join(f"{key}={json.dumps(value)}" for key, value in user_kwargs.items())
+        given = ",".join(as_texts(user_kwargs))
         raise ConfigError(f"--gym_kwargs {given}: {gym_id} refused them "
                           f"({type(exc).__name__}{': ' + message if message else ''})."
                           f"{takes}") from exc

@@ -16,7 +16,7 @@ import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from core.errors import ConfigError
-from envs.gym_kwargs import as_dict, check_gym_kwargs, make_with_kwargs
+from envs.gym_kwargs import as_dict, make_with_kwargs
 from core.run.state import generator_state, plain_attributes, set_attributes, set_generator_state
 
 VECTORIZE_MODES = ("none", "native", "sync", "async")
@@ -52,10 +52,8 @@ class GymVectorEnv:
                                   f"--vectorize sync or async with those.")
             kwargs = ({"max_episode_steps": args.max_episode_steps}
                       if args.max_episode_steps else {})
-            user_kwargs = as_dict(args.gym_kwargs)
-            if user_kwargs:
-                check_gym_kwargs(args.gym_id, user_kwargs, vector=True)
-            self.env = make_with_kwargs(args.gym_id, kwargs, user_kwargs, num_envs=num_envs)
+            self.env = make_with_kwargs(args.gym_id, kwargs, as_dict(args.gym_kwargs),
+                                        num_envs=num_envs)
         elif args.vectorize == "sync":
             self.holders = [single_env() for _ in range(num_envs)]
             self.env = SyncVectorEnv([(lambda h=h: h.env) for h in self.holders],
