@@ -1,7 +1,7 @@
 import time; T0 = time.time()  # noqa: E702  first statement: wall time counts from process start, imports included
 # ruff: noqa: E402  (the imports follow that first statement on purpose)
-"""Peer run: Stable-Baselines3 SAC (or sb3-contrib CrossQ, --algo crossq), stopped at a target eval
-return (the SAC sibling of sb3_ppo.py).
+"""Peer run: Stable-Baselines3 SAC (or sb3-contrib CrossQ, --algo crossq; SB3's TD3, --algo td3),
+stopped at a target eval return (the SAC sibling of sb3_ppo.py).
 
     .venv/bin/python benchmarks/sb3_sac.py --env Pendulum-v1 --seed 0 --target_return -200 --out_dir /tmp/sb3sac
     .venv/bin/python benchmarks/sb3_sac.py --env LunarLanderContinuous-v3 --seed 0 --target_return 200 --out_dir /tmp/sb3sac_ll
@@ -19,6 +19,14 @@ express is an error, not a silent difference.
 eps and warm-up, Adam beta1; sb3-contrib's own beta1 is 0.5 as well).
 
     .venv/bin/python benchmarks/sb3_sac.py --algo crossq --env LunarLanderContinuous-v3 --hyperparams ddrl --seed 0 --out_dir /tmp/sb3cq
+
+--algo td3: SB3's TD3; zoo = RL-Zoo's td3.yml entry, ddrl = ddrl's ``--model_name td3`` settings
+(its preset configs/td3-Pendulum-v1.yaml on Pendulum): network sizes, one learning rate, batch,
+warm-up, tau, gamma, policy delay, target smoothing noise and clip, and Gaussian exploration noise
+(NormalActionNoise of --exploration_noise; SB3 adds it to the action scaled to [-1, 1] and clips,
+as ddrl does).
+
+    .venv/bin/python benchmarks/sb3_sac.py --algo td3 --env Pendulum-v1 --hyperparams ddrl --seed 0 --out_dir /tmp/sb3td3
 
 Writes OUT_DIR/summary.json (same keys as ddrl's) and OUT_DIR/eval.csv (one row per evaluation).
 """
@@ -66,6 +74,42 @@ CROSSQ_PRESETS = {
                                               learning_starts=10_000)),
 }
 
+# DLR-RM/rl-baselines3-zoo hyperparams/td3.yml (SB3's TD3 defaults otherwise: lr 1e-3, batch 256,
+# tau 0.005, policy_delay 2, target_policy_noise 0.2, target_noise_clip 0.5).
+TD3_PRESETS = {
+    "Pendulum-v1": dict(n_timesteps=20_000, eval_freq=1_000, target_return=-200.0,
+                        sac=dict(policy="MlpPolicy", gamma=0.98, buffer_size=200_000,
+                                 learning_starts=10_000, gradient_steps=1, train_freq=1,
+                                 learning_rate=1e-3, action_noise=("normal", 0.1),
+                                 policy_kwargs=dict(net_arch=[400, 300]))),
+}
+
+
+def td3_hyperparameters(a, refuse):
+    """SB3 TD3 keyword arguments equal to ddrl's ``--model_name td3`` settings ``a``."""
+    if a.actor_lr != a.critic_lr:
+        refuse(f"ddrl's actor_lr {a.actor_lr} and critic_lr {a.critic_lr} differ")
+    if a.td3_precision != "fp32":
+        print(f"sb3_sac.py: ddrl computes its update in {a.td3_precision}; SB3 computes the same "
+              f"update in fp32 (it has no other setting).", flush=True)
+    lr = lin(a.actor_lr) if a.td3_lr_schedule == "linear" else float(a.actor_lr)
+    return dict(policy="MlpPolicy", learning_rate=lr, buffer_size=a.buffer_size,
+                learning_starts=a.learning_starts, batch_size=a.batch_size, tau=a.tau,
+                gamma=a.td3_gamma, policy_delay=a.policy_delay,
+                target_policy_noise=a.target_policy_noise, target_noise_clip=a.target_noise_clip,
+                action_noise=("normal", a.exploration_noise),
+                policy_kwargs=dict(net_arch=list(a.td3_hidden_sizes)))
+
+
+def action_noise_of(spec, env):
+    """("normal", sigma) as SB3's NormalActionNoise over the env's action dimensions."""
+    import numpy as np
+    from stable_baselines3.common.noise import NormalActionNoise
+    kind, sigma = spec
+    assert kind == "normal", kind
+    dim = int(np.prod(env.action_space.shape))
+    return NormalActionNoise(mean=np.zeros(dim), sigma=sigma * np.ones(dim))
+
 
 def ddrl_hyperparameters(env_id, ddrl_flags="", algo="sac"):
     """SB3 SAC keyword arguments equal to ddrl's SAC settings for ``env_id`` (what
@@ -89,21 +133,13 @@ def ddrl_hyperparameters(env_id, ddrl_flags="", algo="sac"):
                    + shlex.split(ddrl_flags))
 
     def refuse(why):
-        raise SystemExit(f"sb3_sac.py --hyperparams ddrl: {why}; SB3's SAC has no equal setting, "
+        raise SystemExit(f"sb3_sac.py --hyperparams ddrl: {why}; SB3 has no equal setting, "
                          f"so the comparison would not be on equal terms.")
 
-    lrs = {a.actor_lr, a.critic_lr, a.alpha_lr}
-    if len(lrs) != 1:
-        refuse(f"ddrl's actor_lr {a.actor_lr}, critic_lr {a.critic_lr} and alpha_lr {a.alpha_lr} differ")
     if a.learning_starts != a.start_steps:
         refuse(f"ddrl's learning_starts {a.learning_starts} and start_steps {a.start_steps} differ")
     if a.prioritized_replay:
         refuse("ddrl uses --prioritized_replay")
-    if getattr(a, "sac_precision", "fp32") != "fp32":
-        # How ddrl computes its update, not what it computes: SB3 runs the same update in fp32,
-        # and whether bf16 learns as well is part of what the comparison measures.
-        print(f"sb3_sac.py: ddrl computes its update in {a.sac_precision}; SB3 computes the same "
-              f"update in fp32 (it has no other setting).", flush=True)
     if getattr(a, "normalize_obs", False):
         refuse("ddrl normalizes observations")
     if a.utd_ratio >= 1:
@@ -112,6 +148,17 @@ def ddrl_hyperparameters(env_id, ddrl_flags="", algo="sac"):
         train_freq, gradient_steps = 1, int(a.utd_ratio)
     else:
         train_freq, gradient_steps = round(1 / a.utd_ratio), 1
+    if algo == "td3":
+        return dict(td3_hyperparameters(a, refuse), train_freq=train_freq,
+                    gradient_steps=gradient_steps), a
+    lrs = {a.actor_lr, a.critic_lr, a.alpha_lr}
+    if len(lrs) != 1:
+        refuse(f"ddrl's actor_lr {a.actor_lr}, critic_lr {a.critic_lr} and alpha_lr {a.alpha_lr} differ")
+    if getattr(a, "sac_precision", "fp32") != "fp32":
+        # How ddrl computes its update, not what it computes: SB3 runs the same update in fp32,
+        # and whether bf16 learns as well is part of what the comparison measures.
+        print(f"sb3_sac.py: ddrl computes its update in {a.sac_precision}; SB3 computes the same "
+              f"update in fp32 (it has no other setting).", flush=True)
     entropy = "auto" if a.target_entropy == "auto" else float(a.target_entropy)
     lr = float(lrs.pop())
     if getattr(a, "sac_lr_schedule", "constant") == "linear":
@@ -134,8 +181,8 @@ def ddrl_hyperparameters(env_id, ddrl_flags="", algo="sac"):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--env", default="Pendulum-v1", choices=sorted(PRESETS))
-    p.add_argument("--algo", choices=["sac", "crossq"], default="sac",
-                   help="sac: SB3's SAC; crossq: sb3-contrib's CrossQ")
+    p.add_argument("--algo", choices=["sac", "crossq", "td3"], default="sac",
+                   help="sac: SB3's SAC; crossq: sb3-contrib's CrossQ; td3: SB3's TD3")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--target_return", type=float, default=None, help="default: the preset's")
     p.add_argument("--out_dir", required=True)
@@ -157,7 +204,7 @@ def main():
     args = p.parse_args()
 
     torch.set_num_threads(args.torch_threads)
-    preset = (CROSSQ_PRESETS if args.algo == "crossq" else PRESETS)[args.env]
+    preset = {"crossq": CROSSQ_PRESETS, "td3": TD3_PRESETS}.get(args.algo, PRESETS)[args.env]
     target = preset["target_return"] if args.target_return is None else args.target_return
     eval_freq = args.eval_freq or preset["eval_freq"]
     max_steps = args.max_steps or preset["n_timesteps"]
@@ -165,7 +212,8 @@ def main():
     if args.hyperparams == "ddrl":
         sac_kwargs, ddrl_args = ddrl_hyperparameters(args.env, args.ddrl_flags, args.algo)
         max_steps = args.max_steps or ddrl_args.total_steps
-        if ddrl_args.sac_lr_schedule == "linear" and max_steps != ddrl_args.total_steps:
+        schedule = getattr(ddrl_args, "sac_lr_schedule", None) or ddrl_args.td3_lr_schedule
+        if schedule == "linear" and max_steps != ddrl_args.total_steps:
             raise SystemExit(f"sb3_sac.py: ddrl's learning rates decay to 0 at its --total_steps "
                              f"{ddrl_args.total_steps}; --max_steps {max_steps} would decay SB3's "
                              f"at another pace. Give both the same budget.")
@@ -177,6 +225,9 @@ def main():
     eval_env = make_eval_env(args.env, args.seed)
     if args.algo == "crossq":
         from sb3_contrib import CrossQ as algo_cls
+    elif args.algo == "td3":
+        from stable_baselines3 import TD3 as algo_cls
+        sac_kwargs = dict(sac_kwargs, action_noise=action_noise_of(sac_kwargs["action_noise"], env))
     else:
         algo_cls = SAC
     model = algo_cls(env=env, seed=args.seed, device="cpu", verbose=0, **sac_kwargs)

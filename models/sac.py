@@ -161,13 +161,133 @@ def polyak_update(target, online, tau):
     torch._foreach_lerp_([targets[name] for name in params], list(params.values()), tau)
 
 
-@register_model("sac")
-class SACModel(ReplayModelSteps, TimedPrecision, BaseModel):
-    """Soft Actor-Critic: tanh-Gaussian actor, twin Q critics with polyak targets, learned alpha."""
+class BoxReplayModel(ReplayModelSteps, TimedPrecision, BaseModel):
+    """What the replay loop's models for Box actions share (SAC and its kin, TD3): the
+    observation layout, actions rescaled between the env's bounds and the actor's [-1, 1],
+    replay batches as tensors on the model's device, one fused Adam of named parameter groups.
+    A subclass builds its networks (``build_networks``) and says how it acts and learns."""
     trainer = "replay"
+    default_agent = "sac_agent"
+    #: why the model needs Box actions, for check_spaces' error
+    box_reason = "its critics take the action as an input"
+
+    @classmethod
+    def check_spaces(cls, observation_space, action_space):
+        layout_of(observation_space)  # a ConfigError for a leaf it cannot carry
+        if not isinstance(action_space, spaces.Box):
+            raise ConfigError(
+                f"model {cls.__name__} needs continuous (Box) actions: {cls.box_reason}. This "
+                f"env's action space is {action_space}. For discrete actions use --model_name "
+                f"ppo or dqn, or pick a continuous env (e.g. --gym_id Pendulum-v1).")
+        if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
+            raise ConfigError(
+                f"model {cls.__name__} squashes actions into the Box bounds, which must be "
+                f"finite; got {action_space}. Give the env finite action bounds.")
+
+    def __init__(self, args, observation_space, action_space):
+        super().__init__(args, observation_space, action_space)
+        self.layout = layout_of(observation_space)
+        # a structured observation (core/spaces.py) always goes through an encoder
+        self.obs_dim = (None if self.layout.structured
+                        else int(np.prod(observation_space.shape)))
+        # a Box of any shape: the networks act on its flattened entries
+        self.action_shape = tuple(action_space.shape)
+        self.action_dim = int(np.prod(self.action_shape))
+        low = np.asarray(action_space.low, dtype=np.float32).reshape(-1)
+        high = np.asarray(action_space.high, dtype=np.float32).reshape(-1)
+        # Not persistent: the bounds come from the env, not from weights or checkpoints.
+        self.register_buffer("action_scale", torch.as_tensor((high - low) / 2.0),
+                             persistent=False)
+        self.register_buffer("action_bias", torch.as_tensor((high + low) / 2.0),
+                             persistent=False)
+        self.action_scale_np, self.action_bias_np = (high - low) / 2.0, (high + low) / 2.0
+        self.image_input = False  # build_networks sets it when it builds an encoder
+        self.build_networks(args)
+        # Acting on the CPU goes through numpy when the actor is a built-in one with a plain
+        # MLP trunk (models/numpy_mlp.py says why), with a generator of its own seeded from
+        # torch's (rollout workers keep its state in checkpoints).
+        self.numpy_actor = self.numpy_actor_of(self.actor)
+        self.acting_rng = np.random.default_rng(int(torch.randint(0, 2**62, (1,)).item()))
+
+    def build_networks(self, args):
+        """The networks, ``self.actor`` among them (sets ``image_input`` for a CNN)."""
+        raise NotImplementedError
+
+    def numpy_actor_of(self, actor):
+        """The actor's forward pass in numpy, or None: acting then goes through torch."""
+        return None
+
+    @property
+    def device(self):
+        """Where this model computes: the CPU, or the GPU of a learning process
+        (core/distributed/devices.py). Batches move here; results leave as CPU numpy arrays."""
+        return self.action_scale.device
+
+    def numpy_acting(self):
+        """Whether ``choose_actions`` may act through ``numpy_actor``."""
+        return (self.numpy_actor is not None and self.device.type == "cpu"
+                and bool(self.obs_dim) and not torch.is_autocast_enabled("cpu"))
+
+    def flat_obs(self, obs):
+        """A batch as the networks take it: float32 [B, obs_dim], or with a CNN encoder
+        [B, *obs_shape] in the observations' dtype (uint8 pixels are scaled in the encoder),
+        or for a structured observation {path: tensor} in the leaves' dtypes."""
+        if self.layout.structured:
+            return structured_tensors(obs, self.device)
+        if self.image_input:
+            return as_tensor(obs, self.device).reshape(-1, *self.observation_space.shape)
+        return as_float_tensor(obs, self.device).reshape(-1, self.obs_dim)
+
+    def to_env_actions(self, squashed):
+        return squashed * self.action_scale + self.action_bias
+
+    def from_env_actions(self, actions):
+        return (actions - self.action_bias) / self.action_scale
+
+    def unpack(self, batch):
+        """(obs, actions in [-1, 1], rewards, next_obs, terminated, weights) as float tensors.
+        ``batch`` is a core.learning.replay_buffer.ReplayBatch or, with unit weights, a Transitions."""
+        t = getattr(batch, "transitions", batch)
+        weights = getattr(batch, "weights", None)
+        device = self.device
+        rewards = as_float_tensor(t.rewards, device).reshape(-1)
+        weights = (torch.ones_like(rewards) if weights is None
+                   else as_float_tensor(weights, device).reshape(-1))
+        actions = self.from_env_actions(
+            as_float_tensor(t.actions, device).reshape(-1, self.action_dim))
+        return (self.flat_obs(t.observations), actions, rewards,
+                self.flat_obs(t.next_observations),
+                as_float_tensor(t.terminated, device).reshape(-1), weights)
+
+    def update_inputs(self, batch):
+        return self.unpack(batch)
+
+    def update_on_inputs(self, *inputs):
+        """The losses' gradients into .grad, all from the current weights (models/base.py
+        ``ReplayModelSteps.step`` returns them by parameter name, with "td_errors": |Q1 -
+        target| per transition for the priority updates), in the model's precision flag
+        (models/base.py ``TimedPrecision``)."""
+        with self.autocast(inputs):
+            return self.losses_and_gradients(*inputs)
+
+    def parameter_groups(self):
+        """The optimizer's groups, named (the learner sets their rates by name)."""
+        raise NotImplementedError
+
+    def configure_optimizer(self):
+        # fused: the same update; several times faster on the CPU (see models/ppo.py)
+        return torch.optim.Adam(self.parameter_groups(), fused=True)
+
+    def max_grad_norm(self):
+        return None
+
+
+@register_model("sac")
+class SACModel(BoxReplayModel):
+    """Soft Actor-Critic: tanh-Gaussian actor, twin Q critics with polyak targets, learned alpha."""
     update_graph_safe = True
     precision_flag = "--sac_precision"
-    default_agent = "sac_agent"
+    box_reason = "its actor is a squashed Gaussian and its critics take the action as an input"
     update_metrics = ("critic_loss", "actor_loss", "alpha_loss", "alpha", "q_mean", "entropy",
                       "td_error_mean")
     line_metrics = (("critic_loss", "q loss", ".3f"), ("entropy", "ent", ".3f"))
@@ -219,46 +339,13 @@ class SACModel(ReplayModelSteps, TimedPrecision, BaseModel):
     def update_precision_of(cls, config):
         return config.sac_precision
 
-    @classmethod
-    def check_spaces(cls, observation_space, action_space):
-        layout_of(observation_space)  # a ConfigError for a leaf it cannot carry
-        if not isinstance(action_space, spaces.Box):
-            raise ConfigError(
-                f"model {cls.__name__} (SAC) needs continuous (Box) actions: its actor is a "
-                f"squashed Gaussian and its critics take the action as an input. This env's "
-                f"action space is {action_space}. For discrete actions use --model_name ppo, "
-                f"or pick a continuous env (e.g. --gym_id Pendulum-v1).")
-        if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
-            raise ConfigError(
-                f"model {cls.__name__} squashes actions into the Box bounds, which must be "
-                f"finite; got {action_space}. Give the env finite action bounds.")
-
     def __init__(self, args, observation_space, action_space):
         super().__init__(args, observation_space, action_space)
-        self.layout = layout_of(observation_space)
-        # a structured observation (core/spaces.py) always goes through an encoder
-        self.obs_dim = (None if self.layout.structured
-                        else int(np.prod(observation_space.shape)))
-        # a Box of any shape: the networks act on its flattened entries
-        self.action_shape = tuple(action_space.shape)
-        self.action_dim = int(np.prod(self.action_shape))
-        low = np.asarray(action_space.low, dtype=np.float32).reshape(-1)
-        high = np.asarray(action_space.high, dtype=np.float32).reshape(-1)
-        # Not persistent: the bounds come from the env, not from weights or checkpoints.
-        self.register_buffer("action_scale", torch.as_tensor((high - low) / 2.0),
-                             persistent=False)
-        self.register_buffer("action_bias", torch.as_tensor((high + low) / 2.0),
-                             persistent=False)
-        self.action_scale_np, self.action_bias_np = (high - low) / 2.0, (high + low) / 2.0
         self.target_entropy = (-float(self.action_dim) if args.target_entropy == "auto"
                                else float(args.target_entropy))
-        self.image_input = False  # build_networks sets it when it builds an encoder
-        self.build_networks(args)
-        # Acting on the CPU goes through numpy when the actor is the built-in one with a plain
-        # MLP trunk (models/numpy_mlp.py says why), with a generator of its own seeded from
-        # torch's (rollout workers keep its state in checkpoints).
-        self.numpy_actor = NumpyActor.of(self.actor)
-        self.acting_rng = np.random.default_rng(int(torch.randint(0, 2**62, (1,)).item()))
+
+    def numpy_actor_of(self, actor):
+        return NumpyActor.of(actor)
 
     def build_networks(self, args):
         """Actor, twin critics, their target copy and log(alpha); a subclass may override.
@@ -280,23 +367,7 @@ class SACModel(ReplayModelSteps, TimedPrecision, BaseModel):
         self.critic_target = frozen_copy(self.critic)
         self.log_alpha = nn.Parameter(torch.full((1,), math.log(args.init_alpha)))
 
-    @property
-    def device(self):
-        """Where this model computes: the CPU, or the GPU of a learning process
-        (core/distributed/devices.py). Batches move here; results leave as CPU numpy arrays."""
-        return self.action_scale.device
-
-    # -- policy -------------------------------------------------------------------------------
-    def flat_obs(self, obs):
-        """A batch as the networks take it: float32 [B, obs_dim], or with a CNN encoder
-        [B, *obs_shape] in the observations' dtype (uint8 pixels are scaled in the encoder),
-        or for a structured observation {path: tensor} in the leaves' dtypes."""
-        if self.layout.structured:
-            return structured_tensors(obs, self.device)
-        if self.image_input:
-            return as_tensor(obs, self.device).reshape(-1, *self.observation_space.shape)
-        return as_float_tensor(obs, self.device).reshape(-1, self.obs_dim)
-
+    # -- policy -----------------------------------------------------------------------------
     def sample(self, obs, deterministic=False):
         """Squashed actions in [-1, 1] and their log-probabilities (tanh-corrected), [B, A], [B].
         Draws its noise with one torch.randn_like of shape [B, A]."""
@@ -306,16 +377,9 @@ class SACModel(ReplayModelSteps, TimedPrecision, BaseModel):
         gaussian_log_prob = (-0.5 * noise.pow(2) - log_std - HALF_LOG_2PI).sum(-1)
         return torch.tanh(u), gaussian_log_prob - tanh_log_prob_correction(u)
 
-    def to_env_actions(self, squashed):
-        return squashed * self.action_scale + self.action_bias
-
-    def from_env_actions(self, actions):
-        return (actions - self.action_bias) / self.action_scale
-
     @torch.no_grad()
     def choose_actions(self, obs, deterministic=False):
-        if (self.numpy_actor is not None and self.device.type == "cpu" and self.obs_dim
-                and not torch.is_autocast_enabled("cpu")):
+        if self.numpy_acting():
             obs = np.asarray(obs, dtype=np.float32).reshape(-1, self.obs_dim)
             mu, log_std = self.numpy_actor(obs)
             u = mu if deterministic else mu + np.exp(log_std) * self.acting_rng.standard_normal(
@@ -341,21 +405,6 @@ class SACModel(ReplayModelSteps, TimedPrecision, BaseModel):
     def alpha(self):
         return self.log_alpha.detach().exp()
 
-    def unpack(self, batch):
-        """(obs, actions in [-1, 1], rewards, next_obs, terminated, weights) as float tensors.
-        ``batch`` is a core.learning.replay_buffer.ReplayBatch or, with unit weights, a Transitions."""
-        t = getattr(batch, "transitions", batch)
-        weights = getattr(batch, "weights", None)
-        device = self.device
-        rewards = as_float_tensor(t.rewards, device).reshape(-1)
-        weights = (torch.ones_like(rewards) if weights is None
-                   else as_float_tensor(weights, device).reshape(-1))
-        actions = self.from_env_actions(
-            as_float_tensor(t.actions, device).reshape(-1, self.action_dim))
-        return (self.flat_obs(t.observations), actions, rewards,
-                self.flat_obs(t.next_observations),
-                as_float_tensor(t.terminated, device).reshape(-1), weights)
-
     @torch.no_grad()
     def critic_targets(self, rewards, next_obs, terminated):
         """r + gamma * (1 - terminated) * (min of the target critics at (s', a') - alpha *
@@ -372,17 +421,6 @@ class SACModel(ReplayModelSteps, TimedPrecision, BaseModel):
         obs, actions, rewards, next_obs, terminated, _ = self.unpack(batch)
         target_q = self.critic_targets(rewards, next_obs, terminated)
         return (self.critic(obs, actions)[0] - target_q).abs().cpu().numpy()
-
-    def update_inputs(self, batch):
-        return self.unpack(batch)
-
-    def update_on_inputs(self, *inputs):
-        """The critic, actor and alpha losses' gradients into .grad, all from the current
-        weights (models/base.py ``ReplayModelSteps.step`` returns them by parameter name, with
-        "td_errors": |Q1 - target| per transition for the priority updates), in
-        --sac_precision (models/base.py ``TimedPrecision``)."""
-        with self.autocast(inputs):
-            return self.losses_and_gradients(*inputs)
 
     def requested_precision(self):
         return self.args.sac_precision
@@ -437,10 +475,6 @@ class SACModel(ReplayModelSteps, TimedPrecision, BaseModel):
             {"params": [self.log_alpha], "lr": self.args.alpha_lr, "name": "alpha"},
         ]
 
-    def configure_optimizer(self):
-        # fused: the same update; several times faster on the CPU (see models/ppo.py)
-        return torch.optim.Adam(self.parameter_groups(), fused=True)
-
     def learning_rate(self, progress):
         """Each group's learning rate at ``progress`` (env steps / total steps); None when
         constant (the groups keep the rates they were configured with)."""
@@ -449,9 +483,6 @@ class SACModel(ReplayModelSteps, TimedPrecision, BaseModel):
         scale = 1.0 - min(1.0, max(0.0, progress))
         return {"critic": self.args.critic_lr * scale, "actor": self.args.actor_lr * scale,
                 "alpha": self.args.alpha_lr * scale}
-
-    def max_grad_norm(self):
-        return None
 
     @torch.no_grad()
     def after_update(self):

@@ -21,6 +21,9 @@ SAC = ["--env_name", "gym_env", "--gym_id", "Pendulum-v1", "--model_name", "sac"
 CROSSQ = ["--env_name", "gym_env", "--gym_id", "Pendulum-v1", "--model_name", "crossq",
           "--sac_hidden_sizes", "16,16", "--crossq_critic_sizes", "16,16", "--batch_size", "8",
           "--policy_delay", "2", "--sac_precision", "fp32"]
+TD3 = ["--env_name", "gym_env", "--gym_id", "Pendulum-v1", "--model_name", "td3",
+       "--td3_hidden_sizes", "16,16", "--batch_size", "8", "--policy_delay", "2",
+       "--td3_precision", "fp32"]
 DQN = ["--env_name", "gym_env", "--gym_id", "CartPole-v1", "--model_name", "dqn",
        "--dqn_hidden_sizes", "16,16", "--batch_size", "8", "--max_grad_norm", "0.05",
        "--target_update_interval", "3"]
@@ -98,10 +101,11 @@ def run_calls(flags, kind, calls, nan_at=None):
     return server, stats, state_of(server), buffer.calls
 
 
-@pytest.mark.parametrize("flags,kind", [(SAC, "sac"), (CROSSQ, "sac"), (DQN, "dqn")],
-                         ids=["sac", "crossq", "dqn"])
+@pytest.mark.parametrize("flags,kind", [(SAC, "sac"), (CROSSQ, "sac"), (TD3, "sac"),
+                                        (DQN, "dqn")], ids=["sac", "crossq", "td3", "dqn"])
 def test_a_round_computes_what_the_updates_one_by_one_compute(flags, kind):
-    # 3 calls of 3 updates: DQN's target copies (every 3) and CrossQ's delayed actor (every 2)
+    # 3 calls of 3 updates: DQN's target copies (every 3), CrossQ's and TD3's delayed actors
+    # (every 2; TD3's targets with them)
     one, expected, state, priorities = run_calls(flags + ["--device_rounds", "off"], kind, 3)
     rounds, got, round_state, round_priorities = run_calls(flags + ["--device_rounds", "on"],
                                                            kind, 3)

@@ -97,6 +97,8 @@ CASES = {
                 **REPLAY_SMALL),
     "crossq": dict(gym_id="Pendulum-v1", model_name="crossq", sac_hidden_sizes=[64, 64],
                    crossq_critic_sizes=[128, 128], **REPLAY_SMALL),
+    "td3": dict(gym_id="Pendulum-v1", model_name="td3", td3_hidden_sizes=[64, 64],
+                **REPLAY_SMALL),
     "dqn": dict(gym_id="CartPole-v1", model_name="dqn", **REPLAY_SMALL),
     "dqn-dueling-masked": dict(gym_id="ddrl/MaskedChoice-v0", model_name="dqn", dueling=True,
                                **REPLAY_SMALL),
@@ -127,6 +129,7 @@ KINDS = {
                               and p.model.target is not None),
     "sac": lambda p: type(p.model).__name__ == "SACModel",
     "crossq": lambda p: type(p.model).__name__ == "CrossQModel",
+    "td3": lambda p: type(p.model).__name__ == "TD3Model",
     "dqn": lambda p: not p.model.q_net.dueling,
     "dqn-dueling-masked": lambda p: p.model.q_net.dueling and p.layout.has_mask,
 }
