@@ -174,6 +174,28 @@ SUITES = {
             "sb3-defaults": "{python} benchmarks/sb3_sac.py --env Pendulum-v1 --target_return {target} --seed {seed}"
                             " --out_dir {run_dir} --max_steps {max_steps} --eval_freq 1000",
         }),
+    # TD3; both evaluate every 1000 env steps. ddrl: its automatic preset
+    # configs/td3-Pendulum-v1.yaml (SB3's TD3 defaults with 256x256 networks); sb3: SB3's TD3 given
+    # exactly those hyperparameters (sb3_sac.py --algo td3 --hyperparams ddrl); sb3-zoo: RL-Zoo's
+    # td3.yml entry (400x300, gamma 0.98, 10k warm-up). Each row spells out its precision and
+    # threads: one thread each (two runs side by side on a 2-core machine: --systems
+    # ddrl-1thread in one invocation, sb3 in the other), or both cores each.
+    "pendulum-td3": dict(
+        target=-200, max_steps=20_000, peer="sb3",
+        systems={
+            "ddrl-1thread": ddrl("td3") + " --gym_id Pendulum-v1 --num_workers 0 --td3_precision fp32"
+                            " --learner_threads 1 --total_steps {max_steps} --eval_interval 1000",
+            "sb3": "{python} benchmarks/sb3_sac.py --algo td3 --env Pendulum-v1 --hyperparams ddrl"
+                   " --ddrl_flags '--td3_precision fp32' --target_return {target} --seed {seed}"
+                   " --out_dir {run_dir} --max_steps {max_steps} --eval_freq 1000",
+            # the preset as it runs: the update on both cores in the faster precision
+            "ddrl-preset": ddrl("td3") + " --gym_id Pendulum-v1 --total_steps {max_steps} --eval_interval 1000",
+            "sb3-2threads": "{python} benchmarks/sb3_sac.py --algo td3 --env Pendulum-v1 --hyperparams ddrl"
+                            " --ddrl_flags '--td3_precision fp32' --target_return {target} --seed {seed}"
+                            " --out_dir {run_dir} --max_steps {max_steps} --eval_freq 1000 --torch_threads 2",
+            "sb3-zoo": "{python} benchmarks/sb3_sac.py --algo td3 --env Pendulum-v1 --target_return {target}"
+                       " --seed {seed} --out_dir {run_dir} --max_steps {max_steps} --eval_freq 1000",
+        }),
     # SAC; sb3-zoo with the RL-Zoo LunarLanderContinuous-v3 settings (its lin_ learning rate decays
     # over max_steps = RL-Zoo's n_timesteps). Evaluations every 10000 env steps on all. Up to 1 h a run.
     "lunar-sac": dict(

@@ -208,6 +208,56 @@ def test_exploration_noise_has_its_std_in_half_range_units_and_stays_in_bounds(n
     assert np.mean(actions[:, 1] == 4.0) > 0.4  # clipped at the bound, not wrapped or rescaled
 
 
+# -- observations beyond a vector --------------------------------------------------------------
+def image_and_dict_batch(space, n, rng):
+    obs = {k: (rng.integers(0, 256, (n, *v.shape), dtype=np.uint8) if v.dtype == np.uint8
+               else rng.uniform(-1, 1, (n, *v.shape)).astype(np.float32))
+           for k, v in (space.spaces.items() if isinstance(space, spaces.Dict)
+                        else [("", space)])}
+    return obs[""] if "" in obs else obs
+
+
+@pytest.mark.parametrize("kind", ["pixels", "dict"])
+def test_td3_on_pixels_and_dict_observations_learns_from_every_network(kind):
+    """Pixels: the actor and the critics each get a Nature CNN (as SAC's); a Dict (a position
+    and a goal): the per-key encoders. One policy update sends gradients to the first layer of
+    the actor and of the critics; acting and the export give the same deterministic actions."""
+    from core.spaces import layout_of
+    from models.encoders import NatureCNN
+    space = (spaces.Box(0, 255, (64, 64, 3), np.uint8) if kind == "pixels" else
+             spaces.Dict({"position": spaces.Box(-1, 1, (2,), np.float32),
+                          "goal": spaces.Box(-1, 1, (2,), np.float32)}))
+    torch.manual_seed(0)
+    model = TD3Model(make_args("--policy_delay", "1", "--td3_hidden_sizes", "32"), space,
+                     spaces.Box(-1, 1, (2,), np.float32))
+    if kind == "pixels":
+        assert isinstance(model.actor.trunk[0], NatureCNN)
+        assert isinstance(model.critic.encoder, NatureCNN)
+    assert model.numpy_actor is None
+    rng = np.random.default_rng(0)
+    layout = layout_of(space)
+    raw, next_raw = image_and_dict_batch(space, 6, rng), image_and_dict_batch(space, 6, rng)
+    obs, next_obs = ((layout.encode(o) if layout.structured else o)
+                     for o in (raw, next_raw))
+    batch = Transitions(obs, rng.uniform(-1, 1, (6, 2)).astype(np.float32),
+                        np.ones(6, np.float32), next_obs, np.zeros(6, np.float32))
+    gradients, stats = model.step(batch)
+    assert np.isfinite(stats["critic_loss"]) and np.isfinite(stats["actor_loss"])
+    # the first layer each path has: the CNNs on pixels, the first linear layers on a Dict of
+    # vectors (whose per-key encoders flatten and hold no parameters)
+    firsts = (("actor.trunk.0.", "critic.encoder.") if kind == "pixels"
+              else ("actor.trunk.1.", "critic.q1.0."))
+    for prefix in firsts:
+        first = next(n for n in gradients if n.startswith(prefix))
+        assert np.abs(gradients[first]).sum() > 0, first
+    actions, _ = model.choose_actions(obs, deterministic=True)
+    assert actions.shape == (6, 2)
+    leaves = ([torch.tensor(obs[path]) for path in layout.leaves] if layout.structured
+              else [torch.tensor(obs)])
+    exported = model.export_module()(*leaves).detach().numpy()
+    np.testing.assert_allclose(exported, actions, rtol=1e-5, atol=1e-6)
+
+
 # -- flags and errors ---------------------------------------------------------------------------
 @pytest.mark.contract
 def test_defaults_are_the_authors_and_discrete_actions_are_refused():
