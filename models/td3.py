@@ -194,9 +194,8 @@ class TD3Model(BoxReplayModel):
 
         Critics: the importance-weighted squared TD errors of both (0.5 * sum, as SAC's; the
         authors' code sums the two MSEs, twice these gradients, which Adam's steps do not
-        tell apart but for its epsilon). Actor:
-        -Q1(s, pi(s)), Q1 taken with detached copies of the critic's parameters, so its gradient
-        reaches the actor alone."""
+        tell apart but for its epsilon). Actor: ``actor_loss``, -Q1(s, pi(s)), Q1 taken with
+        detached copies of the critic's parameters, so its gradient reaches the actor alone."""
         target_q = self.critic_targets(rewards, next_obs, terminated)
         q1, q2 = (q.float() for q in self.critic(obs, actions))
         critic_loss = 0.5 * ((weights * (q1 - target_q).pow(2)).mean()
@@ -204,16 +203,27 @@ class TD3Model(BoxReplayModel):
         total = critic_loss
         scalars = {"critic_loss": critic_loss.detach(), "q_mean": q1.detach().mean()}
         if self.policy_update_due():
-            detached = {name: p.detach() for name, p in self.critic.named_parameters()}
-            q_pi = torch.func.functional_call(self.critic, detached,
-                                              (obs, self.policy(obs)))[0].float()
-            actor_loss = -q_pi.mean()
+            actor_loss, actor_scalars = self.actor_loss(obs, actions)
             total = total + actor_loss
             scalars["actor_loss"] = actor_loss.detach()
+            scalars.update(actor_scalars)
         with torch.no_grad():
             td_errors = (q1.detach() - target_q).abs()
         scalars["td_error_mean"] = td_errors.mean()
         return total, scalars, td_errors
+
+    def policy_and_q(self, obs):
+        """(pi(s) in [-1, 1], Q1(s, pi(s))), Q1 taken with detached copies of the critic's
+        parameters, so a loss of it reaches the actor alone."""
+        pi = self.policy(obs)
+        detached = {name: p.detach() for name, p in self.critic.named_parameters()}
+        return pi, torch.func.functional_call(self.critic, detached, (obs, pi))[0].float()
+
+    def actor_loss(self, obs, actions):
+        """(the actor's loss, its extra statistics) on a policy update: -mean Q1(s, pi(s)), the
+        deterministic policy gradient's objective (``actions``, the batch's, unused here)."""
+        _, q_pi = self.policy_and_q(obs)
+        return -q_pi.mean(), {}
 
     def parameter_groups(self):
         return [
