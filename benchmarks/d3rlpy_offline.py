@@ -1,4 +1,4 @@
-"""Peer run: d3rlpy 2.8.1's BC / DiscreteBC, IQL, CQL and DiscreteCQL on a ddrl-written Minari
+"""Peer run: d3rlpy 2.8.1's BC / DiscreteBC, IQL, CQL, DiscreteCQL and TD3PlusBC on a ddrl-written Minari
 dataset, with ddrl's hyperparameters, evaluated the way ddrl evaluates an offline run.
 
     python3 -m venv .venv-d3rlpy
@@ -60,6 +60,11 @@ Equal terms (each line: d3rlpy's setting <- ddrl's flag and default):
   initial_alpha 1 <- --cql_init_lagrange; alpha_threshold 10 <- --cql_target_gap;
   conservative_weight 5 <- --cql_alpha; n_action_samples 10 <- --cql_n_actions; soft_q_backup
   off <- --cql_backup mean (soft: on; sample has no d3rlpy form);
+- td3_plus_bc: actor and critic learning rates 3e-4 <- --actor_lr, --critic_lr; alpha 2.5 <-
+  --td3_bc_alpha; target_smoothing_sigma 0.2, target_smoothing_clip 0.5 <-
+  --target_policy_noise, --target_noise_clip; update_actor_interval 2 <- --policy_delay (d3rlpy
+  updates the actor at grad_step 0, 2, 4, ..., ddrl at its 2nd, 4th, ... update; d3rlpy values
+  the actor's loss with the critic it has just stepped, ddrl from the same weights);
 - discrete_cql: learning_rate 6.25e-5 <- --dqn_lr; target_update_interval 8000 <-
   --target_update_interval (a hard copy); alpha 1 <- --cql_alpha; gradients clipped at norm 10
   <- --max_grad_norm (``AdamFactory(clip_grad_norm=10)``; d3rlpy's default clips nothing);
@@ -99,7 +104,7 @@ import sys  # noqa: E402
 import numpy as np  # noqa: E402
 
 SYSTEM = "d3rlpy 2.8.1"
-ALGOS = ("bc", "iql", "cql", "discrete_cql")
+ALGOS = ("bc", "iql", "cql", "discrete_cql", "td3_plus_bc")
 EVALUATION_OFFSET = 1_000_000  # ddrl's core/seeding.py
 
 
@@ -140,7 +145,7 @@ def parse_args(argv=None):
     p.add_argument("--dataset", required=True, help="a Minari dataset directory (DIR/data/...)")
     p.add_argument("--env", required=True, help="the gymnasium id evaluated on")
     p.add_argument("--algo", required=True, choices=ALGOS,
-                   help="bc (DiscreteBC on Discrete actions), iql, cql, discrete_cql")
+                   help="bc (DiscreteBC on Discrete actions), iql, cql, discrete_cql, td3_plus_bc")
     p.add_argument("--steps", type=int, default=100_000, help="gradient updates")
     p.add_argument("--eval_interval", type=int, default=5_000,
                    help="updates between evaluations (d3rlpy's n_steps_per_epoch); must divide "
@@ -198,13 +203,21 @@ def parse_args(argv=None):
     p.add_argument("--conservative_weight", type=float, default=5.0, help="cql: --cql_alpha")
     p.add_argument("--n_action_samples", type=int, default=10, help="--cql_n_actions")
     p.add_argument("--soft_q_backup", action=b, default=False, help="--cql_backup soft")
+    # -- td3_plus_bc --
+    p.add_argument("--target_smoothing_sigma", type=float, default=0.2,
+                   help="--target_policy_noise")
+    p.add_argument("--target_smoothing_clip", type=float, default=0.5, help="--target_noise_clip")
+    p.add_argument("--update_actor_interval", type=int, default=2, help="--policy_delay")
     # -- discrete_cql --
     p.add_argument("--target_update_interval", type=int, default=8000)
-    p.add_argument("--alpha", type=float, default=1.0, help="discrete_cql: --cql_alpha")
+    p.add_argument("--alpha", type=float, default=None,
+                   help="discrete_cql: 1.0 (--cql_alpha); td3_plus_bc: 2.5 (--td3_bc_alpha)")
     p.add_argument("--clip_grad_norm", type=float, default=10.0, help="--max_grad_norm")
     args = p.parse_args(argv)
     if args.learning_rate is None:
         args.learning_rate = 6.25e-5 if args.algo == "discrete_cql" else 1e-3
+    if args.alpha is None:
+        args.alpha = 2.5 if args.algo == "td3_plus_bc" else 1.0
     if args.actor_learning_rate is None:
         args.actor_learning_rate = 1e-4 if args.algo == "cql" else 3e-4
     if args.steps < 1 or args.eval_interval < 1 or args.steps % args.eval_interval:
@@ -327,7 +340,7 @@ def make_algo(args, discrete, action_space, observations, reward_multiplier=1.0)
                                       StandardObservationScaler)
 
     algo = args.algo
-    if discrete and algo in ("iql", "cql"):
+    if discrete and algo in ("iql", "cql", "td3_plus_bc"):
         raise SystemExit(f"d3rlpy 2.8.1's {algo.upper()} takes continuous actions; the dataset's "
                          f"are Discrete (use discrete_cql, or bc for DiscreteBC)")
     if not discrete and algo == "discrete_cql":
@@ -390,6 +403,16 @@ def make_algo(args, discrete, action_space, observations, reward_multiplier=1.0)
                       conservative_weight=args.conservative_weight,
                       n_action_samples=args.n_action_samples,
                       soft_q_backup=args.soft_q_backup, max_q_backup=False)
+        config.update({k: v for k, v in kwargs.items() if not k.endswith("_factory")})
+    elif algo == "td3_plus_bc":
+        cls = d3rlpy.algos.TD3PlusBCConfig
+        kwargs = dict(actor_learning_rate=args.actor_learning_rate,
+                      critic_learning_rate=args.critic_learning_rate,
+                      actor_encoder_factory=encoder, critic_encoder_factory=encoder,
+                      gamma=args.gamma, tau=args.tau, n_critics=2,
+                      target_smoothing_sigma=args.target_smoothing_sigma,
+                      target_smoothing_clip=args.target_smoothing_clip, alpha=args.alpha,
+                      update_actor_interval=args.update_actor_interval)
         config.update({k: v for k, v in kwargs.items() if not k.endswith("_factory")})
     else:
         cls = d3rlpy.algos.DiscreteCQLConfig

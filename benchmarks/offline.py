@@ -1,5 +1,6 @@
 """Side by side with d3rlpy 2.8.1 on the same dataset with the same hyperparameters: ddrl's offline
-models (bc, iql, cql, cql_discrete) against d3rlpy's BC / DiscreteBC, IQL, CQL and DiscreteCQL
+models (bc, iql, cql, cql_discrete, td3_bc) against d3rlpy's BC / DiscreteBC, IQL, CQL,
+DiscreteCQL and TD3PlusBC
 (benchmarks/d3rlpy_offline.py, in its own venv), for each dataset x algo x seed, one run after
 another (never two at once: 2 cores).
 
@@ -65,7 +66,8 @@ RESULTS = os.path.join(REPO, "benchmarks", "results")
 RUNS = os.path.join(REPO, "benchmarks", "runs")
 
 #: ddrl model -> d3rlpy_offline.py --algo (bc on Discrete actions is d3rlpy's DiscreteBC)
-D3RLPY_ALGO = {"bc": "bc", "iql": "iql", "cql": "cql", "cql_discrete": "discrete_cql"}
+D3RLPY_ALGO = {"bc": "bc", "iql": "iql", "cql": "cql", "cql_discrete": "discrete_cql",
+               "td3_bc": "td3_plus_bc"}
 
 #: per ddrl model: (ddrl flag, d3rlpy_offline.py flag). The value is ddrl's resolved one.
 SHARED = [("batch_size", "batch_size"), ("normalize_obs", "normalize_obs"),
@@ -87,6 +89,11 @@ MAPPING = {
                      ("cql_target_gap", "alpha_threshold"), ("cql_alpha", "conservative_weight"),
                      ("cql_n_actions", "n_action_samples"), ("cql_backup", "soft_q_backup"),
                      ("tau", "tau"), ("sac_gamma", "gamma")],
+    "td3_bc": SHARED + [("td3_hidden_sizes", "hidden_sizes"), ("actor_lr", "actor_learning_rate"),
+                        ("critic_lr", "critic_learning_rate"), ("tau", "tau"),
+                        ("td3_gamma", "gamma"), ("target_policy_noise", "target_smoothing_sigma"),
+                        ("target_noise_clip", "target_smoothing_clip"),
+                        ("td3_bc_alpha", "alpha"), ("policy_delay", "update_actor_interval")],
     "cql_discrete": SHARED + [("dqn_hidden_sizes", "hidden_sizes"), ("dqn_lr", "learning_rate"),
                               ("target_update_interval", "target_update_interval"),
                               ("cql_alpha", "alpha"), ("max_grad_norm", "clip_grad_norm"),
@@ -108,6 +115,9 @@ REQUIRED = {
             "target_entropy": (("auto",), "d3rlpy's temperature targets -action_size"),
             "sac_lr_schedule": (("constant",), "d3rlpy's CQL learning rates are constant here"),
             "sac_precision": (("fp32", "auto"), "d3rlpy computes in fp32")},
+    "td3_bc": {"td3_lr_schedule": (("constant",), "d3rlpy's TD3PlusBC learning rates are "
+                                                  "constant here"),
+               "td3_precision": (("fp32", "auto"), "d3rlpy computes in fp32")},
     "cql_discrete": {"double_q": ((True,), "DiscreteCQL is a double DQN"),
                      "dueling": ((False,), "DiscreteCQL's Q head is not dueling"),
                      "n_step": ((1,), "one-step transitions"),
@@ -492,7 +502,7 @@ def main(argv=None):
         data = load_dataset(directory)
         discrete = type(data.action_space).__name__ == "Discrete"
         for model in cfg.algos:
-            if discrete and model in ("iql", "cql"):
+            if discrete and model in ("iql", "cql", "td3_bc"):
                 print(f"offline.py: {name} has Discrete actions; d3rlpy's {model.upper()} takes "
                       f"continuous ones: skipped (cql_discrete is DiscreteCQL)", flush=True)
                 continue

@@ -3,6 +3,7 @@ of what ddrl writes, D4RL-style arrays, and the paragraphs for a dataset missing
 another env."""
 import json
 import os
+import sys
 
 import h5py
 import minari
@@ -622,3 +623,31 @@ def test_the_d3rlpy_harness_plays_its_final_weights_on_fresh_episodes_as_ddrl_ev
     assert fresh["mean"] == pytest.approx(np.mean(block_means), rel=1e-12)
     assert fresh["ci95"] == pytest.approx(list(bootstrap_interval(block_means)), rel=1e-12)
     assert len(set(fresh["block_means"])) == 3  # other seeds, other episodes
+
+
+@pytest.mark.parametrize("model", ["bc", "iql", "cql", "cql_discrete", "td3_bc"])
+def test_the_d3rlpy_harness_defaults_are_ddrls_for_every_mapped_setting(model):
+    """benchmarks/d3rlpy_offline.py's docstring promises that a bare command is already on
+    ddrl's terms: for each setting benchmarks/offline.py pairs (MAPPING), d3rlpy_offline.py's
+    default (for the algorithm it runs) is what ddrl's own parser resolves for the model; and
+    resolve() hands the peer exactly the ddrl values."""
+    bench = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                         "benchmarks")
+    if bench not in sys.path:
+        sys.path.insert(0, bench)  # offline.py imports benchmarks/stats.py as `stats`
+    from benchmarks import d3rlpy_offline
+    from benchmarks.offline import D3RLPY_ALGO, MAPPING, resolve
+    discrete = model == "cql_discrete"
+    env = "CartPole-v1" if discrete else "Pendulum-v1"
+    rows, _, peer_argv, _ = resolve(model, "data/none-v0", env, [], discrete)
+    bare = vars(d3rlpy_offline.parse_args(["--dataset", "x", "--env", env, "--out", "x",
+                                           "--algo", D3RLPY_ALGO[model]]))
+    given = vars(d3rlpy_offline.parse_args(["--dataset", "x", "--env", env, "--out", "x",
+                                            "--algo", D3RLPY_ALGO[model], *peer_argv]))
+    assert {r["ddrl_flag"] for r in rows} == {ddrl for ddrl, _ in MAPPING[model]}
+    for row in rows:
+        if not row["applies"]:
+            continue
+        flag, value = row["d3rlpy_flag"], row["d3rlpy_value"]
+        assert given[flag] == value, (model, flag, given[flag], value)
+        assert bare[flag] == given[flag], (model, flag, bare[flag], given[flag])
