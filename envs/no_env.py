@@ -2,7 +2,7 @@
 simulator that is not at hand).
 
 Only an offline run takes it (``--dataset PATH --offline_ratio 1`` with a model of the replay
-loop: bc, iql, cql, cql_discrete): its spaces are the dataset's, nothing is evaluated, and the
+loop: bc, iql, cql, cql_discrete, td3_bc): its spaces are the dataset's, nothing is evaluated, and the
 metrics' losses are the run's report; checkpoints (last.pt, every --checkpoint_interval updates)
 hold the weights, the dataset's normalizer and the spaces, so ``ddrl.load`` and export work as
 after any run. The loop that knows where spaces come from without an env says so

@@ -135,8 +135,8 @@ class Trainer:
         raise ConfigError(
             "--env_name none names no env, and this run's loop learns by stepping one: only an "
             "offline run trains without an env (--dataset PATH with --offline_ratio 1, and a "
-            "model of the replay loop: bc, iql, cql, cql_discrete). Give an env (--env_name, "
-            "e.g. gym_env with --gym_id) or a dataset.")
+            "model of the replay loop: bc, iql, cql, cql_discrete, td3_bc). Give an env "
+            "(--env_name, e.g. gym_env with --gym_id) or a dataset.")
 
     @classmethod
     def gpu_plan(cls, args):
