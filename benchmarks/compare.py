@@ -83,6 +83,10 @@ DQN_CARTPOLE = ("--dqn_hidden_sizes 256,256 --dqn_lr 0.0023 --dqn_lr_schedule co
                 " --exploration linear --eps_initial 1 --eps_final 0.04 --eps_fraction 0.08 --eval_eps 0"
                 " --gamma 0.99 --n_step 1 --buffer_size 100000 --learning_starts 1000 --start_steps 1000"
                 " --utd_ratio 0.5 --batch_size 64 --num_envs_per_worker 1 --total_steps {max_steps}")
+# QR-DQN (qr_dqn against sb3-contrib's QRDQN): RL-Zoo's qrdqn.yml CartPole entry is its DQN one
+# with 10 quantiles; QRDQN clips no gradients (max_grad_norm None: ddrl's --max_grad_norm 0, qr_dqn's
+# default) and takes Adam's epsilon 0.01 / batch (qr_dqn's default too)
+QRDQN_CARTPOLE = DQN_CARTPOLE.replace("--max_grad_norm 10", "--max_grad_norm 0") + " --n_quantiles 10"
 # LunarLander-v3: lr 6.3e-4, batch 128, buffer 5e4, no warm-up, train_freq 4 / gradient_steps -1
 # (utd 1), target every 250 env steps = 250 updates, epsilon 1 -> 0.1 over 12,000 env steps, 256x256
 DQN_LUNAR = ("--dqn_hidden_sizes 256,256 --dqn_lr 0.00063 --dqn_lr_schedule constant --no-dueling"
@@ -434,6 +438,21 @@ SUITES = {
             "sb3-ddrl": "{python} benchmarks/sb3_dqn.py --env CartPole-v1 --hyperparams ddrl --num_workers 0 "
                         + DQN_CARTPOLE + " --target_return {target} --seed {seed} --out_dir {run_dir}"
                         " --eval_freq 2000",
+        }),
+    # QR-DQN on CartPole-v1, as cartpole-dqn: ddrl's qr_dqn with RL-Zoo's qrdqn.yml entry
+    # (QRDQN_CARTPOLE; configs/qr_dqn-CartPole-v1.yaml is the same), sb3-contrib's QRDQN with
+    # RL-Zoo's entry (sb3-zoo) and with ddrl-0workers' flags (sb3-ddrl).
+    "cartpole-qrdqn": dict(
+        target=475, max_steps=100_000, peer="sb3-zoo", timeout=1200,
+        systems={
+            "ddrl-0workers": ddrl("qr_dqn", "dqn_agent") + " --gym_id CartPole-v1 --num_workers 0"
+                             " --learner_threads 1 " + QRDQN_CARTPOLE + " --eval_interval 2000",
+            "sb3-zoo": "{python} benchmarks/sb3_dqn.py --algo qrdqn --env CartPole-v1 --hyperparams zoo"
+                       " --target_return {target} --seed {seed} --out_dir {run_dir} --max_steps {max_steps}"
+                       " --eval_freq 2000",
+            "sb3-ddrl": "{python} benchmarks/sb3_dqn.py --algo qrdqn --env CartPole-v1 --hyperparams ddrl"
+                        " --num_workers 0 " + QRDQN_CARTPOLE + " --target_return {target} --seed {seed}"
+                        " --out_dir {run_dir} --eval_freq 2000",
         }),
     # The same on LunarLander-v3 with RL-Zoo's LunarLander entry (DQN_LUNAR), 200k steps (RL-Zoo:
     # 100k), evaluations every 5,000 env steps.

@@ -2,13 +2,21 @@ import time; T0 = time.time()  # noqa: E702  first statement: wall time counts f
 # ruff: noqa: E402  (the imports follow that first statement on purpose)
 """Peer run for ddrl's DQN: Stable-Baselines3 DQN, stopped at a target eval return (the sibling of
 sb3_ppo.py and sb3_sac.py: the same evaluation callback, stop rule, time origin and summary.json /
-eval.csv writer).
+eval.csv writer); with --algo qrdqn, sb3-contrib's QRDQN, the peer of ddrl's qr_dqn.
 
     .venv/bin/python benchmarks/sb3_dqn.py --env CartPole-v1 --hyperparams zoo --seed 0 --out_dir /tmp/sb3dqn
     .venv/bin/python benchmarks/sb3_dqn.py --env LunarLander-v3 --hyperparams zoo --seed 0 --out_dir /tmp/sb3dqn_ll
     .venv/bin/python benchmarks/sb3_dqn.py --env ALE/Breakout-v5 --hyperparams zoo --seed 0 --out_dir /tmp/sb3dqn_bo --torch_threads 2
     .venv/bin/python benchmarks/sb3_dqn.py --env CartPole-v1 --hyperparams ddrl --num_workers 0 --num_envs_per_worker 1 --no-double_q --seed 0 --out_dir /tmp/sb3dqn_d
     .venv/bin/python benchmarks/sb3_dqn.py --env CartPole-v1 --hyperparams ddrl --no-double_q --verify_ddrl
+    .venv/bin/python benchmarks/sb3_dqn.py --algo qrdqn --env CartPole-v1 --hyperparams zoo --seed 0 --out_dir /tmp/qr
+    .venv/bin/python benchmarks/sb3_dqn.py --algo qrdqn --env CartPole-v1 --hyperparams ddrl --no-double_q --verify_ddrl
+
+--algo qrdqn (sb3-contrib's QRDQN; ddrl's --model_name qr_dqn): the same mapping as DQN's below,
+plus --n_quantiles -> policy_kwargs n_quantiles and Adam's epsilon (ddrl's --qr_adam_eps, default
+0.01 / --batch_size, which is QRDQN's own default); ddrl's qr_dqn defaults --max_grad_norm to 0
+(no clipping), QRDQN's max_grad_norm None. RL-Zoo's qrdqn.yml CartPole-v1 entry is its DQN
+entry with net_arch [256, 256] and n_quantiles 10; other ids get QRDQN's defaults.
 
 Envs: any gymnasium id with Discrete actions and a Box observation. ALE/... ids are built with
 ddrl's own Atari chain (envs/gym_env.py wrap_atari with ddrl's default flags, through
@@ -110,13 +118,26 @@ from stable_baselines3.common.logger import configure
 from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.vec_env import DummyVecEnv
 
+from sb3_contrib import QRDQN
+
 from sb3_ppo import EvalStop, atari_env, make_eval_env, write_summary  # same eval, stop rule and summary
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INF = float("inf")
-# SB3's DQN defaults, from its signature (what an RL-Zoo entry leaves unset)
-SB3_DEFAULTS = {name: p.default for name, p in inspect.signature(DQN.__init__).parameters.items()
-                if p.default is not inspect.Parameter.empty}
+ALGOS = {"dqn": DQN, "qrdqn": QRDQN}
+# ddrl's model for each, and what ddrl's flags default to there where the two models differ
+DDRL_MODEL = {"dqn": "dqn", "qrdqn": "qr_dqn"}
+DDRL_DEFAULTS = {"dqn": dict(max_grad_norm=10.0), "qrdqn": dict(max_grad_norm=0.0)}
+
+
+def sb3_defaults(algo="dqn"):
+    """SB3's DQN (or sb3-contrib's QRDQN) defaults, from its signature (what an RL-Zoo entry
+    leaves unset)."""
+    return {name: p.default for name, p in inspect.signature(ALGOS[algo].__init__).parameters.items()
+            if p.default is not inspect.Parameter.empty}
+
+
+SB3_DEFAULTS = sb3_defaults("dqn")
 
 # RL-Zoo's entries (the docstring): DLR-RM/rl-baselines3-zoo hyperparams/dqn.yml at 22e3ff2.
 # n_envs 1 (RL-Zoo's default); eval_freq, eval_episodes and target_return are ours.
@@ -145,10 +166,20 @@ ZOO = {
 }
 
 
-def zoo_entry(env_id):
+# RL-Zoo's hyperparams/qrdqn.yml: its CartPole-v1 entry is the DQN one with 10 quantiles
+ZOO_QRDQN = {
+    "CartPole-v1": dict(ZOO["CartPole-v1"], dqn=dict(
+        ZOO["CartPole-v1"]["dqn"], policy_kwargs=dict(net_arch=[256, 256], n_quantiles=10))),
+    "default": ZOO["default"],
+}
+
+
+def zoo_entry(env_id, algo="dqn"):
     """RL-Zoo's entry for ``env_id`` (a copy; ``key`` says which), the target filled in."""
-    key = "atari" if env_id.startswith("ALE/") else env_id if env_id in ZOO else "default"
-    entry = copy.deepcopy(ZOO[key])
+    table = ZOO if algo == "dqn" else ZOO_QRDQN
+    key = ("atari" if env_id.startswith("ALE/") and "atari" in table else env_id if env_id in table
+           else "default")
+    entry = copy.deepcopy(table[key])
     entry["key"] = key
     if entry["target_return"] is None:
         threshold = gym.spec(env_id).reward_threshold
@@ -168,14 +199,14 @@ def sb3_in_ddrl_units(train_freq, gradient_steps, target_update_interval, n_envs
                 target_update_interval=per_burst * max(1.0, copy_every / train_freq))
 
 
-def zoo_as_ddrl(env_id, total_steps=None, schedule_steps=None):
+def zoo_as_ddrl(env_id, total_steps=None, schedule_steps=None, algo="dqn"):
     """RL-Zoo's entry for ``env_id`` as ddrl's flags ({flag: value}, value None for a switch):
     the flags a compare.py ddrl row gives main.py --model_name dqn. ``total_steps``: ddrl's run
     length (default: the entry's n_timesteps); the epsilon decay keeps its length in env steps,
     RL-Zoo's fraction of ``schedule_steps`` (default: n_timesteps), so --eps_fraction is that
     fraction x schedule_steps / total_steps."""
-    z = zoo_entry(env_id)
-    d = {**SB3_DEFAULTS, **z["dqn"]}
+    z = zoo_entry(env_id, algo)
+    d = {**sb3_defaults(algo), **z["dqn"]}
     cnn = d["policy"] == "CnnPolicy"
     net = (d.get("policy_kwargs") or {}).get("net_arch", [] if cnn else [64, 64])
     units = sb3_in_ddrl_units(d["train_freq"], d["gradient_steps"], d["target_update_interval"],
@@ -193,7 +224,7 @@ def zoo_as_ddrl(env_id, total_steps=None, schedule_steps=None):
         "--dqn_lr": d["learning_rate"], "--dqn_lr_schedule": "constant",
         "--no-dueling": None, "--no-double_q": None,  # SB3's DQN: the target network's max
         "--target_update_interval": round(units["target_update_interval"]),
-        "--tau": d["tau"], "--max_grad_norm": d["max_grad_norm"],
+        "--tau": d["tau"], "--max_grad_norm": d["max_grad_norm"] or 0.0,
         "--exploration": "linear", "--eps_initial": d["exploration_initial_eps"],
         "--eps_final": d["exploration_final_eps"],
         "--eps_fraction": eps_fraction,
@@ -202,6 +233,8 @@ def zoo_as_ddrl(env_id, total_steps=None, schedule_steps=None):
         "--start_steps": d["learning_starts"], "--utd_ratio": units["utd_ratio"],
         "--batch_size": d["batch_size"], "--num_envs_per_worker": z["n_envs"],
     })
+    if algo == "qrdqn":  # QRDQNPolicy's n_quantiles default 200; Adam's eps 0.01 / batch, ddrl's default
+        flags["--n_quantiles"] = (d.get("policy_kwargs") or {}).get("n_quantiles", 200)
     return flags
 
 
@@ -228,8 +261,9 @@ def hidden_sizes(text):
     return sizes
 
 
-def ddrl_flag_parser():
-    """ddrl's flags of a DQN run, each named and defaulting as ddrl's (checked by --verify_ddrl)."""
+def ddrl_flag_parser(algo="dqn"):
+    """ddrl's flags of a DQN (QR-DQN) run, each named and defaulting as ddrl's (checked by
+    --verify_ddrl)."""
     p = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     d = p.add_argument_group("--hyperparams ddrl: ddrl's flags (names and defaults of main.py "
                              "--model_name dqn --agent_name dqn_agent)")
@@ -247,7 +281,8 @@ def ddrl_flag_parser():
                    help="on (ddrl's default) is refused: SB3's DQN is not double; give --no-double_q")
     d.add_argument("--target_update_interval", type=int, default=1000, help="in gradient updates")
     d.add_argument("--tau", type=float, default=1.0)
-    d.add_argument("--max_grad_norm", type=float, default=10.0)
+    d.add_argument("--max_grad_norm", type=float, default=DDRL_DEFAULTS[algo]["max_grad_norm"],
+                   help="0: no clipping (SB3's None)")
     d.add_argument("--exploration", choices=["linear", "ladder"], default="linear",
                    help="ladder is refused (SB3 has one epsilon)")
     d.add_argument("--eps_initial", type=float, default=1.0)
@@ -269,20 +304,24 @@ def ddrl_flag_parser():
     d.add_argument("--prioritized_replay", action="store_true", help="refused: SB3's DQN replays uniformly")
     d.add_argument("--weight_sync_interval", type=int, default=64,
                    help="ddrl's fragment: sets SB3's default train_freq (the docstring)")
+    if algo == "qrdqn":
+        d.add_argument("--n_quantiles", type=int, default=200)
+        d.add_argument("--qr_adam_eps", type=float, default=None,
+                       help="Adam's epsilon (default: 0.01 / --batch_size, QRDQN's own)")
     return p
 
 
 DDRL_RUN_LENGTH = 1_000_000  # ddrl's --total_steps default
 
 
-def ddrl_flags(namespace):
+def ddrl_flags(namespace, algo="dqn"):
     """The ddrl flags of ``namespace`` (a parse of ddrl_flag_parser) as {dest: value}."""
-    return {a.dest: getattr(namespace, a.dest) for a in ddrl_flag_parser()._actions}
+    return {a.dest: getattr(namespace, a.dest) for a in ddrl_flag_parser(algo)._actions}
 
 
 def refuse(why):
-    raise SystemExit(f"sb3_dqn.py --hyperparams ddrl: {why}; SB3's DQN has no equal setting, so "
-                     f"the comparison would not be on equal terms.")
+    raise SystemExit(f"sb3_dqn.py --hyperparams ddrl: {why}; SB3's DQN (sb3-contrib's QRDQN) has "
+                     f"no equal setting, so the comparison would not be on equal terms.")
 
 
 def linear(start, horizon, max_steps):
@@ -294,7 +333,7 @@ def linear(start, horizon, max_steps):
     return value
 
 
-def ddrl_to_sb3(a, max_steps=None, image=False, train_freq=None, notes=None):
+def ddrl_to_sb3(a, max_steps=None, image=False, train_freq=None, notes=None, algo="dqn"):
     """SB3 DQN keyword arguments equal to ddrl's settings ``a`` (a parse of ddrl_flag_parser),
     and n_envs. The docstring lists the mapping and what is refused. ``max_steps``: the env steps
     learn() runs (default: --total_steps); ``image``: the observation is an image (CnnPolicy);
@@ -345,20 +384,25 @@ def ddrl_to_sb3(a, max_steps=None, image=False, train_freq=None, notes=None):
     policy_kwargs = dict(net_arch=list(a.dqn_hidden_sizes))
     if image:
         policy_kwargs["features_extractor_kwargs"] = dict(features_dim=a.cnn_features)
+    if algo == "qrdqn":
+        policy_kwargs["n_quantiles"] = a.n_quantiles
+        if a.qr_adam_eps is not None:  # else QRDQN's own 0.01 / batch_size, ddrl's default too
+            policy_kwargs.update(optimizer_class=torch.optim.Adam,
+                                 optimizer_kwargs=dict(eps=a.qr_adam_eps))
     kwargs = dict(policy="CnnPolicy" if image else "MlpPolicy", learning_rate=lr,
                   buffer_size=a.buffer_size, learning_starts=a.learning_starts,
                   batch_size=a.batch_size, tau=a.tau, gamma=a.gamma, train_freq=train_freq,
                   gradient_steps=per_burst, n_steps=a.n_step,
                   target_update_interval=target_env_steps, exploration_fraction=fraction,
                   exploration_initial_eps=eps_initial, exploration_final_eps=a.eps_final,
-                  max_grad_norm=a.max_grad_norm, policy_kwargs=policy_kwargs)
+                  max_grad_norm=a.max_grad_norm or None, policy_kwargs=policy_kwargs)
     return kwargs, n_envs
 
 
-def ddrl_command_line(values):
+def ddrl_command_line(values, algo="dqn"):
     """{dest: value} of ddrl's flags as main.py argv (every flag explicit)."""
     argv = []
-    for action in ddrl_flag_parser()._actions:
+    for action in ddrl_flag_parser(algo)._actions:
         value = values[action.dest]
         flag = action.option_strings[0]
         if isinstance(action, argparse.BooleanOptionalAction):
@@ -378,14 +422,15 @@ def verify_ddrl(args):
     otherwise."""
     sys.path.insert(0, REPO)
     from options.options import parse_args
-    base = ["--env_name", "gym_env", "--model_name", "dqn", "--agent_name", "dqn_agent",
+    algo = args.algo
+    base = ["--env_name", "gym_env", "--model_name", DDRL_MODEL[algo], "--agent_name", "dqn_agent",
             "--gym_id", args.env]
-    ours = ddrl_flags(args)
+    ours = ddrl_flags(args, algo)
     ours["total_steps"] = ours["total_steps"] or DDRL_RUN_LENGTH
-    defaults = ddrl_flags(ddrl_flag_parser().parse_args([]))
+    defaults = ddrl_flags(ddrl_flag_parser(algo).parse_args([]), algo)
     defaults["total_steps"] = DDRL_RUN_LENGTH
     try:
-        given = parse_args(base + ddrl_command_line(ours))
+        given = parse_args(base + ddrl_command_line(ours, algo))
         built_in = parse_args(base + ["--config", "none"])
     except Exception as e:  # ddrl's ConfigError (an unknown flag or value), or no dqn model
         raise SystemExit(f"sb3_dqn.py --verify_ddrl: ddrl refuses these flags: {e}") from e
@@ -394,7 +439,7 @@ def verify_ddrl(args):
                if getattr(given, k, missing) != v}
     unequal.update({f"default of {k}": (v, getattr(built_in, k, missing))
                     for k, v in defaults.items() if getattr(built_in, k, missing) != v})
-    print(json.dumps(dict(env=args.env, ddrl_flags=" ".join(ddrl_command_line(ours)),
+    print(json.dumps(dict(env=args.env, ddrl_flags=" ".join(ddrl_command_line(ours, algo)),
                           unequal={k: [str(x) for x in v] for k, v in unequal.items()}), indent=1))
     if unequal:
         raise SystemExit(f"sb3_dqn.py: these differ from ddrl's: {sorted(unequal)}")
@@ -403,8 +448,14 @@ def verify_ddrl(args):
 
 # -- the run ----------------------------------------------------------------------------------
 def parse_args(argv=None):
+    first = argparse.ArgumentParser(add_help=False)
+    first.add_argument("--algo", choices=sorted(ALGOS), default="dqn")
+    algo = first.parse_known_args(argv)[0].algo
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                parents=[ddrl_flag_parser()], allow_abbrev=False)
+                                parents=[ddrl_flag_parser(algo)], allow_abbrev=False)
+    p.add_argument("--algo", choices=sorted(ALGOS), default="dqn",
+                   help="dqn: SB3's DQN (ddrl's dqn); qrdqn: sb3-contrib's QRDQN (ddrl's qr_dqn) "
+                        "(default: %(default)s)")
     p.add_argument("--env", default="CartPole-v1",
                    help="a gymnasium id: CartPole-v1, LunarLander-v3, ALE/... have RL-Zoo entries "
                         "(default: %(default)s)")
@@ -458,7 +509,7 @@ def plain(o):
 
 def build(args):
     """(model, eval env, settings, max_steps, eval_freq, episodes, target)."""
-    entry = zoo_entry(args.env)
+    entry = zoo_entry(args.env, args.algo)
     notes = []
     if args.hyperparams == "zoo":
         n_envs = entry["n_envs"]
@@ -467,10 +518,10 @@ def build(args):
         horizon = args.total_steps or entry["n_timesteps"]
         max_steps = args.max_steps or horizon
         # RL-Zoo's fraction is of its n_timesteps; SB3's of learn()'s total (max_steps)
-        kwargs["exploration_fraction"] = (kwargs.get("exploration_fraction", SB3_DEFAULTS["exploration_fraction"])
+        kwargs["exploration_fraction"] = (kwargs.get("exploration_fraction", sb3_defaults(args.algo)["exploration_fraction"])
                                           * horizon / max_steps)
         try:
-            ddrl_equal = as_command_line(zoo_as_ddrl(args.env, max_steps, horizon))
+            ddrl_equal = as_command_line(zoo_as_ddrl(args.env, max_steps, horizon, args.algo))
         except ValueError as e:  # ddrl paces its schedules over the run it makes
             ddrl_equal = None
             notes.append(f"no ddrl equal: {e}")
@@ -480,27 +531,29 @@ def build(args):
         n_envs = max(1, args.num_workers) * args.num_envs_per_worker
         env = make_env(args.env, n_envs, args.seed)
         kwargs, n_envs = ddrl_to_sb3(args, max_steps, is_image_space(env.observation_space),
-                                     args.train_freq, notes)
+                                     args.train_freq, notes, args.algo)
         if callable(kwargs["learning_rate"]):
             kwargs["learning_rate"].description = (f"linear from {args.dqn_lr:g} to 0 at "
                                                    f"{horizon} env steps")
-        ddrl_equal = " ".join(ddrl_command_line(ddrl_flags(args)))
+        ddrl_equal = " ".join(ddrl_command_line(ddrl_flags(args, args.algo), args.algo))
     for note in notes:
         print(f"sb3_dqn.py: {note}", flush=True)
-    units = sb3_in_ddrl_units(kwargs.get("train_freq", SB3_DEFAULTS["train_freq"]),
-                              kwargs.get("gradient_steps", SB3_DEFAULTS["gradient_steps"]),
-                              kwargs.get("target_update_interval", SB3_DEFAULTS["target_update_interval"]),
+    defaults = sb3_defaults(args.algo)
+    units = sb3_in_ddrl_units(kwargs.get("train_freq", defaults["train_freq"]),
+                              kwargs.get("gradient_steps", defaults["gradient_steps"]),
+                              kwargs.get("target_update_interval", defaults["target_update_interval"]),
                               n_envs)
-    fraction = kwargs.get("exploration_fraction", SB3_DEFAULTS["exploration_fraction"])
+    fraction = kwargs.get("exploration_fraction", defaults["exploration_fraction"])
     units["epsilon_final_at_env_step"] = round(fraction * max_steps)
-    model = DQN(env=env, seed=args.seed, device="cpu", verbose=0, **kwargs)
+    model = ALGOS[args.algo](env=env, seed=args.seed, device="cpu", verbose=0, **kwargs)
     target = entry["target_return"] if args.target_return is None else args.target_return
     eval_freq = args.eval_freq or entry["eval_freq"]
     episodes = args.eval_episodes or entry.get("eval_episodes", 10)
     settings = dict(env=args.env, zoo_entry=entry["key"] if args.hyperparams == "zoo" else None,
                     n_envs=n_envs, max_steps=max_steps, schedule_steps=horizon, dqn=kwargs,
                     in_ddrl_units=units, ddrl_flags=ddrl_equal, notes=notes)
-    print(f"SB3 DQN ({args.hyperparams}): {json.dumps(plain(settings))}", flush=True)
+    settings["algo"] = args.algo
+    print(f"SB3 {ALGOS[args.algo].__name__} ({args.hyperparams}): {json.dumps(plain(settings))}", flush=True)
     return model, make_eval_env(args.env, args.seed), settings, max_steps, eval_freq, episodes, target
 
 
@@ -517,7 +570,7 @@ def main(argv=None):
     model.learn(total_timesteps=max_steps, callback=cb)
     cb.csv.close()
     summary = write_summary(args.out_dir, model, cb, t0=T0)
-    summary.update(system=f"sb3-dqn-{args.hyperparams}", hyperparams=args.hyperparams, env=args.env,
+    summary.update(system=f"sb3-{args.algo}-{args.hyperparams}", hyperparams=args.hyperparams, env=args.env,
                    seed=args.seed, updates=int(model._n_updates), settings=plain(settings))
     with open(os.path.join(args.out_dir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)

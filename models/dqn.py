@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from gymnasium import spaces
 from torch import nn
 
-from core.argtypes import non_negative_float, positive_float, positive_int, unit_interval
+from core.argtypes import non_negative_float, positive_int, unit_interval
 from core.errors import ConfigError
 from core.spaces import action_mask, layout_of
 from models import register_model
@@ -147,8 +147,8 @@ class DQNModel(ReplayModelSteps, TimedPrecision, BaseModel):
                                  "+ (1 - tau) * target: 1 copies it; with "
                                  "--target_update_interval 1, a small tau is Polyak averaging "
                                  "(default: %(default)s)")
-        parser.add_argument("--max_grad_norm", type=positive_float, default=10.0,
-                            help="global gradient-norm clip (default: %(default)s)")
+        parser.add_argument("--max_grad_norm", type=non_negative_float, default=10.0,
+                            help="global gradient-norm clip, 0: none (default: %(default)s)")
         parser.add_argument("--exploration", choices=["linear", "ladder"], default="linear",
                             help="epsilon-greedy exploration: 'linear' decays one epsilon over "
                                  "the start of the run (SB3's DQN), 'ladder' gives every env "

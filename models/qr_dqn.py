@@ -1,0 +1,170 @@
+"""qr_dqn: Quantile Regression DQN (Dabney et al. 2017, "Distributional Reinforcement Learning
+with Quantile Regression", arXiv:1710.10044) for Discrete actions, with sb3-contrib's QRDQN as
+the reference for the defaults and the exact form.
+
+DQN (models/dqn.py: the encoders, n-step returns, prioritized replay, target updates, epsilon
+schedules, masks, the Ape-X shape) whose network gives, for each action, N quantiles
+theta_1..theta_N of the return's distribution at the fractions tau_i = (2i - 1) / 2N
+(``--n_quantiles``) instead of one mean. Its Q value, the mean of the N, is what acting, the
+exported policy and the greedy choice of the next action use.
+
+- Target distribution: y_j = R + gamma^k (1 - terminated) theta_j^target(s', a*), j = 1..N,
+  a* = argmax_a of the target network's Q (the paper's and sb3-contrib's; ``--double_q``: the
+  online network's, as dqn's), among the actions the mask of s' allows.
+- Loss: the quantile Huber loss over every pair (i, j), u = y_j - theta_i(s, a):
+  |tau_i - 1{u < 0}| * Huber_kappa(u), kappa 1, summed over the current quantiles i and
+  averaged over the target ones j (sb3-contrib's ``sum_over_quantiles=True``), per row, then
+  the replay's importance-weighted mean over the batch.
+- Adam's epsilon 0.01 / batch size (the paper's 0.01/32, sb3-contrib's default;
+  ``--qr_adam_eps``); no gradient clipping (sb3-contrib's default; ``--max_grad_norm`` N
+  clips as dqn's).
+- |TD error| for priorities and the ``td_error_mean`` column: |Q(s, a) - mean_j y_j|.
+
+``--dueling`` gives a value and an advantage stream per quantile, theta = V + A - mean_a A.
+"""
+import torch
+from torch import nn
+
+from core.argtypes import positive_float, positive_int
+from models import register_model
+from models.dqn import DQNModel
+from models.encoders import Flatten, make_encoder
+from models.numpy_mlp import NumpyMLP
+from models.sac import frozen_copy, relu_mlp
+
+
+def quantile_fractions(n, device=None):
+    """tau_i = (2i - 1) / 2N, i = 1..N: the midpoints of N equal slices of [0, 1]."""
+    return (torch.arange(n, device=device, dtype=torch.float32) + 0.5) / n
+
+
+def quantile_huber_loss(current, target):
+    """Per row [B]: sum_i mean_j |tau_i - 1{u_ij < 0}| Huber(u_ij), u_ij = target_j - current_i,
+    ``current`` [B, N] (the online quantiles of the taken action), ``target`` [B, N'] (no
+    gradient), Huber with kappa 1."""
+    tau = quantile_fractions(current.shape[-1], current.device).view(1, -1, 1)
+    u = target.unsqueeze(-2) - current.unsqueeze(-1)          # [B, N, N']
+    huber = torch.where(u.abs() > 1.0, u.abs() - 0.5, 0.5 * u.pow(2))
+    return ((tau - (u.detach() < 0).float()).abs() * huber).sum(-2).mean(-1)
+
+
+class QuantileNetwork(nn.Module):
+    """encoder -> ReLU MLP -> N quantiles per action; ``forward`` gives their mean (the Q
+    values, [B, A]) so that every acting path of DQN takes it as it is, ``quantiles`` the
+    distribution [B, A, N]."""
+
+    def __init__(self, encoder, sizes, num_actions, n_quantiles, dueling):
+        super().__init__()
+        self.encoder = encoder
+        self.trunk = relu_mlp(encoder.features_dim, sizes)
+        width = sizes[-1] if sizes else encoder.features_dim
+        self.num_actions, self.n_quantiles, self.dueling = num_actions, n_quantiles, dueling
+        if dueling:
+            self.value = nn.Linear(width, n_quantiles)
+            self.advantage = nn.Linear(width, num_actions * n_quantiles)
+        else:
+            self.q = nn.Linear(width, num_actions * n_quantiles)
+
+    def quantiles(self, obs):
+        latent = self.trunk(self.encoder(obs))
+        shape = (-1, self.num_actions, self.n_quantiles)
+        if not self.dueling:
+            return self.q(latent).view(shape)
+        advantage = self.advantage(latent).view(shape)
+        return (self.value(latent).unsqueeze(1) + advantage
+                - advantage.mean(1, keepdim=True))
+
+    def forward(self, obs):
+        return self.quantiles(obs).mean(-1)
+
+
+class NumpyQuantileQ:
+    """QuantileNetwork's Q values in numpy on vectors, for acting (models/numpy_mlp.py)."""
+
+    def __init__(self, network):
+        self.trunk = NumpyMLP(network.trunk) if len(network.trunk) else None
+        heads = ((network.value, network.advantage) if network.dueling else (network.q,))
+        self.heads = [NumpyMLP(nn.Sequential(head)) for head in heads]
+        self.shape = (network.num_actions, network.n_quantiles)
+
+    @classmethod
+    def of(cls, network):
+        if type(network) is not QuantileNetwork or not isinstance(network.encoder, Flatten) or (
+                len(network.trunk) and NumpyMLP.of(network.trunk) is None):
+            return None
+        return cls(network)
+
+    def __call__(self, obs):
+        latent = self.trunk(obs) if self.trunk is not None else obs
+        if len(self.heads) == 1:
+            return self.heads[0](latent).reshape(len(obs), *self.shape).mean(-1)
+        value, advantage = (head(latent) for head in self.heads)
+        advantage = advantage.reshape(len(obs), *self.shape)
+        # the mean over quantiles of V + A - mean_a A: mean V + mean A - mean_a mean A
+        a = advantage.mean(-1)
+        return value.mean(-1, keepdims=True) + a - a.mean(-1, keepdims=True)
+
+
+@register_model("qr_dqn")
+class QRDQNModel(DQNModel):
+    """DQN with N quantiles of the return per action and the quantile Huber loss."""
+
+    @staticmethod
+    def add_args(parser):
+        DQNModel.add_args(parser)
+        # sb3-contrib's QRDQN clips no gradients (its max_grad_norm None); the paper neither
+        parser.set_defaults(max_grad_norm=0.0)
+        parser.add_argument("--n_quantiles", type=positive_int, default=200,
+                            help="quantiles of the return's distribution per action, at the "
+                                 "fractions (2i - 1) / 2N (default: %(default)s, the paper's "
+                                 "and sb3-contrib's)")
+        parser.add_argument("--qr_adam_eps", type=positive_float, default=None,
+                            help="Adam's epsilon (default: 0.01 / --batch_size, the paper's "
+                                 "0.01/32 and sb3-contrib's)")
+
+    def __init__(self, args, observation_space, action_space):
+        super().__init__(args, observation_space, action_space)
+        self.numpy_q = None if self.layout.structured else NumpyQuantileQ.of(self.q_net)
+
+    def build_networks(self, args):
+        encoder = make_encoder(args, self.observation_space)
+        self.q_net = QuantileNetwork(encoder, args.dqn_hidden_sizes, self.num_actions,
+                                     args.n_quantiles, args.dueling)
+        self.q_target = frozen_copy(self.q_net)
+
+    @torch.no_grad()
+    def target_quantiles(self, rewards, next_obs, terminated, discounts):
+        """y_j = R + gamma^k (1 - terminated) theta_j^target(s', a*): [B, N] (module
+        docstring), a* among the allowed actions."""
+        next_quantiles = self.q_target.quantiles(next_obs).float()
+        chooser = (self.q_net(next_obs).float() if self.args.double_q
+                   else next_quantiles.mean(-1))
+        best = self.masked(chooser, next_obs).argmax(1)
+        chosen = next_quantiles[torch.arange(len(best), device=best.device), best]
+        return rewards.unsqueeze(1) + (discounts * (1.0 - terminated)).unsqueeze(1) * chosen
+
+    @torch.no_grad()
+    def targets(self, rewards, next_obs, terminated, discounts):
+        """The target distribution's mean, [B] (DQN's y, for |TD errors|)."""
+        return self.target_quantiles(rewards, next_obs, terminated, discounts).mean(1)
+
+    def quantiles_taken(self, obs, actions):
+        """theta_i(s, a) of the online network for the actions taken: [B, N]."""
+        quantiles = self.q_net.quantiles(obs).float()
+        return quantiles[torch.arange(len(actions), device=actions.device), actions]
+
+    def update_loss(self, obs, actions, rewards, next_obs, terminated, discounts, weights):
+        """The importance-weighted quantile Huber loss, statistics, and |Q - mean y| per
+        transition (models/base.py ``ReplayModelSteps``)."""
+        y = self.target_quantiles(rewards, next_obs, terminated, discounts)
+        current = self.quantiles_taken(obs, actions)
+        loss = (weights * quantile_huber_loss(current, y)).mean()
+        q = current.detach().mean(1)
+        td_errors = (q - y.mean(1)).abs()
+        return loss, {"q_loss": loss.detach(), "q_mean": q.mean(),
+                      "td_error_mean": td_errors.mean()}, td_errors
+
+    def configure_optimizer(self):
+        eps = self.args.qr_adam_eps or 0.01 / self.args.batch_size
+        return torch.optim.Adam(self.q_net.parameters(), lr=self.args.dqn_lr, eps=eps,
+                                fused=True)
