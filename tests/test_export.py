@@ -102,6 +102,9 @@ CASES = {
     "dqn": dict(gym_id="CartPole-v1", model_name="dqn", **REPLAY_SMALL),
     "dqn-dueling-masked": dict(gym_id="ddrl/MaskedChoice-v0", model_name="dqn", dueling=True,
                                **REPLAY_SMALL),
+    # the Q values as the quantiles' mean, masked, per-quantile dueling streams
+    "qr_dqn-dueling-masked": dict(gym_id="ddrl/MaskedChoice-v0", model_name="qr_dqn",
+                                  n_quantiles=8, dueling=True, **REPLAY_SMALL),
 }
 RECURRENT = ("ppo-lstm", "ppo-lstm-vector", "ppo-gru-shared", "ppo-words-gru")
 # what each case's policy must be, so that a preset or a default changing cannot quietly take
@@ -132,6 +135,8 @@ KINDS = {
     "td3": lambda p: type(p.model).__name__ == "TD3Model",
     "dqn": lambda p: not p.model.q_net.dueling,
     "dqn-dueling-masked": lambda p: p.model.q_net.dueling and p.layout.has_mask,
+    "qr_dqn-dueling-masked": lambda p: (type(p.model).__name__ == "QRDQNModel"
+                                        and p.model.q_net.dueling and p.layout.has_mask),
 }
 
 

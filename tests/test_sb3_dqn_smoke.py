@@ -30,7 +30,8 @@ import sb3_dqn  # noqa: E402
 DDRL_KEYS = {"env_steps", "wall_time_s", "best_eval_return", "last_eval_return", "stopped_because",
              "target_reached", "time_to_target_s", "steps_to_target", "system"}
 DQN_SUITES = {"cartpole-dqn": "CartPole-v1", "lunar-dqn": "LunarLander-v3",
-              "breakout-dqn": "ALE/Breakout-v5"}
+              "breakout-dqn": "ALE/Breakout-v5", "cartpole-qrdqn": "CartPole-v1"}
+SUITE_ALGO = {"cartpole-qrdqn": "qrdqn"}  # the others: dqn
 
 
 def ddrl_args(*flags):
@@ -170,9 +171,11 @@ def test_dqn_suites_give_ddrl_and_sb3_the_same_settings(suite):
     steps), the sb3 row with ddrl's settings the very flags of ddrl's one-process row, the
     sb3-zoo row RL-Zoo's entry over the same budget; all evaluate on one schedule."""
     env, cfg, rows = DQN_SUITES[suite], compare.SUITES[suite], suite_rows(suite)
-    parser = sb3_dqn.ddrl_flag_parser()
+    algo = SUITE_ALGO.get(suite, "dqn")
+    parser = sb3_dqn.ddrl_flag_parser(algo)
     zoo = parser.parse_args(shlex.split(sb3_dqn.as_command_line(
-        sb3_dqn.zoo_as_ddrl(env, cfg["max_steps"]))) + ["--total_steps", str(cfg["max_steps"])])
+        sb3_dqn.zoo_as_ddrl(env, cfg["max_steps"], algo=algo)))
+        + ["--total_steps", str(cfg["max_steps"])])
     evaluation = {}
     sb3_ddrl = "sb3" if suite == "breakout-dqn" else "sb3-ddrl"
     assert set(rows) >= {"ddrl-0workers", sb3_ddrl} and cfg["peer"] in rows
@@ -180,7 +183,7 @@ def test_dqn_suites_give_ddrl_and_sb3_the_same_settings(suite):
         if os.path.basename(argv[1]) == "main.py":
             flags, rest = parser.parse_known_args(argv[2:])
             assert argv[argv.index("--gym_id") + 1] == env
-            assert argv[argv.index("--model_name") + 1] == "dqn", name
+            assert argv[argv.index("--model_name") + 1] == sb3_dqn.DDRL_MODEL[algo], name
             assert {**vars(flags), "num_workers": 0} == {**vars(zoo), "num_workers": 0}, name
             extra = argparse.ArgumentParser()
             extra.add_argument("--eval_interval", type=int)
@@ -189,16 +192,39 @@ def test_dqn_suites_give_ddrl_and_sb3_the_same_settings(suite):
             evaluation[name] = (e.eval_interval, e.eval_episodes)
         else:
             args = sb3_dqn.parse_args(argv[2:])
-            assert args.env == env, name
+            assert args.env == env and args.algo == algo, name
             if args.hyperparams == "ddrl":
                 ddrl_row = parser.parse_known_args(rows["ddrl-0workers"][2:])[0]
-                assert sb3_dqn.ddrl_flags(args) == vars(ddrl_row), name
+                assert sb3_dqn.ddrl_flags(args, algo) == vars(ddrl_row), name
             else:
                 assert args.max_steps == cfg["max_steps"] and args.total_steps is None, name
-            entry = sb3_dqn.zoo_entry(env)
+            entry = sb3_dqn.zoo_entry(env, algo)
             evaluation[name] = (args.eval_freq or entry["eval_freq"],
                                 args.eval_episodes or entry.get("eval_episodes", 10))
     assert len(set(evaluation.values())) == 1, evaluation
+
+
+@pytest.mark.unit
+def test_qrdqn_settings_both_ways():
+    """RL-Zoo's qrdqn.yml CartPole entry is its DQN entry with 10 quantiles; QRDQN clips no
+    gradients (None: ddrl's 0) and takes Adam's epsilon 0.01 / batch itself (ddrl's default,
+    so nothing is passed unless --qr_adam_eps is)."""
+    zoo = sb3_dqn.zoo_as_ddrl("CartPole-v1", 100_000, algo="qrdqn")
+    dqn = sb3_dqn.zoo_as_ddrl("CartPole-v1", 100_000)
+    assert zoo["--n_quantiles"] == 10 and zoo["--max_grad_norm"] == 0.0
+    assert {k: v for k, v in zoo.items() if k not in ("--n_quantiles", "--max_grad_norm")} == {
+        k: v for k, v in dqn.items() if k != "--max_grad_norm"}
+    parser = sb3_dqn.ddrl_flag_parser("qrdqn")
+    a = parser.parse_args(["--no-double_q", "--n_quantiles", "7"])
+    assert a.max_grad_norm == 0.0  # qr_dqn's default
+    kwargs, _ = sb3_dqn.ddrl_to_sb3(a, algo="qrdqn")
+    assert kwargs["max_grad_norm"] is None
+    assert kwargs["policy_kwargs"] == dict(net_arch=[64, 64], n_quantiles=7)
+    kwargs, _ = sb3_dqn.ddrl_to_sb3(parser.parse_args(["--no-double_q", "--qr_adam_eps", "1e-4"]),
+                                    algo="qrdqn")
+    assert kwargs["policy_kwargs"]["optimizer_kwargs"] == dict(eps=1e-4)
+    # dqn's parser has no quantiles and clips at 10, as ddrl's dqn
+    assert not hasattr(ddrl_args(), "n_quantiles") and ddrl_args().max_grad_norm == 10.0
 
 
 @pytest.mark.contract
@@ -217,6 +243,8 @@ def test_the_sb3_rows_flags_are_ddrls(suite, capsys):
     # RL-Zoo's CartPole cadence: 128 updates after every 256 steps past the 1000-step warm-up
     # (at 1024, 1280, 1536)
     ("zoo", [], 384),
+    # sb3-contrib's QRDQN with RL-Zoo's qrdqn.yml entry: the same cadence
+    ("zoo", ["--algo", "qrdqn"], 384),
     # ddrl's: 2 envs x 32 steps (a 64-step fragment over 2 envs) then 32 updates (utd 0.5), from
     # step 512 past the 500-step warm-up to 1536: 17 bursts
     ("ddrl", ["--num_workers", "0", "--num_envs_per_worker", "2", "--no-double_q",
@@ -237,9 +265,13 @@ def test_sb3_dqn_runs(tmp_path, hyperparams, extra, updates):
     assert summary["env_steps"] == 1536 and summary["updates"] == updates
     assert summary["stopped_because"] == "total_steps" and summary["target_reached"] is False
     assert summary["time_to_target_s"] is None and summary["steps_to_target"] is None
-    assert summary["wall_time_s"] > 0 and summary["system"] == f"sb3-dqn-{hyperparams}"
+    algo = "qrdqn" if "qrdqn" in extra else "dqn"
+    assert summary["wall_time_s"] > 0 and summary["system"] == f"sb3-{algo}-{hyperparams}"
     settings = summary["settings"]
     assert settings["in_ddrl_units"]["utd_ratio"] == 0.5
+    if algo == "qrdqn":
+        assert settings["algo"] == "qrdqn"
+        assert settings["dqn"]["policy_kwargs"] == dict(net_arch=[256, 256], n_quantiles=10)
     if hyperparams == "ddrl":
         assert settings["n_envs"] == 2 and settings["dqn"]["n_steps"] == 3
         assert settings["in_ddrl_units"]["target_update_interval"] == 64
