@@ -271,7 +271,10 @@ def test_sb3_dqn_runs(tmp_path, hyperparams, extra, updates):
     assert settings["in_ddrl_units"]["utd_ratio"] == 0.5
     if algo == "qrdqn":
         assert settings["algo"] == "qrdqn"
-        assert settings["dqn"]["policy_kwargs"] == dict(net_arch=[256, 256], n_quantiles=10)
+        # (QRDQN adds its Adam's epsilon, 0.01 / batch, to the entry's policy_kwargs)
+        assert settings["dqn"]["policy_kwargs"] == dict(
+            net_arch=[256, 256], n_quantiles=10, optimizer_class="Adam",
+            optimizer_kwargs=dict(eps=0.01 / 64))
     if hyperparams == "ddrl":
         assert settings["n_envs"] == 2 and settings["dqn"]["n_steps"] == 3
         assert settings["in_ddrl_units"]["target_update_interval"] == 64
