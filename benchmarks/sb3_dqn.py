@@ -283,8 +283,8 @@ def ddrl_flag_parser(algo="dqn"):
     d.add_argument("--tau", type=float, default=1.0)
     d.add_argument("--max_grad_norm", type=float, default=DDRL_DEFAULTS[algo]["max_grad_norm"],
                    help="0: no clipping (SB3's None)")
-    d.add_argument("--exploration", choices=["linear", "ladder"], default="linear",
-                   help="ladder is refused (SB3 has one epsilon)")
+    d.add_argument("--exploration", choices=["linear", "ladder", "noisy"], default="linear",
+                   help="ladder and noisy are refused (SB3 has one epsilon, no noisy layers)")
     d.add_argument("--eps_initial", type=float, default=1.0)
     d.add_argument("--eps_final", type=float, default=0.05)
     d.add_argument("--eps_fraction", type=float, default=0.1)
@@ -341,7 +341,9 @@ def ddrl_to_sb3(a, max_steps=None, image=False, train_freq=None, notes=None, alg
     ``notes``: a list that gets what differs in form, not in value."""
     notes = [] if notes is None else notes
     if a.exploration != "linear":
-        refuse(f"--exploration {a.exploration} (an epsilon per env slot)")
+        refuse(f"--exploration {a.exploration} ("
+               + ("an epsilon per env slot" if a.exploration == "ladder" else "noisy networks")
+               + ")")
     if a.double_q:
         refuse("--double_q (give the ddrl run --no-double_q)")
     if a.dueling:

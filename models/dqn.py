@@ -20,8 +20,12 @@ optionally dueling network against a target network.
   epsilon from --eps_initial to --eps_final over the first --eps_fraction of --total_steps (as
   SB3's DQN); --exploration ladder gives env slot i of N its own constant epsilon,
   eps_base^(1 + eps_alpha i / (N - 1)) (Ape-X's actors; ddrl's rollout workers tell the model
-  their slots: models/base.py assign_env_slots). The test worker acts greedily, or with
-  --eval_eps.
+  their slots: models/base.py assign_env_slots); --exploration noisy replaces epsilon by noisy
+  networks (Fortunato et al. 2018; models/noisy.py): every linear layer after the encoder is a
+  NoisyLinear with learned factorised Gaussian noise, acting is greedy on the noisy weights
+  (new noise per fragment on the workers, per update in the learner, the target network's
+  drawn apart), as in Rainbow. The test worker acts greedily (noisy networks: on the mean
+  weights), or with --eval_eps.
 """
 import argparse
 
@@ -31,13 +35,15 @@ import torch.nn.functional as F
 from gymnasium import spaces
 from torch import nn
 
-from core.argtypes import non_negative_float, positive_int, unit_interval
+from core.argtypes import non_negative_float, positive_float, positive_int, unit_interval
 from core.errors import ConfigError
 from core.spaces import action_mask, layout_of
 from models import register_model
 from models.base import BaseModel, ReplayModelSteps, TimedPrecision
 from models.encoders import Flatten, add_encoder_args, make_encoder
 from models.exporting import ObservationInputs, refuse_changed_acting
+from models.noisy import NoisyLinear, keyed_generator, noise_disabled, noisy_layers, \
+    noisy_relu_mlp, resample_noise, without_noise
 from models.numpy_mlp import NumpyMLP
 from models.ppo import action_mask_of, hidden_sizes
 from models.sac import (as_float_tensor, as_tensor, frozen_copy, polyak_update, relu_mlp,
@@ -47,20 +53,29 @@ from models.sac import (as_float_tensor, as_tensor, frozen_copy, polyak_update, 
 MASKED_Q = -1e9
 
 
+def trunk_and_linear(in_dim, sizes, noisy_sigma0=None):
+    """The ReLU MLP after the encoder and the layer kind for the heads: plain, or NoisyLinear
+    layers of initial noise ``noisy_sigma0`` (--exploration noisy)."""
+    if noisy_sigma0 is None:
+        return relu_mlp(in_dim, sizes), nn.Linear
+    return (noisy_relu_mlp(in_dim, sizes, noisy_sigma0),
+            lambda i, o: NoisyLinear(i, o, noisy_sigma0))
+
+
 class QNetwork(nn.Module):
     """encoder -> ReLU MLP -> one Q value per action (or a value and an advantage stream)."""
 
-    def __init__(self, encoder, sizes, num_actions, dueling):
+    def __init__(self, encoder, sizes, num_actions, dueling, noisy_sigma0=None):
         super().__init__()
         self.encoder = encoder
-        self.trunk = relu_mlp(encoder.features_dim, sizes)
+        self.trunk, linear = trunk_and_linear(encoder.features_dim, sizes, noisy_sigma0)
         width = sizes[-1] if sizes else encoder.features_dim
         self.dueling = dueling
         if dueling:
-            self.value = nn.Linear(width, 1)
-            self.advantage = nn.Linear(width, num_actions)
+            self.value = linear(width, 1)
+            self.advantage = linear(width, num_actions)
         else:
-            self.q = nn.Linear(width, num_actions)
+            self.q = linear(width, num_actions)
 
     def forward(self, obs):
         latent = self.trunk(self.encoder(obs))
@@ -80,9 +95,11 @@ class NumpyQ:
 
     @classmethod
     def of(cls, network):
-        # QNetwork's own forward only: a subclass's (build_networks may install one) is its own
+        # QNetwork's own forward only: a subclass's (build_networks may install one) is its own;
+        # noisy layers act through torch (their weights are drawn, not read)
         if type(network) is not QNetwork or not isinstance(network.encoder, Flatten) or (
-                len(network.trunk) and NumpyMLP.of(network.trunk) is None):
+                len(network.trunk) and NumpyMLP.of(network.trunk) is None) or (
+                noisy_layers(network)):
             return None
         return cls(network)
 
@@ -149,11 +166,18 @@ class DQNModel(ReplayModelSteps, TimedPrecision, BaseModel):
                                  "(default: %(default)s)")
         parser.add_argument("--max_grad_norm", type=non_negative_float, default=10.0,
                             help="global gradient-norm clip, 0: none (default: %(default)s)")
-        parser.add_argument("--exploration", choices=["linear", "ladder"], default="linear",
+        parser.add_argument("--exploration", choices=["linear", "ladder", "noisy"],
+                            default="linear",
                             help="epsilon-greedy exploration: 'linear' decays one epsilon over "
                                  "the start of the run (SB3's DQN), 'ladder' gives every env "
-                                 "slot a constant epsilon of its own (Ape-X) "
+                                 "slot a constant epsilon of its own (Ape-X); 'noisy': no "
+                                 "epsilon, noisy networks (NoisyLinear layers after the "
+                                 "encoder, greedy on noisy weights; Rainbow's) "
                                  "(default: %(default)s)")
+        parser.add_argument("--noisy_sigma0", type=positive_float, default=0.5,
+                            help="noisy: the initial noise scale sigma_0 (each layer's sigma "
+                                 "starts at sigma_0 / sqrt(inputs); the paper's factorised "
+                                 "0.5) (default: %(default)s)")
         parser.add_argument("--eps_initial", type=unit_interval, default=1.0,
                             help="linear: epsilon at the start (default: %(default)s)")
         parser.add_argument("--eps_final", type=unit_interval, default=0.05,
@@ -207,12 +231,23 @@ class DQNModel(ReplayModelSteps, TimedPrecision, BaseModel):
         # epsilons of this fragment (begin_fragment), the run's progress (linear schedule)
         self.slots, self.total_slots = None, 1
         self.epsilons = None
+        # Noisy networks: the learner's draws are keyed by this seed (in state_dict: a resumed
+        # learner has it) and the update's number; None: the noise is not drawn for any yet
+        if args.exploration == "noisy":
+            self.register_buffer("noise_seed", torch.randint(0, 2**62, ()))
+        self.noise_version = None
 
     def build_networks(self, args):
         """The online Q network and its target copy; a subclass may override."""
         encoder = make_encoder(args, self.observation_space)
-        self.q_net = QNetwork(encoder, args.dqn_hidden_sizes, self.num_actions, args.dueling)
+        self.q_net = QNetwork(encoder, args.dqn_hidden_sizes, self.num_actions, args.dueling,
+                              self.noisy_sigma0(args))
         self.q_target = frozen_copy(self.q_net)
+
+    @staticmethod
+    def noisy_sigma0(args):
+        """sigma_0 of the noisy layers with --exploration noisy, else None (plain layers)."""
+        return args.noisy_sigma0 if args.exploration == "noisy" else None
 
     @property
     def device(self):
@@ -226,7 +261,12 @@ class DQNModel(ReplayModelSteps, TimedPrecision, BaseModel):
         """This fragment's epsilon per env: the ladder's (constant) or the linear schedule's at
         ``progress`` (the run's env steps over --total_steps)."""
         args = self.args
-        if args.exploration == "ladder":
+        if args.exploration == "noisy":  # the fragment acts on one fresh draw of the noise
+            resample_noise(self.q_net, generator=keyed_generator(
+                self.acting_rng.integers(0, 2**62)))
+            self.noise_version = None  # (a learner in this process draws its own again)
+            self.epsilons = np.zeros(num_envs)
+        elif args.exploration == "ladder":
             slots = self.slots if self.slots is not None else np.arange(num_envs)
             self.epsilons = ladder_epsilons(slots, self.total_slots, args.eps_base,
                                             args.eps_alpha)
@@ -262,10 +302,18 @@ class DQNModel(ReplayModelSteps, TimedPrecision, BaseModel):
             q = np.where(mask, q, MASKED_Q)
         return q
 
+    def acting_q_values(self, obs, deterministic):
+        """``q_values`` for acting: on the mean weights of noisy networks when deterministic
+        (greedy evaluation), on this fragment's noise otherwise."""
+        if deterministic and self.args.exploration == "noisy":
+            with noise_disabled(self.q_net):
+                return self.q_values(obs)
+        return self.q_values(obs)
+
     def choose_actions(self, obs, deterministic=False):
         """Epsilon-greedy actions (module docstring), indices from 0 (the rollout adds the
         action space's start, core.sampling.envs.to_env_action); no extras."""
-        q = self.q_values(obs)
+        q = self.acting_q_values(obs, deterministic)
         rows = len(q)
         actions = q.argmax(-1)
         explore = self.acting_rng.random(rows) < self.epsilon_for(rows, deterministic)
@@ -276,7 +324,7 @@ class DQNModel(ReplayModelSteps, TimedPrecision, BaseModel):
         return actions.astype(np.int64), {}
 
     #: the methods of the acting path DQNActing rebuilds (models/exporting.py)
-    ACTING_METHODS = ("choose_actions", "q_values", "flat_obs")
+    ACTING_METHODS = ("choose_actions", "q_values", "flat_obs", "acting_q_values")
 
     def export_module(self):
         """The greedy action from tensors only (models/base.py): DQNActing below, on this
@@ -331,7 +379,17 @@ class DQNModel(ReplayModelSteps, TimedPrecision, BaseModel):
         return (self.q_taken(obs, actions) - y).abs().cpu().numpy()
 
     def update_inputs(self, batch):
+        if self.args.exploration == "noisy" and self.noise_version != self.weights_version:
+            self.draw_update_noise(self.weights_version)
         return self.unpack(batch)
+
+    def draw_update_noise(self, version):
+        """The noise of the update that follows weights ``version``, both networks' (the
+        target's its own draw), keyed by the run's noise seed and the version: a resumed
+        learner draws what the straight run drew."""
+        resample_noise(self.q_net, self.q_target,
+                       generator=keyed_generator(int(self.noise_seed), version))
+        self.noise_version = version
 
     def update_on_inputs(self, *inputs):
         """The loss's backward pass into .grad (ReplayModelSteps), in --dqn_precision
@@ -360,6 +418,8 @@ class DQNModel(ReplayModelSteps, TimedPrecision, BaseModel):
         """The metrics column "epsilon": the linear schedule's value at ``progress``, or the
         ladder's mean over the run's env slots (rollout workers' slots, as they act)."""
         args = self.args
+        if args.exploration == "noisy":
+            return 0.0
         if args.exploration == "linear":
             return float(linear_epsilon(progress, args.eps_initial, args.eps_final,
                                         args.eps_fraction))
@@ -383,10 +443,12 @@ class DQNModel(ReplayModelSteps, TimedPrecision, BaseModel):
     def after_update(self):
         """Every --target_update_interval updates: target <- tau * online + (1 - tau) *
         target. Counted by the learner's version (kept in checkpoints), before it moves on
-        to this update's."""
-        if (self.weights_version + 1) % self.args.target_update_interval:
-            return
-        polyak_update(self.q_target, self.q_net, self.args.tau)
+        to this update's. Noisy networks: new noise for the next update, in both networks
+        (here, outside the update itself, which only reads it)."""
+        if not (self.weights_version + 1) % self.args.target_update_interval:
+            polyak_update(self.q_target, self.q_net, self.args.tau)
+        if self.args.exploration == "noisy":
+            self.draw_update_noise(self.weights_version + 1)
 
 
 class DQNActing(nn.Module):
@@ -399,7 +461,7 @@ class DQNActing(nn.Module):
         vectors = isinstance(model.q_net.encoder, Flatten) and not model.layout.structured
         self.inputs = ObservationInputs(model.layout, model.observation_space,
                                         as_vector=vectors)
-        self.q_net = model.q_net
+        self.q_net = without_noise(model.q_net)  # greedy on the mean weights
 
     def forward(self, *inputs):
         batch = self.inputs(inputs)

@@ -70,7 +70,8 @@ class TeamDQNModel(DQNModel):
         self.agents = sum(counts)
         self.action_counts = np.repeat(actions, counts)  # each agent's number of actions
         nets = {name: QNetwork(Flatten(spaces.Box(-np.inf, np.inf, (width,))),
-                               args.dqn_hidden_sizes, count, args.dueling)
+                               args.dqn_hidden_sizes, count, args.dueling,
+                               self.noisy_sigma0(args))
                 for name, count in zip(names, actions)}
         self.q_net = TeamQ(rows(), names, counts, width, nets, actions)
         self.q_target = frozen_copy(self.q_net)
@@ -85,7 +86,7 @@ class TeamDQNModel(DQNModel):
     def choose_actions(self, obs, deterministic=False):
         """Each agent's greedy action, or with its env's epsilon a uniform one of its own
         actions; [B, N] indices from 0."""
-        q = self.q_values(obs)
+        q = self.acting_q_values(obs, deterministic)
         rows = len(q)
         actions = q.argmax(-1)
         epsilons = self.epsilon_for(rows, deterministic)

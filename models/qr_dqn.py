@@ -20,17 +20,19 @@ exported policy and the greedy choice of the next action use.
   clips as dqn's).
 - |TD error| for priorities and the ``td_error_mean`` column: |Q(s, a) - mean_j y_j|.
 
-``--dueling`` gives a value and an advantage stream per quantile, theta = V + A - mean_a A.
+``--dueling`` gives a value and an advantage stream per quantile, theta = V + A - mean_a A;
+``--exploration noisy`` noisy layers (models/noisy.py), as dqn's.
 """
 import torch
 from torch import nn
 
 from core.argtypes import positive_float, positive_int
 from models import register_model
-from models.dqn import DQNModel
+from models.dqn import DQNModel, trunk_and_linear
 from models.encoders import Flatten, make_encoder
+from models.noisy import noisy_layers
 from models.numpy_mlp import NumpyMLP
-from models.sac import frozen_copy, relu_mlp
+from models.sac import frozen_copy
 
 
 def quantile_fractions(n, device=None):
@@ -53,17 +55,17 @@ class QuantileNetwork(nn.Module):
     values, [B, A]) so that every acting path of DQN takes it as it is, ``quantiles`` the
     distribution [B, A, N]."""
 
-    def __init__(self, encoder, sizes, num_actions, n_quantiles, dueling):
+    def __init__(self, encoder, sizes, num_actions, n_quantiles, dueling, noisy_sigma0=None):
         super().__init__()
         self.encoder = encoder
-        self.trunk = relu_mlp(encoder.features_dim, sizes)
+        self.trunk, linear = trunk_and_linear(encoder.features_dim, sizes, noisy_sigma0)
         width = sizes[-1] if sizes else encoder.features_dim
         self.num_actions, self.n_quantiles, self.dueling = num_actions, n_quantiles, dueling
         if dueling:
-            self.value = nn.Linear(width, n_quantiles)
-            self.advantage = nn.Linear(width, num_actions * n_quantiles)
+            self.value = linear(width, n_quantiles)
+            self.advantage = linear(width, num_actions * n_quantiles)
         else:
-            self.q = nn.Linear(width, num_actions * n_quantiles)
+            self.q = linear(width, num_actions * n_quantiles)
 
     def quantiles(self, obs):
         latent = self.trunk(self.encoder(obs))
@@ -90,7 +92,8 @@ class NumpyQuantileQ:
     @classmethod
     def of(cls, network):
         if type(network) is not QuantileNetwork or not isinstance(network.encoder, Flatten) or (
-                len(network.trunk) and NumpyMLP.of(network.trunk) is None):
+                len(network.trunk) and NumpyMLP.of(network.trunk) is None) or (
+                noisy_layers(network)):
             return None
         return cls(network)
 
@@ -108,6 +111,7 @@ class NumpyQuantileQ:
 @register_model("qr_dqn")
 class QRDQNModel(DQNModel):
     """DQN with N quantiles of the return per action and the quantile Huber loss."""
+    update_graph_safe = True
 
     @staticmethod
     def add_args(parser):
@@ -129,7 +133,7 @@ class QRDQNModel(DQNModel):
     def build_networks(self, args):
         encoder = make_encoder(args, self.observation_space)
         self.q_net = QuantileNetwork(encoder, args.dqn_hidden_sizes, self.num_actions,
-                                     args.n_quantiles, args.dueling)
+                                     args.n_quantiles, args.dueling, self.noisy_sigma0(args))
         self.q_target = frozen_copy(self.q_net)
 
     @torch.no_grad()

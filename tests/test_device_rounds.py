@@ -28,6 +28,7 @@ DQN = ["--env_name", "gym_env", "--gym_id", "CartPole-v1", "--model_name", "dqn"
        "--dqn_hidden_sizes", "16,16", "--batch_size", "8", "--max_grad_norm", "0.05",
        "--target_update_interval", "3"]
 QR_DQN = [("qr_dqn" if flag == "dqn" else flag) for flag in DQN] + ["--n_quantiles", "5"]
+NOISY_QR_DQN = QR_DQN + ["--exploration", "noisy"]  # each update's noise drawn between updates
 SPACES = {"sac": (spaces.Box(-np.inf, np.inf, (3,), np.float32),
                   spaces.Box(-2.0, 2.0, (1,), np.float32)),
           "dqn": (spaces.Box(-np.inf, np.inf, (4,), np.float32), spaces.Discrete(2))}
@@ -103,8 +104,8 @@ def run_calls(flags, kind, calls, nan_at=None):
 
 
 @pytest.mark.parametrize("flags,kind", [(SAC, "sac"), (CROSSQ, "sac"), (TD3, "sac"),
-                                        (DQN, "dqn"), (QR_DQN, "dqn")],
-                         ids=["sac", "crossq", "td3", "dqn", "qr_dqn"])
+                                        (DQN, "dqn"), (QR_DQN, "dqn"), (NOISY_QR_DQN, "dqn")],
+                         ids=["sac", "crossq", "td3", "dqn", "qr_dqn", "noisy-qr_dqn"])
 def test_a_round_computes_what_the_updates_one_by_one_compute(flags, kind):
     # 3 calls of 3 updates: DQN's target copies (every 3), CrossQ's and TD3's delayed actors
     # (every 2; TD3's targets with them)

@@ -105,6 +105,9 @@ CASES = {
     # the Q values as the quantiles' mean, masked, per-quantile dueling streams
     "qr_dqn-dueling-masked": dict(gym_id="ddrl/MaskedChoice-v0", model_name="qr_dqn",
                                   n_quantiles=8, dueling=True, **REPLAY_SMALL),
+    # noisy layers: the export acts on their mean weights, as deterministic Policy.act
+    "dqn-noisy": dict(gym_id="CartPole-v1", model_name="dqn", exploration="noisy",
+                      **REPLAY_SMALL),
 }
 RECURRENT = ("ppo-lstm", "ppo-lstm-vector", "ppo-gru-shared", "ppo-words-gru")
 # what each case's policy must be, so that a preset or a default changing cannot quietly take
@@ -137,6 +140,7 @@ KINDS = {
     "dqn-dueling-masked": lambda p: p.model.q_net.dueling and p.layout.has_mask,
     "qr_dqn-dueling-masked": lambda p: (type(p.model).__name__ == "QRDQNModel"
                                         and p.model.q_net.dueling and p.layout.has_mask),
+    "dqn-noisy": lambda p: type(p.model.q_net.q).__name__ == "NoisyLinear",
 }
 
 

@@ -119,3 +119,20 @@ def test_simple_spread_trains_resumes_and_exports(tmp_path):
     run_dir, out = train_resume_export(tmp_path, flags, 800, 1200)
     onnx_actions, loaded = exported_and_loaded_actions(run_dir, out, team_env(agent_ids=True))
     np.testing.assert_array_equal(onnx_actions, loaded)
+
+
+def test_noisy_networks_explore_for_the_team_and_evaluate_on_the_mean_weights():
+    from models.noisy import noise_disabled, noisy_layers
+    space = spaces.Dict({"a": spaces.Box(-1, 1, (1, 4)), "b": spaces.Box(-1, 1, (2, 4))})
+    model = team_dqn(space, spaces.MultiDiscrete([2, 5, 5]), "--exploration", "noisy",
+                     "--noisy_sigma0", "5")
+    assert len(noisy_layers(model.q_net)) == 2 * 3  # a network per policy: 2 hidden, 1 head
+    rng = np.random.default_rng(0)
+    obs = {"a": rng.standard_normal((300, 1, 4)).astype(np.float32),
+           "b": rng.standard_normal((300, 2, 4)).astype(np.float32)}
+    with noise_disabled(model.q_net):
+        mean_greedy = model.q_values(obs).argmax(-1)
+    model.begin_fragment(300, 0.0)
+    assert model.epsilons.tolist() == [0.0] * 300
+    np.testing.assert_array_equal(model.choose_actions(obs, deterministic=True)[0], mean_greedy)
+    assert (model.choose_actions(obs)[0] != mean_greedy).any()
