@@ -173,18 +173,18 @@ def test_a_noisy_dqn_run_resumes_exactly(tmp_path):
               "--start_steps", "200", "--target_update_interval", "50", "--utd_ratio", "0.5",
               "--num_envs_per_worker", "1", "--learner_threads", "1", "--eval_interval",
               "100000", "--target_return", "none", "--quiet", "--no-tensorboard", "--seed",
-              "4", "--total_steps", "1024", "--checkpoint_interval", "100000",
+              "4", "--total_steps", "2048", "--checkpoint_interval", "100000",
               "--checkpoint_buffer")
     straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
     whole, paused = run_mains([*common, "--run_dir", straight],
-                              [*common, "--run_dir", resumed, "--pause_at_steps", "512"])
+                              [*common, "--run_dir", resumed, "--pause_at_steps", "1000"])
     assert whole.returncode == 0, whole.stderr
     assert paused.returncode == 0, paused.stderr
     rest = run_main("--restore", resumed, "--quiet")
     assert rest.returncode == 0, rest.stderr
     a, meta_a = load_checkpoint(f"{straight}/checkpoints/last.pt")
     b, meta_b = load_checkpoint(f"{resumed}/checkpoints/last.pt")
-    assert meta_a["env_steps"] == meta_b["env_steps"] >= 1024 and meta_a["updates"] > 0
+    assert meta_a["env_steps"] == meta_b["env_steps"] >= 2048 and meta_a["updates"] > 0
     assert "noise_seed" in a["model"]
     for key, value in a["model"].items():
         assert torch.equal(value, b["model"][key]), key
