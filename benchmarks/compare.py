@@ -454,6 +454,19 @@ SUITES = {
                         " --num_workers 0 " + QRDQN_CARTPOLE + " --target_return {target} --seed {seed}"
                         " --out_dir {run_dir} --eval_freq 2000",
         }),
+    # Noisy networks against epsilon-greedy on cartpole-qrdqn's settings (ddrl alone: SB3 has no
+    # noisy layers): --exploration noisy (sigma_0 0.5; the epsilon flags then unused) against
+    # RL-Zoo's epsilon schedule; the same networks, learning rate, cadence and budget.
+    "cartpole-qrdqn-noisy": dict(
+        target=475, max_steps=100_000, peer="epsilon", timeout=1200,
+        systems={
+            "epsilon": ddrl("qr_dqn", "dqn_agent") + " --gym_id CartPole-v1 --num_workers 0"
+                       " --learner_threads 1 " + QRDQN_CARTPOLE + " --eval_interval 2000",
+            "noisy": ddrl("qr_dqn", "dqn_agent") + " --gym_id CartPole-v1 --num_workers 0"
+                     " --learner_threads 1 " + QRDQN_CARTPOLE.replace("--exploration linear",
+                                                                     "--exploration noisy")
+                     + " --eval_interval 2000",
+        }),
     # The same on LunarLander-v3 with RL-Zoo's LunarLander entry (DQN_LUNAR), 200k steps (RL-Zoo:
     # 100k), evaluations every 5,000 env steps.
     "lunar-dqn": dict(

@@ -42,7 +42,7 @@ from models import register_model
 from models.base import BaseModel, ReplayModelSteps, TimedPrecision
 from models.encoders import Flatten, add_encoder_args, make_encoder
 from models.exporting import ObservationInputs, refuse_changed_acting
-from models.noisy import NoisyLinear, keyed_generator, noise_disabled, noisy_layers, \
+from models.noisy import NoisyLinear, NumpyNoisyMLP, keyed_generator, noise_disabled, \
     noisy_relu_mlp, resample_noise, without_noise
 from models.numpy_mlp import NumpyMLP
 from models.ppo import action_mask_of, hidden_sizes
@@ -85,23 +85,35 @@ class QNetwork(nn.Module):
         return self.value(latent) + advantage - advantage.mean(-1, keepdim=True)
 
 
-class NumpyQ:
-    """QNetwork's forward pass in numpy on vectors, for acting (models/numpy_mlp.py says why)."""
+def numpy_mlp(module):
+    """NumpyMLP, or NumpyNoisyMLP for noisy layers, of ``module``; None for anything else."""
+    return NumpyMLP.of(module) or NumpyNoisyMLP.of(module)
 
-    def __init__(self, network):
-        self.trunk = NumpyMLP(network.trunk) if len(network.trunk) else None
-        heads = ((network.value, network.advantage) if network.dueling else (network.q,))
-        self.heads = [NumpyMLP(nn.Sequential(head)) for head in heads]
+
+def numpy_trunk_and_heads(network):
+    """(trunk or None, heads) of a QNetwork-shaped network in numpy, or None."""
+    trunk = numpy_mlp(network.trunk) if len(network.trunk) else None
+    heads = [numpy_mlp(nn.Sequential(head)) for head in
+             ((network.value, network.advantage) if network.dueling else (network.q,))]
+    if (len(network.trunk) and trunk is None) or None in heads:
+        return None
+    return trunk, heads
+
+
+class NumpyQ:
+    """QNetwork's forward pass in numpy on vectors, for acting (models/numpy_mlp.py says why);
+    noisy layers on views of their noise too (models/noisy.py NumpyNoisyMLP)."""
+
+    def __init__(self, trunk, heads):
+        self.trunk, self.heads = trunk, heads
 
     @classmethod
     def of(cls, network):
-        # QNetwork's own forward only: a subclass's (build_networks may install one) is its own;
-        # noisy layers act through torch (their weights are drawn, not read)
-        if type(network) is not QNetwork or not isinstance(network.encoder, Flatten) or (
-                len(network.trunk) and NumpyMLP.of(network.trunk) is None) or (
-                noisy_layers(network)):
+        # QNetwork's own forward only: a subclass's (build_networks may install one) is its own
+        if type(network) is not QNetwork or not isinstance(network.encoder, Flatten):
             return None
-        return cls(network)
+        parts = numpy_trunk_and_heads(network)
+        return None if parts is None else cls(*parts)
 
     def __call__(self, obs):
         latent = self.trunk(obs) if self.trunk is not None else obs

@@ -19,9 +19,15 @@ import contextlib
 import copy
 import math
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+from models.numpy_mlp import ACTIVATIONS
+
+
+SMALL_BATCH = 16
 
 
 def _scaled(x):
@@ -54,8 +60,13 @@ class NoisyLinear(nn.Module):
     def forward(self, x):
         if not self.noise_enabled:
             return F.linear(x, self.weight_mu, self.bias_mu)
-        weight = self.weight_mu + self.weight_sigma * torch.outer(self.eps_out, self.eps_in)
         bias = self.bias_mu + self.bias_sigma * self.eps_out
+        if x.shape[0] <= SMALL_BATCH and not torch.is_grad_enabled():
+            # acting on a few rows: two products beat building the noisy weight (measured on
+            # a 256x256 layer, one row: 24 against 60 us); a learning batch the other way
+            return (F.linear(x, self.weight_mu) + F.linear(x * self.eps_in, self.weight_sigma)
+                    * self.eps_out + bias)
+        weight = self.weight_mu + self.weight_sigma * torch.outer(self.eps_out, self.eps_in)
         return F.linear(x, weight, bias)
 
     def extra_repr(self):
@@ -112,3 +123,55 @@ def noisy_relu_mlp(in_dim, sizes, sigma0):
         layers += [NoisyLinear(last, size, sigma0), nn.ReLU()]
         last = size
     return nn.Sequential(*layers)
+
+
+class NumpyNoisyMLP:
+    """The forward pass of an ``nn.Sequential`` of NoisyLinear layers and activations in numpy,
+    for acting (models/numpy_mlp.py says why), on views of the parameters and of the noise
+    (resample_noise writes in place): y = x mu_w^T + ((x eps_in) sigma_w^T) eps_out + mu_b +
+    sigma_b eps_out, or x mu_w^T + mu_b while the layer's noise is off."""
+
+    def __init__(self, module):
+        self.layers = list(module)
+        self.seen = None
+        self.plan = None
+
+    @classmethod
+    def of(cls, module):
+        if not isinstance(module, nn.Sequential) or not len(module):
+            return None
+        if not all(isinstance(m, NoisyLinear) or type(m) in ACTIVATIONS for m in module):
+            return None
+        return cls(module)
+
+    def _tensors(self):
+        return [t for m in self.layers if isinstance(m, NoisyLinear)
+                for t in (m.weight_mu, m.weight_sigma, m.bias_mu, m.bias_sigma, m.eps_in,
+                          m.eps_out)]
+
+    def refresh(self):
+        addresses = [t.data_ptr() for t in self._tensors()]
+        if addresses == self.seen:
+            return
+        plan = []
+        for m in self.layers:
+            if isinstance(m, NoisyLinear):
+                views = [t.detach().numpy() for t in (m.weight_mu, m.weight_sigma, m.bias_mu,
+                                                      m.bias_sigma, m.eps_in, m.eps_out)]
+                plan.append((m, views[0].T, views[1].T, *views[2:]))
+            else:
+                plan.append(ACTIVATIONS[type(m)])
+        self.plan, self.seen = plan, addresses
+
+    def __call__(self, x):
+        self.refresh()
+        for step in self.plan:
+            if not isinstance(step, tuple):
+                x = step(x)
+                continue
+            layer, mu_t, sigma_t, mu_b, sigma_b, eps_in, eps_out = step
+            if layer.noise_enabled:
+                x = x @ mu_t + ((x * eps_in) @ sigma_t) * eps_out + (mu_b + sigma_b * eps_out)
+            else:
+                x = x @ mu_t + mu_b
+        return np.asarray(x, dtype=np.float32)

@@ -28,10 +28,8 @@ from torch import nn
 
 from core.argtypes import positive_float, positive_int
 from models import register_model
-from models.dqn import DQNModel, trunk_and_linear
+from models.dqn import DQNModel, numpy_trunk_and_heads, trunk_and_linear
 from models.encoders import Flatten, make_encoder
-from models.noisy import noisy_layers
-from models.numpy_mlp import NumpyMLP
 from models.sac import frozen_copy
 
 
@@ -83,19 +81,15 @@ class QuantileNetwork(nn.Module):
 class NumpyQuantileQ:
     """QuantileNetwork's Q values in numpy on vectors, for acting (models/numpy_mlp.py)."""
 
-    def __init__(self, network):
-        self.trunk = NumpyMLP(network.trunk) if len(network.trunk) else None
-        heads = ((network.value, network.advantage) if network.dueling else (network.q,))
-        self.heads = [NumpyMLP(nn.Sequential(head)) for head in heads]
-        self.shape = (network.num_actions, network.n_quantiles)
+    def __init__(self, trunk, heads, shape):
+        self.trunk, self.heads, self.shape = trunk, heads, shape
 
     @classmethod
     def of(cls, network):
-        if type(network) is not QuantileNetwork or not isinstance(network.encoder, Flatten) or (
-                len(network.trunk) and NumpyMLP.of(network.trunk) is None) or (
-                noisy_layers(network)):
+        if type(network) is not QuantileNetwork or not isinstance(network.encoder, Flatten):
             return None
-        return cls(network)
+        parts = numpy_trunk_and_heads(network)
+        return None if parts is None else cls(*parts, (network.num_actions, network.n_quantiles))
 
     def __call__(self, obs):
         latent = self.trunk(obs) if self.trunk is not None else obs

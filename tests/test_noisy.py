@@ -64,6 +64,16 @@ def test_the_papers_factorised_initialisation_and_noise():
 
 
 @pytest.mark.unit
+def test_the_small_batch_form_without_gradients_is_the_same_layer():
+    layer = NoisyLinear(8, 5)
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        two_products = layer(x)  # 3 rows, no gradient: the factorised products
+    built = layer(x)  # with gradients: the noisy weight built
+    assert torch.allclose(two_products, built, atol=1e-6)
+
+
+@pytest.mark.unit
 def test_gradients_reach_mu_and_sigma():
     layer = NoisyLinear(3, 2)
     layer(torch.randn(5, 3)).sum().backward()
@@ -78,7 +88,17 @@ def test_every_linear_layer_after_the_encoder_is_noisy_and_acting_has_no_epsilon
     net = model.q_net
     assert not any(type(m) is nn.Linear for m in net.modules())
     assert len(noisy_layers(net)) == 4  # two hidden layers, the value and advantage heads
-    assert model.numpy_q is None  # drawn weights act through torch
+    # numpy acting on views of the parameters and the noise: torch's values, noise on and off
+    assert model.numpy_q is not None
+    obs = np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)
+    for _ in range(2):
+        model.begin_fragment(3, 0.0)
+        with torch.no_grad():
+            expected = net(torch.as_tensor(obs)).numpy()
+        np.testing.assert_allclose(model.q_values(obs), expected, rtol=1e-5, atol=1e-5)
+        with noise_disabled(net), torch.no_grad():
+            np.testing.assert_allclose(model.q_values(obs), net(torch.as_tensor(obs)).numpy(),
+                                       rtol=1e-5, atol=1e-5)
     model.begin_fragment(5, 0.0)
     assert model.epsilons.tolist() == [0.0] * 5 and model.exploration_now(0.0) == 0.0
 
