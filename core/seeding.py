@@ -30,6 +30,9 @@ parameter server (SAC)          torch and agent ``s``; allreduce replica r: torc
 learner worker i (SAC)          torch ``s + 100 + i``, agent ``s + i``
 replay buffer sampling          ``s``; a --dataset's rows beside the online ones (the mixed
                                 buffer of offline-to-online fine-tuning) ``s + 2_000_000``
+noisy layers' draws             ``SeedSequence([n, *key])``, n the model's noise seed (drawn
+(dqn --exploration noisy)       from its torch stream, kept in its state_dict), key the
+                                update's number (the learner) or an acting draw (a fragment)
 ==============================  =================================================================
 
 Seeds may grow past 2**32 for large step counts; every consumer here takes any non-negative int
@@ -141,3 +144,10 @@ def dataset_sampling(seed):
 def dataset_shard(seed, index):
     """The sampler of a learner's shard of a --dataset (--shard_dataset), one stream each."""
     return seed + 3_000_000 + 1_000 * int(index)
+
+
+def noise_draw(noise_seed, *key):
+    """The seed of one draw of a model's noisy layers (models/noisy.py keyed_generator)."""
+    state = np.random.SeedSequence([int(noise_seed), *(int(k) for k in key)]).generate_state(
+        1, np.uint64)
+    return int(state[0]) % (2 ** 63)

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from core.seeding import noise_draw
 from models.numpy_mlp import ACTIVATIONS
 
 
@@ -84,11 +85,9 @@ def resample_noise(*modules, generator=None):
 
 
 def keyed_generator(*key):
-    """A CPU generator seeded by a tuple of integers (the same key, the same draws)."""
-    seed = 0
-    for part in key:
-        seed = (seed * 1_000_003 + int(part)) % (2 ** 62)
-    return torch.Generator().manual_seed(seed)
+    """A CPU generator seeded by a tuple of integers (the same key, the same draws;
+    core/seeding.py noise_draw)."""
+    return torch.Generator().manual_seed(noise_draw(*key))
 
 
 @contextlib.contextmanager
