@@ -114,8 +114,8 @@ class QRDQNModel(DQNModel):
         parser.set_defaults(max_grad_norm=0.0)
         parser.add_argument("--n_quantiles", type=positive_int, default=200,
                             help="quantiles of the return's distribution per action, at the "
-                                 "fractions (2i - 1) / 2N (default: %(default)s, the paper's "
-                                 "and sb3-contrib's)")
+                                 "fractions (2i - 1) / 2N (default: %(default)s; the paper's "
+                                 "and sb3-contrib's: 200)")
         parser.add_argument("--qr_adam_eps", type=positive_float, default=None,
                             help="Adam's epsilon (default: 0.01 / --batch_size, the paper's "
                                  "0.01/32 and sb3-contrib's)")
