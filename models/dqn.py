@@ -43,7 +43,7 @@ from models.base import BaseModel, ReplayModelSteps, TimedPrecision
 from models.encoders import Flatten, add_encoder_args, make_encoder
 from models.exporting import ObservationInputs, refuse_changed_acting
 from models.noisy import NoisyLinear, NumpyNoisyMLP, keyed_generator, noise_disabled, \
-    noisy_relu_mlp, resample_noise, without_noise
+    resample_noise, without_noise
 from models.numpy_mlp import NumpyMLP
 from models.ppo import action_mask_of, hidden_sizes
 from models.sac import (as_float_tensor, as_tensor, frozen_copy, polyak_update, relu_mlp,
@@ -56,10 +56,9 @@ MASKED_Q = -1e9
 def trunk_and_linear(in_dim, sizes, noisy_sigma0=None):
     """The ReLU MLP after the encoder and the layer kind for the heads: plain, or NoisyLinear
     layers of initial noise ``noisy_sigma0`` (--exploration noisy)."""
-    if noisy_sigma0 is None:
-        return relu_mlp(in_dim, sizes), nn.Linear
-    return (noisy_relu_mlp(in_dim, sizes, noisy_sigma0),
-            lambda i, o: NoisyLinear(i, o, noisy_sigma0))
+    linear = nn.Linear if noisy_sigma0 is None else (
+        lambda i, o: NoisyLinear(i, o, noisy_sigma0))
+    return relu_mlp(in_dim, sizes, linear=linear), linear
 
 
 class QNetwork(nn.Module):

@@ -25,7 +25,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from core.seeding import noise_draw
-from models.numpy_mlp import ACTIVATIONS
+from models.numpy_mlp import NumpyMLP
 
 
 SMALL_BATCH = 16
@@ -115,52 +115,21 @@ def without_noise(module):
     return copied
 
 
-def noisy_relu_mlp(in_dim, sizes, sigma0):
-    """relu_mlp (models/sac.py) with NoisyLinear layers."""
-    layers, last = [], in_dim
-    for size in sizes:
-        layers += [NoisyLinear(last, size, sigma0), nn.ReLU()]
-        last = size
-    return nn.Sequential(*layers)
+class NumpyNoisyMLP(NumpyMLP):
+    """NumpyMLP (models/numpy_mlp.py) for NoisyLinear layers, on views of the parameters and
+    of the noise (resample_noise writes in place): y = x mu_w^T + ((x eps_in) sigma_w^T)
+    eps_out + mu_b + sigma_b eps_out, or x mu_w^T + mu_b while the layer's noise is off."""
 
+    layer = NoisyLinear
 
-class NumpyNoisyMLP:
-    """The forward pass of an ``nn.Sequential`` of NoisyLinear layers and activations in numpy,
-    for acting (models/numpy_mlp.py says why), on views of the parameters and of the noise
-    (resample_noise writes in place): y = x mu_w^T + ((x eps_in) sigma_w^T) eps_out + mu_b +
-    sigma_b eps_out, or x mu_w^T + mu_b while the layer's noise is off."""
+    @staticmethod
+    def layer_tensors(m):
+        return m.weight_mu, m.weight_sigma, m.bias_mu, m.bias_sigma, m.eps_in, m.eps_out
 
-    def __init__(self, module):
-        self.layers = list(module)
-        self.seen = None
-        self.plan = None
-
-    @classmethod
-    def of(cls, module):
-        if not isinstance(module, nn.Sequential) or not len(module):
-            return None
-        if not all(isinstance(m, NoisyLinear) or type(m) in ACTIVATIONS for m in module):
-            return None
-        return cls(module)
-
-    def _tensors(self):
-        return [t for m in self.layers if isinstance(m, NoisyLinear)
-                for t in (m.weight_mu, m.weight_sigma, m.bias_mu, m.bias_sigma, m.eps_in,
-                          m.eps_out)]
-
-    def refresh(self):
-        addresses = [t.data_ptr() for t in self._tensors()]
-        if addresses == self.seen:
-            return
-        plan = []
-        for m in self.layers:
-            if isinstance(m, NoisyLinear):
-                views = [t.detach().numpy() for t in (m.weight_mu, m.weight_sigma, m.bias_mu,
-                                                      m.bias_sigma, m.eps_in, m.eps_out)]
-                plan.append((m, views[0].T, views[1].T, *views[2:]))
-            else:
-                plan.append(ACTIVATIONS[type(m)])
-        self.plan, self.seen = plan, addresses
+    @staticmethod
+    def plan_step(m):
+        mu_w, sigma_w, *rest = (t.detach().numpy() for t in NumpyNoisyMLP.layer_tensors(m))
+        return (m, mu_w.T, sigma_w.T, *rest)
 
     def __call__(self, x):
         self.refresh()

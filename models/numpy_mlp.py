@@ -22,17 +22,33 @@ ACTIVATIONS = {
 
 
 class NumpyMLP:
-    """The forward pass of an ``nn.Sequential`` of Linear layers and the activations above."""
+    """The forward pass of an ``nn.Sequential`` of Linear layers and the activations above. A
+    subclass for another layer kind (models/noisy.py NumpyNoisyMLP) gives ``layer``,
+    ``layer_tensors`` and ``plan_step``, and applies its steps in ``__call__``."""
+
+    #: the layer kind this forward pass computes
+    layer = nn.Linear
 
     def __init__(self, module):
         self.module = module
         self.layers = list(module)
-        # The parameter objects themselves (their storage may change, they do not): asking a
+        # The tensor objects themselves (their storage may change, they do not): asking a
         # module for its attributes on every step costs more than the matrix products here.
-        self.parameters = [p for m in self.layers if isinstance(m, nn.Linear)
-                           for p in (m.weight, m.bias) if p is not None]
+        self.parameters = [t for m in self.layers if isinstance(m, self.layer)
+                           for t in self.layer_tensors(m) if t is not None]
         self.seen = None
         self.plan = None
+
+    @staticmethod
+    def layer_tensors(m):
+        return m.weight, m.bias
+
+    @staticmethod
+    def plan_step(m):
+        """A layer's step: numpy views of its tensors (not copies)."""
+        bias = (m.bias.detach().numpy() if m.bias is not None
+                else np.zeros(m.out_features, dtype=np.float32))
+        return m.weight.detach().numpy().T, bias
 
     @classmethod
     def of(cls, module):
@@ -40,7 +56,7 @@ class NumpyMLP:
         plugin's own network acts through torch)."""
         if not isinstance(module, nn.Sequential) or not len(module):
             return None
-        if not all(isinstance(m, nn.Linear) or type(m) in ACTIVATIONS for m in module):
+        if not all(isinstance(m, cls.layer) or type(m) in ACTIVATIONS for m in module):
             return None
         return cls(module)
 
@@ -52,15 +68,9 @@ class NumpyMLP:
         addresses = self._addresses()
         if addresses == self.seen:
             return
-        plan = []
-        for m in self.layers:
-            if isinstance(m, nn.Linear):
-                bias = (m.bias.detach().numpy() if m.bias is not None
-                        else np.zeros(m.out_features, dtype=np.float32))
-                plan.append((m.weight.detach().numpy().T, bias))  # views, not copies
-            else:
-                plan.append(ACTIVATIONS[type(m)])
-        self.plan, self.seen = plan, addresses
+        self.plan = [self.plan_step(m) if isinstance(m, self.layer) else ACTIVATIONS[type(m)]
+                     for m in self.layers]
+        self.seen = addresses
 
     def __call__(self, x):
         self.refresh()

@@ -46,14 +46,15 @@ def target_entropy_type(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a number or 'auto'") from None
 
 
-def relu_mlp(in_dim, sizes, out_dim=None):
-    """Linear+ReLU layers (PyTorch's default init, as SB3's SAC); a linear head if out_dim."""
+def relu_mlp(in_dim, sizes, out_dim=None, linear=nn.Linear):
+    """Linear+ReLU layers (PyTorch's default init, as SB3's SAC); a linear head if out_dim.
+    ``linear(in, out)``: the layer (dqn's noisy layers: models/noisy.py NoisyLinear)."""
     layers, last = [], in_dim
     for size in sizes:
-        layers += [nn.Linear(last, size), nn.ReLU()]
+        layers += [linear(last, size), nn.ReLU()]
         last = size
     if out_dim is not None:
-        layers.append(nn.Linear(last, out_dim))
+        layers.append(linear(last, out_dim))
     return nn.Sequential(*layers)
 
 
