@@ -33,6 +33,16 @@ def marked_processes(mark):
     return found
 
 
+def state(pid):
+    """A process's state letter (R, S, D, Z, ...) from /proc; None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return stat[stat.rfind(")") + 2:].split()[0]
+
+
 def test_kill_descendants_ends_children_and_grandchildren():
     script = "import subprocess, time; subprocess.Popen(['sleep', '60']); time.sleep(60)"
     child = subprocess.Popen([sys.executable, "-c", script])
@@ -47,6 +57,28 @@ def test_kill_descendants_ends_children_and_grandchildren():
     child.wait(timeout=5)
     time.sleep(0.2)
     assert not below & set(descendants())
+
+
+def test_kill_descendants_returns_when_the_killed_have_finished_exiting(tmp_path):
+    """A SIGKILL is delivered at once, the kernel's teardown is not: a killed process holding
+    half a GiB still runs for tens of milliseconds (its memory and ports still held). The
+    grandchild here is a zombie or gone when kill_descendants returns, not still exiting."""
+    ready = tmp_path / "ready"
+    holder = ("import sys, time; held = bytearray(b'x' * (1 << 29)); "
+              "open(sys.argv[1], 'w').close(); time.sleep(60)")
+    script = ("import subprocess, sys, time; "
+              f"subprocess.Popen([sys.executable, '-c', {holder!r}, sys.argv[1]]); time.sleep(60)")
+    child = subprocess.Popen([sys.executable, "-c", script, str(ready)])
+    try:
+        deadline = time.time() + 30
+        while not ready.exists() and time.time() < deadline:
+            time.sleep(0.02)
+        (grandchild,) = descendants(child.pid)
+        assert kill_descendants(child.pid) == 1
+        assert state(grandchild) in (None, "Z"), "still exiting"
+    finally:
+        child.kill()
+        child.wait(timeout=5)
 
 
 def test_the_plot_process_draws_and_a_dead_one_falls_back_to_this_process(tmp_path):
