@@ -38,11 +38,13 @@ def quantile_fractions(n, device=None):
     return (torch.arange(n, device=device, dtype=torch.float32) + 0.5) / n
 
 
-def quantile_huber_loss(current, target):
+def quantile_huber_loss(current, target, tau=None):
     """Per row [B]: sum_i mean_j |tau_i - 1{u_ij < 0}| Huber(u_ij), u_ij = target_j - current_i,
-    ``current`` [B, N] (the online quantiles of the taken action), ``target`` [B, N'] (no
-    gradient), Huber with kappa 1."""
-    tau = quantile_fractions(current.shape[-1], current.device).view(1, -1, 1)
+    ``current`` [B, N] (the online quantiles of the taken action) at the fractions ``tau``
+    ([B, N]; default: QR-DQN's fixed (2i - 1) / 2N), ``target`` [B, N'] (no gradient), Huber
+    with kappa 1."""
+    tau = (quantile_fractions(current.shape[-1], current.device).view(1, -1, 1) if tau is None
+           else tau.unsqueeze(-1))
     u = target.unsqueeze(-2) - current.unsqueeze(-1)          # [B, N, N']
     huber = torch.where(u.abs() > 1.0, u.abs() - 0.5, 0.5 * u.pow(2))
     return ((tau - (u.detach() < 0).float()).abs() * huber).sum(-2).mean(-1)
