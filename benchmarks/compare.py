@@ -87,6 +87,11 @@ DQN_CARTPOLE = ("--dqn_hidden_sizes 256,256 --dqn_lr 0.0023 --dqn_lr_schedule co
 # with 10 quantiles; QRDQN clips no gradients (max_grad_norm None: ddrl's --max_grad_norm 0, qr_dqn's
 # default) and takes Adam's epsilon 0.01 / batch (qr_dqn's default too)
 QRDQN_CARTPOLE = DQN_CARTPOLE.replace("--max_grad_norm 10", "--max_grad_norm 0") + " --n_quantiles 10"
+# IQN (iqn) on the same settings: the network and loss differ, nothing else. N = N' = K = 8
+# fractions, not the paper's 64/64/32: an update at 64/64/32 costs ~18x QR-DQN's on one CPU
+# thread, and the paper's N ablation (its Fig. 2) finds N = 8 already near its best
+IQN_CARTPOLE = (QRDQN_CARTPOLE.replace(" --n_quantiles 10", "")
+                + " --num_tau_samples 8 --num_tau_prime_samples 8 --num_quantile_samples 8")
 # LunarLander-v3: lr 6.3e-4, batch 128, buffer 5e4, no warm-up, train_freq 4 / gradient_steps -1
 # (utd 1), target every 250 env steps = 250 updates, epsilon 1 -> 0.1 over 12,000 env steps, 256x256
 DQN_LUNAR = ("--dqn_hidden_sizes 256,256 --dqn_lr 0.00063 --dqn_lr_schedule constant --no-dueling"
@@ -453,6 +458,16 @@ SUITES = {
             "sb3-ddrl": "{python} benchmarks/sb3_dqn.py --algo qrdqn --env CartPole-v1 --hyperparams ddrl"
                         " --num_workers 0 " + QRDQN_CARTPOLE + " --target_return {target} --seed {seed}"
                         " --out_dir {run_dir} --eval_freq 2000",
+        }),
+    # IQN against QR-DQN on cartpole-qrdqn's settings (IQN_CARTPOLE; configs/iqn-CartPole-v1.yaml
+    # is the same): ddrl alone, sb3-contrib has no IQN.
+    "cartpole-iqn": dict(
+        target=475, max_steps=100_000, peer="qr_dqn", timeout=1800,
+        systems={
+            "qr_dqn": ddrl("qr_dqn", "dqn_agent") + " --gym_id CartPole-v1 --num_workers 0"
+                      " --learner_threads 1 " + QRDQN_CARTPOLE + " --eval_interval 2000",
+            "iqn": ddrl("iqn", "dqn_agent") + " --gym_id CartPole-v1 --num_workers 0"
+                   " --learner_threads 1 " + IQN_CARTPOLE + " --eval_interval 2000",
         }),
     # Noisy networks against epsilon-greedy on cartpole-qrdqn's settings (ddrl alone: SB3 has no
     # noisy layers): --exploration noisy (sigma_0 0.5; the epsilon flags then unused) against

@@ -71,7 +71,19 @@ class ImplicitQuantileNetwork(nn.Module):
 
     def quantiles(self, obs, taus):
         """Z at ``taus`` ([B, N], or [N] for every row): [B, A, N]."""
-        psi = self.trunk(self.encoder(obs))                                 # [B, W]
+        return self.quantiles_of_state(self.trunk(self.encoder(obs)), taus)
+
+    def quantiles_and_q(self, obs, taus):
+        """(Z at ``taus`` [B, A, N], Q [B, A]) from one pass of psi: the target's y takes both
+        at s', and psi is most of the cost with a CNN encoder."""
+        psi = self.trunk(self.encoder(obs))
+        taus = taus if taus.dim() == 2 else taus.unsqueeze(0).expand(len(psi), -1)
+        acting = self.acting_fractions.unsqueeze(0).expand(len(psi), -1)
+        z = self.quantiles_of_state(psi, torch.cat([taus, acting], 1))
+        return z[..., :taus.shape[1]], z[..., taus.shape[1]:].mean(-1)
+
+    def quantiles_of_state(self, psi, taus):
+        """Z at ``taus`` of the state embedding psi(s) [B, W]."""
         taus = taus if taus.dim() == 2 else taus.unsqueeze(0)
         phi = self.tau_embedding(torch.cos(taus.unsqueeze(-1) * self.frequencies))  # [B|1, N, W]
         latent = self.head_trunk(psi.unsqueeze(1) * phi)                    # [B, N, W']
@@ -186,9 +198,10 @@ class IQNModel(DQNModel):
     def target_quantiles(self, rewards, next_obs, terminated, discounts, next_taus):
         """y_j = R + gamma^k (1 - terminated) Z^target_tau'_j(s', a*): [B, N'], a* by Q (the
         target network's, or with --double_q the online one's) among the allowed actions."""
-        chooser = self.q_net if self.args.double_q else self.q_target
-        best = self.masked(chooser(next_obs).float(), next_obs).argmax(1)
-        z = self.q_target.quantiles(next_obs, next_taus).float()
+        z, q = self.q_target.quantiles_and_q(next_obs, next_taus)
+        q = self.q_net(next_obs) if self.args.double_q else q
+        best = self.masked(q.float(), next_obs).argmax(1)
+        z = z.float()
         chosen = z[torch.arange(len(best), device=best.device), best]
         return rewards.unsqueeze(1) + (discounts * (1.0 - terminated)).unsqueeze(1) * chosen
 

@@ -29,6 +29,10 @@ DQN = ["--env_name", "gym_env", "--gym_id", "CartPole-v1", "--model_name", "dqn"
        "--target_update_interval", "3"]
 QR_DQN = [("qr_dqn" if flag == "dqn" else flag) for flag in DQN] + ["--n_quantiles", "5"]
 NOISY_QR_DQN = QR_DQN + ["--exploration", "noisy"]  # each update's noise drawn between updates
+# each update's fractions drawn from its own key (the update's number)
+IQN = [("iqn" if flag == "dqn" else flag) for flag in DQN] + [
+    "--num_tau_samples", "4", "--num_tau_prime_samples", "3", "--num_quantile_samples", "5",
+    "--quantile_embedding_dim", "8"]
 SPACES = {"sac": (spaces.Box(-np.inf, np.inf, (3,), np.float32),
                   spaces.Box(-2.0, 2.0, (1,), np.float32)),
           "dqn": (spaces.Box(-np.inf, np.inf, (4,), np.float32), spaces.Discrete(2))}
@@ -104,8 +108,9 @@ def run_calls(flags, kind, calls, nan_at=None):
 
 
 @pytest.mark.parametrize("flags,kind", [(SAC, "sac"), (CROSSQ, "sac"), (TD3, "sac"),
-                                        (DQN, "dqn"), (QR_DQN, "dqn"), (NOISY_QR_DQN, "dqn")],
-                         ids=["sac", "crossq", "td3", "dqn", "qr_dqn", "noisy-qr_dqn"])
+                                        (DQN, "dqn"), (QR_DQN, "dqn"), (NOISY_QR_DQN, "dqn"),
+                                        (IQN, "dqn")],
+                         ids=["sac", "crossq", "td3", "dqn", "qr_dqn", "noisy-qr_dqn", "iqn"])
 def test_a_round_computes_what_the_updates_one_by_one_compute(flags, kind):
     # 3 calls of 3 updates: DQN's target copies (every 3), CrossQ's and TD3's delayed actors
     # (every 2; TD3's targets with them)

@@ -105,6 +105,10 @@ CASES = {
     # the Q values as the quantiles' mean, masked, per-quantile dueling streams
     "qr_dqn-dueling-masked": dict(gym_id="ddrl/MaskedChoice-v0", model_name="qr_dqn",
                                   n_quantiles=8, dueling=True, **REPLAY_SMALL),
+    # the Q values as the mean at the K fixed fractions: the export is a plain function
+    "iqn-dueling-masked": dict(gym_id="ddrl/MaskedChoice-v0", model_name="iqn",
+                               num_tau_samples=4, num_tau_prime_samples=4,
+                               num_quantile_samples=6, dueling=True, **REPLAY_SMALL),
     # noisy layers: the export acts on their mean weights, as deterministic Policy.act
     "dqn-noisy": dict(gym_id="CartPole-v1", model_name="dqn", exploration="noisy",
                       **REPLAY_SMALL),
@@ -140,6 +144,8 @@ KINDS = {
     "dqn-dueling-masked": lambda p: p.model.q_net.dueling and p.layout.has_mask,
     "qr_dqn-dueling-masked": lambda p: (type(p.model).__name__ == "QRDQNModel"
                                         and p.model.q_net.dueling and p.layout.has_mask),
+    "iqn-dueling-masked": lambda p: (type(p.model).__name__ == "IQNModel"
+                                     and p.model.q_net.dueling and p.layout.has_mask),
     "dqn-noisy": lambda p: type(p.model.q_net.q).__name__ == "NoisyLinear",
 }
 

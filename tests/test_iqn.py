@@ -55,6 +55,9 @@ def test_the_network_is_psi_times_phi_of_tau_through_the_head():
     k = model.args.num_quantile_samples
     midpoints = (torch.arange(k) + 0.5) / k
     assert torch.allclose(net(obs), net.quantiles(obs, midpoints).mean(-1), atol=1e-6)
+    # the target's one pass of psi gives both
+    z_both, q_both = net.quantiles_and_q(obs, taus)
+    assert torch.allclose(z_both, z, atol=1e-6) and torch.allclose(q_both, net(obs), atol=1e-6)
 
 
 @pytest.mark.unit
