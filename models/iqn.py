@@ -17,10 +17,12 @@ tau in (0, 1) to the tau-quantile of the return of every action, Z_tau(s, a), in
   summed over i, averaged over j (the paper's eq. 3 with kappa 1; models/qr_dqn.py
   quantile_huber_loss at these fractions), then the replay's importance-weighted batch mean.
 - Q(s, a), for acting, a* (the target network's; --double_q: the online one's, among the allowed
-  actions), priorities and the exported policy: the mean of Z at the K fractions (2k - 1) / 2K
-  (--num_quantile_samples; the midpoint rule). The paper and Dopamine sample the K fractions;
-  fixed ones estimate the same mean without that noise, so a policy acts the same on the same
-  weights and exports as a plain function.
+  actions), the workers' first priorities and the exported policy: the mean of Z at the K
+  fractions (2k - 1) / 2K (--num_quantile_samples; the midpoint rule). The paper and Dopamine
+  sample the K fractions; fixed ones estimate the same mean without that noise, so a policy acts
+  the same on the same weights and exports as a plain function.
+- The learner's new priorities (and ``td_error_mean``): |mean_i Z_tau_i(s, a) - mean_j y_j| at the
+  update's drawn fractions, the loss's own terms (no third pass of the network).
 - The learner's fractions are drawn outside the update (it stays graph-safe: the same kernels on
   tensors of the same shapes), from a generator keyed by a seed in the model's state_dict and
   the update's number (core/seeding.py noise_draw): a resumed learner draws what the straight
