@@ -160,6 +160,8 @@ def test_env_actors_in_one_process_start_rays_own_loopback_instance(tmp_path):
 
 
 ACTOR_REFUSING_ENV = '''
+import time
+
 import ray
 
 from core.errors import ConfigError
@@ -169,12 +171,19 @@ from envs.gym_env import GymEnv
 
 @register_env("actor_refusing_cartpole")
 class ActorRefusingCartPole(GymEnv):
-    """CartPole whose constructor raises ConfigError inside a Ray actor only."""
+    """CartPole whose constructor raises ConfigError inside a Ray actor only. In the driver a
+    step takes 2 ms, a slow simulator's: the stand-in that learns there while Ray starts then
+    leaves the CPUs to Ray's start (on a CPU-bound machine, with CartPole at full speed, the
+    stand-in learned throughout the 30-130 s that Ray's niced start took)."""
 
     def __init__(self, args, seed=None):
         if ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None:
             raise ConfigError("--gym_id CartPole-v1: this node has no such simulator")
         super().__init__(args, seed)
+
+    def step(self, action):
+        time.sleep(0.002)
+        return super().step(action)
 '''
 
 
