@@ -463,28 +463,29 @@ def test_a_refusal_is_one_paragraph_and_exit_code_2(tmp_path):
 
 @pytest.mark.e2e
 def test_pause_then_restore_with_her_ends_at_the_weights_of_the_straight_run(tmp_path):
-    """--num_workers 0, --checkpoint_buffer: 3,072 steps straight == paused at 1,536 (each env
-    34 steps into an episode, kept in the checkpoint) and restored, bit for bit."""
+    """--num_workers 0, --checkpoint_buffer: 2,048 steps straight == paused at 1,024 (learning
+    since step 500, each env 6 steps into an episode, kept in the checkpoint) and restored, bit for
+    bit."""
     import torch
     from core.run.checkpoint import load_checkpoint
     from test_e2e import run_main, run_mains
     common = ("--model_name", "sac", "--gym_id", "ddrl/PointGoal-v0", "--her", "--config",
-              "none", "--num_workers", "0", "--seed", "3", "--total_steps", "3072",
+              "none", "--num_workers", "0", "--seed", "3", "--total_steps", "2048",
               "--learning_starts", "500", "--start_steps", "500", "--sac_hidden_sizes", "32,32",
               "--learner_threads", "1", "--eval_interval", "1024", "--eval_episodes", "2",
               "--log_steps", "64", "--target_return", "none", "--checkpoint_buffer", "--quiet",
               "--no-tensorboard")
     straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
     for proc in run_mains([*common, "--run_dir", straight],
-                          [*common, "--run_dir", resumed, "--pause_at_steps", "1500"]):
+                          [*common, "--run_dir", resumed, "--pause_at_steps", "1000"]):
         assert proc.returncode == 0, proc.stderr
     paused, _ = load_checkpoint(os.path.join(resumed, "checkpoints", "last.pt"))
-    assert paused["state"]["workers"][0]["agent"]["episodes"]["open_lengths"].tolist() == [34] * 4
+    assert paused["state"]["workers"][0]["agent"]["episodes"]["open_lengths"].tolist() == [6] * 4
     proc = run_main("--restore", resumed, "--quiet")
     assert proc.returncode == 0, proc.stderr
     a, _ = load_checkpoint(os.path.join(straight, "checkpoints", "last.pt"))
     b, meta = load_checkpoint(os.path.join(resumed, "checkpoints", "last.pt"))
-    assert meta["env_steps"] == 3072
+    assert meta["env_steps"] == 2048
     for name in a["model"]:
         assert torch.equal(a["model"][name], b["model"][name]), name
 
