@@ -45,6 +45,7 @@ def simulator_device(name):
 
 @register_env("point_mass")
 class PointMass:
+    """1,024 point masses (or --num_envs_per_worker) pushed toward goals, stepped at once in torch."""
     metadata = {"autoreset_mode": "SameStep"}
     reward_threshold = -12.0
     episode_steps = 50
