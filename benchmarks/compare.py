@@ -92,6 +92,10 @@ QRDQN_CARTPOLE = DQN_CARTPOLE.replace("--max_grad_norm 10", "--max_grad_norm 0")
 # thread, and the paper's N ablation (its Fig. 2) finds N = 8 already near its best
 IQN_CARTPOLE = (QRDQN_CARTPOLE.replace(" --n_quantiles 10", "")
                 + " --num_tau_samples 8 --num_tau_prime_samples 8 --num_quantile_samples 8")
+# C51 (c51) on the same settings: a categorical distribution on CleanRL's CartPole support (101
+# atoms on [-100, 100]) in place of the 10 quantiles; Adam's epsilon 0.01 / batch as QR-DQN's
+C51_CARTPOLE = (QRDQN_CARTPOLE.replace(" --n_quantiles 10", "")
+                + " --n_atoms 101 --v_min -100 --v_max 100")
 # LunarLander-v3: lr 6.3e-4, batch 128, buffer 5e4, no warm-up, train_freq 4 / gradient_steps -1
 # (utd 1), target every 250 env steps = 250 updates, epsilon 1 -> 0.1 over 12,000 env steps, 256x256
 DQN_LUNAR = ("--dqn_hidden_sizes 256,256 --dqn_lr 0.00063 --dqn_lr_schedule constant --no-dueling"
@@ -468,6 +472,16 @@ SUITES = {
                       " --learner_threads 1 " + QRDQN_CARTPOLE + " --eval_interval 2000",
             "iqn": ddrl("iqn", "dqn_agent") + " --gym_id CartPole-v1 --num_workers 0"
                    " --learner_threads 1 " + IQN_CARTPOLE + " --eval_interval 2000",
+        }),
+    # C51 against QR-DQN on cartpole-qrdqn's settings (C51_CARTPOLE; configs/c51-CartPole-v1.yaml
+    # is the same): ddrl alone, neither SB3 nor sb3-contrib has C51.
+    "cartpole-c51": dict(
+        target=475, max_steps=100_000, peer="qr_dqn", timeout=1800,
+        systems={
+            "qr_dqn": ddrl("qr_dqn", "dqn_agent") + " --gym_id CartPole-v1 --num_workers 0"
+                      " --learner_threads 1 " + QRDQN_CARTPOLE + " --eval_interval 2000",
+            "c51": ddrl("c51", "dqn_agent") + " --gym_id CartPole-v1 --num_workers 0"
+                   " --learner_threads 1 " + C51_CARTPOLE + " --eval_interval 2000",
         }),
     # Noisy networks against epsilon-greedy on cartpole-qrdqn's settings (ddrl alone: SB3 has no
     # noisy layers): --exploration noisy (sigma_0 0.5; the epsilon flags then unused) against

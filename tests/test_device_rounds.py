@@ -33,6 +33,9 @@ NOISY_QR_DQN = QR_DQN + ["--exploration", "noisy"]  # each update's noise drawn 
 IQN = [("iqn" if flag == "dqn" else flag) for flag in DQN] + [
     "--num_tau_samples", "4", "--num_tau_prime_samples", "3", "--num_quantile_samples", "5",
     "--quantile_embedding_dim", "8"]
+# the categorical projection's scatter inside a round, with dueling logits
+C51 = [("c51" if flag == "dqn" else flag) for flag in DQN] + [
+    "--n_atoms", "7", "--v_min", "-5", "--v_max", "5", "--dueling"]
 SPACES = {"sac": (spaces.Box(-np.inf, np.inf, (3,), np.float32),
                   spaces.Box(-2.0, 2.0, (1,), np.float32)),
           "dqn": (spaces.Box(-np.inf, np.inf, (4,), np.float32), spaces.Discrete(2))}
@@ -109,8 +112,9 @@ def run_calls(flags, kind, calls, nan_at=None):
 
 @pytest.mark.parametrize("flags,kind", [(SAC, "sac"), (CROSSQ, "sac"), (TD3, "sac"),
                                         (DQN, "dqn"), (QR_DQN, "dqn"), (NOISY_QR_DQN, "dqn"),
-                                        (IQN, "dqn")],
-                         ids=["sac", "crossq", "td3", "dqn", "qr_dqn", "noisy-qr_dqn", "iqn"])
+                                        (IQN, "dqn"), (C51, "dqn")],
+                         ids=["sac", "crossq", "td3", "dqn", "qr_dqn", "noisy-qr_dqn", "iqn",
+                              "c51"])
 def test_a_round_computes_what_the_updates_one_by_one_compute(flags, kind):
     # 3 calls of 3 updates: DQN's target copies (every 3), CrossQ's and TD3's delayed actors
     # (every 2; TD3's targets with them)

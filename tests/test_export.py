@@ -109,6 +109,9 @@ CASES = {
     "iqn-dueling-masked": dict(gym_id="ddrl/MaskedChoice-v0", model_name="iqn",
                                num_tau_samples=4, num_tau_prime_samples=4,
                                num_quantile_samples=6, dueling=True, **REPLAY_SMALL),
+    # the Q values as the mean over the atoms of the softmax of dueling logits, masked
+    "c51-dueling-masked": dict(gym_id="ddrl/MaskedChoice-v0", model_name="c51", n_atoms=11,
+                               v_min=-2.0, v_max=2.0, dueling=True, **REPLAY_SMALL),
     # noisy layers: the export acts on their mean weights, as deterministic Policy.act
     "dqn-noisy": dict(gym_id="CartPole-v1", model_name="dqn", exploration="noisy",
                       **REPLAY_SMALL),
@@ -145,6 +148,8 @@ KINDS = {
     "qr_dqn-dueling-masked": lambda p: (type(p.model).__name__ == "QRDQNModel"
                                         and p.model.q_net.dueling and p.layout.has_mask),
     "iqn-dueling-masked": lambda p: (type(p.model).__name__ == "IQNModel"
+                                     and p.model.q_net.dueling and p.layout.has_mask),
+    "c51-dueling-masked": lambda p: (type(p.model).__name__ == "C51Model"
                                      and p.model.q_net.dueling and p.layout.has_mask),
     "dqn-noisy": lambda p: type(p.model.q_net.q).__name__ == "NoisyLinear",
 }

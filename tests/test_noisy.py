@@ -15,6 +15,7 @@ from torch import nn
 from models.dqn import DQNActing, DQNModel
 from models.noisy import (NoisyLinear, keyed_generator, noise_disabled, noisy_layers,
                           without_noise)
+from models.c51 import C51Model
 from models.qr_dqn import QRDQNModel
 from options.options import parse_args
 from tests.test_e2e import run_main, run_mains
@@ -27,7 +28,7 @@ def noisy_model(*flags, name="dqn", seed=0):
                        "--gym_id", "CartPole-v1", "--exploration", "noisy",
                        "--dqn_hidden_sizes", "16,16", *flags])
     torch.manual_seed(seed)
-    cls = QRDQNModel if name == "qr_dqn" else DQNModel
+    cls = {"qr_dqn": QRDQNModel, "c51": C51Model}.get(name, DQNModel)
     return cls(args, OBS, spaces.Discrete(3))
 
 
@@ -82,7 +83,7 @@ def test_gradients_reach_mu_and_sigma():
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("name", ["dqn", "qr_dqn"])
+@pytest.mark.parametrize("name", ["dqn", "qr_dqn", "c51"])
 def test_every_linear_layer_after_the_encoder_is_noisy_and_acting_has_no_epsilon(name):
     model = noisy_model("--dueling", name=name)
     net = model.q_net
@@ -104,7 +105,7 @@ def test_every_linear_layer_after_the_encoder_is_noisy_and_acting_has_no_epsilon
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("name", ["dqn", "qr_dqn"])
+@pytest.mark.parametrize("name", ["dqn", "qr_dqn", "c51"])
 def test_evaluation_is_greedy_on_the_mean_weights_and_training_on_each_fragments_noise(name):
     model = noisy_model("--noisy_sigma0", "5", name=name)  # noise large enough to flip argmaxes
     obs = np.random.default_rng(0).standard_normal((200, 4)).astype(np.float32)

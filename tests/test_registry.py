@@ -263,7 +263,7 @@ def test_an_agent_method_that_cannot_take_the_loops_arguments_is_refused():
 
 def test_the_built_in_agents_are_of_their_loops_kind():
     from core.algos.trainers import trainer_class
-    for model in ("ppo", "sac", "crossq", "td3", "td3_bc", "dqn", "qr_dqn", "iqn"):
+    for model in ("ppo", "sac", "crossq", "td3", "td3_bc", "dqn", "qr_dqn", "iqn", "c51"):
         model_cls = MODEL_REGISTRY.get(model)
         agent_cls = AGENT_REGISTRY.get(model_cls.default_agent if hasattr(model_cls, "default_agent")
                                        else "default_agent")
