@@ -10,7 +10,7 @@ last_eval_return, stopped_because, target_reached, time_to_target_s, steps_to_ta
 eval curve ({run_dir}/eval.csv or metrics.csv with env_steps, wall_time_s, eval_return columns).
 Writes RESULTS_DIR/<suite>.json and RESULTS_DIR/<suite>.png, prints a markdown table for BENCHMARKS.md.
 
-A second table gives rliable's estimates across the seeds (benchmarks/stats.py): the interquartile
+A second table gives rliable's estimates across the seeds (ddrl/stats.py): the interquartile
 mean of the last and best eval return and of the time to target, each with a 95% stratified-bootstrap
 interval, and the probability that a run of each system beats one of the peer; the JSON keeps them
 under "interval_estimates", RESULTS_DIR/<suite>-profile.png plots the performance profiles. For a
@@ -33,7 +33,7 @@ import sys
 import time
 from importlib import metadata
 
-from stats import (iqm, performance_profile, probability_of_improvement,  # benchmarks/stats.py
+from ddrl.stats import (iqm, performance_profile, probability_of_improvement,
                    probability_of_improvement_ci, stratified_bootstrap_ci)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # commands run from the repo root
@@ -685,7 +685,7 @@ def interval_estimates(records, systems, peer, target):
 
 def interval_markdown(estimates, peer):
     """The second table: interval_estimates() as IQM [95% CI] and P [95% CI]."""
-    lines = [f"Across seeds, rliable's estimators (Agarwal et al. 2021; benchmarks/stats.py): IQM = mean "
+    lines = [f"Across seeds, rliable's estimators (Agarwal et al. 2021; ddrl/stats.py): IQM = mean "
              f"of the middle half of the runs (all of them under 4 runs) [95% CI, stratified bootstrap, "
              f"{estimates['reps']:,} resamples]; a run that did not reach the target counts as an infinite "
              f"time (inf); P = probability that a run of the system beats a run of `{peer}` (ties count "

@@ -39,7 +39,7 @@ one learner thread, --logger csv (d3rlpy logs nothing to disk here), no plots, n
 Writes benchmarks/results/offline-<name>.json (--out; --dry_run: under /tmp) with every run,
 the settings side by side, the CPU's flags, the commit, and a markdown table per dataset and
 algo: the behaviour policy's mean return (ddrl's core.data.load_dataset), each system's final
-eval return (mean over seeds, 95% bootstrap interval: benchmarks/stats.py), whether each mean
+eval return (mean over seeds, 95% bootstrap interval: ddrl/stats.py), whether each mean
 lies in the other's interval, the median time per update and to the final return, and the
 ratios ddrl / d3rlpy (the goal: <= 0.5).
 """
@@ -56,7 +56,7 @@ import time
 
 import numpy as np
 
-from stats import stratified_bootstrap_ci  # benchmarks/stats.py
+from ddrl.stats import stratified_bootstrap_ci
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)

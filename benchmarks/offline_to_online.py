@@ -24,7 +24,7 @@ that many seeds at once (returns do not depend on it: every budget is in steps o
 
 Writes benchmarks/results/offline-to-online-<name>.json (every run's curve, its command, the
 CPU's flags, the commit) and a markdown table: per system the final eval return, its mean over
-seeds with a 95% stratified-bootstrap interval (benchmarks/stats.py), and each seed's value;
+seeds with a 95% stratified-bootstrap interval (ddrl/stats.py), and each seed's value;
 and the online curves side by side at every evaluation point. ``--from_json PATH`` (alone)
 writes the tables again from a saved report.
 """

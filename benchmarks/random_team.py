@@ -12,7 +12,7 @@ import json
 
 import numpy as np
 
-from stats import stratified_bootstrap_ci
+from ddrl.stats import stratified_bootstrap_ci
 
 
 def main():

@@ -17,7 +17,7 @@ import json
 
 import numpy as np
 
-from stats import stratified_bootstrap_ci
+from ddrl.stats import stratified_bootstrap_ci
 
 # mpe2's discrete actions: 0 nothing, 1 -x, 2 +x, 3 -y, 4 +y
 PUSH = {(0, -1): 1, (0, 1): 2, (1, -1): 3, (1, 1): 4}

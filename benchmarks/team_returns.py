@@ -21,7 +21,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import ddrl
-from stats import stratified_bootstrap_ci
+from ddrl.stats import stratified_bootstrap_ci
 
 
 def columns(env):

@@ -20,6 +20,7 @@ from core.learning.normalizer import normalize
 from core.plugins import load_plugins, make_env
 from core import spaces
 from core.errors import ConfigError
+from ddrl.stats import bootstrap_interval
 
 
 def evaluate_saved_model(args):
@@ -104,16 +105,6 @@ def evaluate_over_seeds(args, spec, weights, statistics, meta, path, first):
               f"info['is_success'] at each episode's last step; bootstrap over the seeds' "
               f"rates)", flush=True)
     return out
-
-
-def bootstrap_interval(values, confidence=0.95, reps=10_000, seed=0):
-    """The percentile bootstrap interval of the mean of ``values``."""
-    values = np.asarray(values, dtype=np.float64)
-    rng = np.random.default_rng(seed)
-    means = values[rng.integers(0, len(values), size=(reps, len(values)))].mean(axis=1)
-    tail = (1.0 - confidence) / 2 * 100
-    low, high = np.percentile(means, [tail, 100 - tail])
-    return float(low), float(high)
 
 
 def record_episode(spec, model, args, k, directory, obs_statistics=None):

@@ -3,7 +3,6 @@ of what ddrl writes, D4RL-style arrays, and the paragraphs for a dataset missing
 another env."""
 import json
 import os
-import sys
 
 import h5py
 import minari
@@ -603,9 +602,9 @@ def test_the_d3rlpy_harness_plays_its_final_weights_on_fresh_episodes_as_ddrl_ev
     """--fresh_eval_seeds K --fresh_eval_episodes N (benchmarks/d3rlpy_offline.py): K blocks of
     N episodes of the final weights, reset with seeds no training evaluation used, each
     block's mean and the bootstrap interval ddrl evaluate --eval_seeds prints (the same
-    resamples: ddrl/playback.py bootstrap_interval)."""
+    resamples: ddrl/stats.py bootstrap_interval)."""
     from benchmarks.d3rlpy_offline import EVALUATION_OFFSET, EpisodeEvaluator
-    from ddrl.playback import bootstrap_interval
+    from ddrl.stats import bootstrap_interval
 
     class StandStill:  # a d3rlpy algo's predict: the zero torque, whatever the observation
         def predict(self, obs):
@@ -631,10 +630,6 @@ def test_the_d3rlpy_harness_defaults_are_ddrls_for_every_mapped_setting(model):
     ddrl's terms: for each setting benchmarks/offline.py pairs (MAPPING), d3rlpy_offline.py's
     default (for the algorithm it runs) is what ddrl's own parser resolves for the model; and
     resolve() hands the peer exactly the ddrl values."""
-    bench = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                         "benchmarks")
-    if bench not in sys.path:
-        sys.path.insert(0, bench)  # offline.py imports benchmarks/stats.py as `stats`
     from benchmarks import d3rlpy_offline
     from benchmarks.offline import D3RLPY_ALGO, MAPPING, resolve
     discrete = model == "cql_discrete"

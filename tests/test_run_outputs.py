@@ -130,7 +130,7 @@ def test_progress_bar_on_a_terminal_plain_lines_otherwise_nothing_when_quiet(tmp
 
 @pytest.mark.unit
 def test_the_bootstrap_interval_of_a_mean():
-    from ddrl.playback import bootstrap_interval
+    from ddrl.stats import bootstrap_interval
     assert bootstrap_interval([5.0, 5.0, 5.0]) == (5.0, 5.0)
     low, high = bootstrap_interval([0.0, 10.0])
     # resamples of two values: means 0, 5 or 10 with chances 1/4, 1/2, 1/4
@@ -266,7 +266,8 @@ def test_evaluations_over_seeds_report_the_success_rate_of_each_and_its_interval
     gives its success rate, and a last line their mean with a bootstrap interval."""
     import gymnasium as gym
     from core.sampling.evaluator import Evaluator
-    from ddrl.playback import bootstrap_interval, evaluate_over_seeds
+    from ddrl.playback import evaluate_over_seeds
+    from ddrl.stats import bootstrap_interval
     from options.options import parse_args
 
     if "ddrl-test/Coin-v0" not in gym.registry:

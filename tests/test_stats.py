@@ -1,4 +1,4 @@
-"""benchmarks/stats.py (rliable's estimators in numpy) against values worked out by hand, and
+"""ddrl/stats.py (rliable's estimators in numpy) against values worked out by hand, and
 compare.py's interval estimates of a made-up suite (2 systems x 4 seeds), no subprocess."""
 import math
 import os
@@ -14,9 +14,9 @@ if BENCH not in sys.path:
     sys.path.insert(0, BENCH)
 
 import compare  # noqa: E402  (benchmarks/ on the path first)
-from stats import (iqm, percentile_interval, performance_profile,  # noqa: E402
-                   probability_of_improvement, probability_of_improvement_ci,
-                   resample_within_tasks, stratified_bootstrap_ci)
+from ddrl.stats import (iqm, percentile_interval, performance_profile,  # noqa: E402
+                        probability_of_improvement, probability_of_improvement_ci,
+                        resample_within_tasks, stratified_bootstrap_ci)
 
 REPS = 500  # enough for the properties checked, and fast
 

@@ -1,8 +1,10 @@
 """Aggregate statistics across seeds, as rliable defines them (Agarwal et al. 2021, "Deep
 Reinforcement Learning at the Edge of the Statistical Precipice", NeurIPS): the interquartile
 mean, stratified-bootstrap confidence intervals, the probability of improvement and performance
-profiles. compare.py reports them beside its medians [min, max]: with 3-5 seeds a median says
-little, and an interval says how little.
+profiles. ``ddrl report`` (ddrl/report.py) gives them for a user's runs, benchmarks/compare.py
+beside its medians [min, max]: with 3-5 seeds a median says little, and an interval says how
+little. ``bootstrap_interval`` is the plain percentile bootstrap of a mean (``ddrl evaluate
+--eval_seeds``).
 
 Written here in numpy alone, because the two libraries that have them are not usable: the
 `rliable` package fails to import beside pandas 3.x (which ray[tune] pulls in), and scipy (whose
@@ -133,3 +135,14 @@ def performance_profile(score_matrix, taus, higher_is_better=True):
     taus = np.asarray(taus, dtype=float)[:, None, None]
     better = matrix[None] > taus if higher_is_better else matrix[None] < taus
     return better.mean(axis=1).mean(axis=1)  # runs within each task, then tasks
+
+
+def bootstrap_interval(values, confidence=0.95, reps=10_000, seed=0):
+    """The percentile bootstrap interval of the mean of ``values`` (one task; the same
+    ``seed`` gives the same interval)."""
+    values = np.asarray(values, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    means = values[rng.integers(0, len(values), size=(reps, len(values)))].mean(axis=1)
+    tail = (1.0 - confidence) / 2 * 100
+    low, high = np.percentile(means, [tail, 100 - tail])
+    return float(low), float(high)
