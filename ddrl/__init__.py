@@ -64,6 +64,7 @@ check_own_packages()
 _EXPORTS = {
     "train": "ddrl.api", "Run": "ddrl.api",
     "load": "ddrl.policy", "Policy": "ddrl.policy", "check_env": "ddrl.check",
+    "report_runs": "ddrl.report",
     "Callback": "ddrl.callbacks", "RunView": "ddrl.callbacks",
     "StopAtReturn": "ddrl.callbacks", "StopOnPlateau": "ddrl.callbacks",
     "DdrlError": "core.errors", "ConfigError": "core.errors", "RunFailure": "core.errors",

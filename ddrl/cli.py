@@ -11,6 +11,7 @@ enjoy.py and export_onnx.py, as subcommands of one command).
     ddrl list [--user_dir DIR]      the registered envs, models, agents, loggers; the presets
     ddrl check [FLAGS] [--steps N]  an env plugin tried against ddrl's contract
     ddrl dataset PATH --out TARGET --steps N   a saved policy's rollouts as a Minari dataset
+    ddrl report PATH [PATH ...]     finished runs across seeds: IQMs with intervals, curves
 
 Only ``train`` and ``sweep`` build the plugin and loop flags (``ddrl train --model_name sac -h``
 lists SAC's); the others take a path and a few flags of their own. Exit codes: 0 done, 1 a fault
@@ -40,6 +41,7 @@ COMMANDS = {
     "list": "the registered plugins and the presets",
     "check": "try an env plugin against ddrl's contract (reset, step, spaces, seeding)",
     "dataset": "roll out a saved policy into a Minari dataset (what --dataset reads)",
+    "report": "finished runs summarized across seeds and compared (IQM, intervals, curves)",
 }
 
 #: the old command flags of main.py -> the subcommand that replaces each
@@ -272,9 +274,52 @@ def dataset(argv, start_time=None, leave_quickly=False):
     return 0
 
 
+def flag_names(text):
+    """--by's value: flag names, comma-separated (leading dashes dropped)."""
+    names = [name.strip().lstrip("-") for name in str(text).split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"{text!r} names no flag; write e.g. lr,num_workers")
+    return names
+
+
+def report(argv, start_time=None, leave_quickly=False):
+    """``ddrl report PATH [PATH ...]``: finished runs across seeds (ddrl/report.py)."""
+    from core.argtypes import positive_int
+    parser = command_parser(
+        "report", "Summarize finished runs across their seeds and compare configurations, as "
+        "rliable does: per env, the runs grouped by the flags that differ among them (the seed "
+        "and the output flags aside); for each group the interquartile mean (IQM) of the last "
+        "and best evaluation return and of the time to the target, with stratified-bootstrap "
+        "intervals, and the probability that a run of the group ends above one of the "
+        "baseline. Prints Markdown; --out also writes report.md, report.json and report.png "
+        "(each group's IQM learning curve with its band).")
+    parser.add_argument("paths", nargs="+", metavar="PATH",
+                        help="run directories, or folders searched for them (e.g. runs/, a "
+                             "sweep's trials/); the first group found is the baseline")
+    parser.add_argument("--by", type=flag_names, default=None, metavar="FLAG[,FLAG...]",
+                        help="group by these flags (default: every flag whose value differs "
+                             "among the runs of an env, less the seed and the output flags)")
+    parser.add_argument("--baseline", default=None, metavar="GROUP",
+                        help="the group the others are compared with: its label as the table "
+                             "shows it, or its row number (default: the first)")
+    parser.add_argument("--out", default=None, metavar="DIR",
+                        help="also write DIR/report.md, report.json and report.png")
+    parser.add_argument("--confidence", type=float, default=0.95,
+                        help="the intervals' coverage (default: %(default)s)")
+    parser.add_argument("--reps", type=positive_int, default=2000,
+                        help="bootstrap resamples (default: %(default)s)")
+    args = parser.parse_args(argv)
+    from ddrl.report import make_report, markdown, write_report
+    result = make_report(args.paths, args.by, args.baseline, args.confidence, args.reps)
+    print(markdown(result), end="", flush=True)
+    if args.out:
+        print(f"ddrl: wrote {', '.join(write_report(result, args.out))}", flush=True)
+    return 0
+
+
 HANDLERS = {"train": train, "evaluate": evaluate, "export": export, "card": card,
             "sweep": sweep, "cluster": cluster, "list": list_plugins, "check": check,
-            "dataset": dataset}
+            "dataset": dataset, "report": report}
 
 
 # -- main.py's old command flags ---------------------------------------------------------------

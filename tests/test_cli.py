@@ -107,6 +107,30 @@ def in_process(capsys, *args):
     return code, out.out, out.err
 
 
+def test_report_of_runs_made_elsewhere_and_the_seeds_spec(elsewhere):
+    """Two more runs beside the fixture's (seed 1, and seed 0 with another learning rate):
+    `ddrl report` groups them by the flag that differs, the seed aside, and writes its files;
+    configs/sweeps/seeds.yaml, named as README's command names it, is seeds 0-4 alone."""
+    for name, extra in (("run_s1", ["--seed", "1"]), ("run_lr", ["--lr", "0.0005"])):
+        proc = ddrl("train", *FLAGS, *extra, "--run_dir", name, cwd=elsewhere)  # last wins
+        assert proc.returncode == 0, proc.stderr
+    proc = ddrl("report", "run", "run_s1", "run_lr", "--out", "report", cwd=elsewhere)
+    assert proc.returncode == 0, proc.stderr
+    assert "CartPole-v1 (gym_env): 2 configurations, 3 runs" in proc.stdout, proc.stdout
+    saved = json.load(open(os.path.join(elsewhere, "report", "report.json")))
+    task = saved["tasks"]["CartPole-v1 (gym_env)"]
+    assert task["grouped_by"] == ["lr"]
+    groups = list(task["groups"].values())
+    assert [g["seeds"] for g in groups] == [[0, 1], [0]]
+    assert groups[1]["flags"] == {"lr": 0.0005} and "p_last_above_baseline" in groups[1]
+    assert groups[0]["curve"]["runs"] == 2
+    assert os.path.getsize(os.path.join(elsewhere, "report", "report.png")) > 0
+    from options.sweep_spec import load_spec
+    spec = load_spec("seeds")
+    assert list(spec) == ["seed"] and spec["seed"].kind == "grid"
+    assert spec["seed"].values == [0, 1, 2, 3, 4]
+
+
 def test_help_at_every_level(elsewhere, capsys):
     top = ddrl("-h", cwd=elsewhere)  # the installed command, once
     assert top.returncode == 0
@@ -120,7 +144,7 @@ def test_help_at_every_level(elsewhere, capsys):
     assert "--num_samples" in in_process(capsys, "sweep", "spec.yaml", "-h")[1]
     for name, needle in (("evaluate", "--eval_episodes"), ("export", "--format"),
                          ("card", "RUN_DIR"), ("list", "--user_dir"),
-                         ("cluster", "stop")):
+                         ("cluster", "stop"), ("report", "--baseline")):
         code, out, _ = in_process(capsys, name, "-h")
         assert code == 0 and needle in out, (name, out)
     assert "ddrl sweep resume DIR" in in_process(capsys, "sweep", "-h")[1]

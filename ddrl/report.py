@@ -1,0 +1,480 @@
+"""``ddrl report``: finished runs summarized across their seeds, as rliable does (ddrl/stats.py),
+and configurations compared: what a paper's table and learning-curve figure need.
+
+    ddrl report runs/sac-seeds runs/crossq-seeds             # folders of run directories
+    ddrl report runs/lr-sweep/trials --by lr --out runs/lr-report
+
+**Runs.** A run directory holds config.yaml and metrics.csv (every training run writes them); a
+PATH that is not one is searched for them at any depth (a sweep's trials/ too). A run without
+summary.json (still running, or killed before it could write one; a trial ASHA stopped) or
+never evaluated is left out, and the report says so.
+
+**Tasks and groups.** Runs on different envs are never pooled, their returns being on different
+scales: each env (``env_name``, ``gym_id``, ``gym_kwargs``) is a task with a table of its own.
+Within a task, runs are grouped by the flags whose values differ among them (``--by`` names the
+flags instead), leaving out the seed and the flags that do not change what is learned (the
+application's own, options.APP_ONLY_KEYS: outputs, Ray's start, sweeps; and the faults group):
+a group is one configuration, its runs are its seeds.
+
+**Scores** of each group: the interquartile mean (IQM) of the runs' last evaluation return
+(summary.json ``last_eval_return``) and of their best, each with a stratified-bootstrap
+interval (95% by default); where the runs had a target return, how many reached it, and the IQM
+of the wall time and env steps to it (a run that did not reach it counts as infinitely long: the
+IQM is then inf when such runs fill the middle half); and P(X > baseline): the probability that
+a run of the group ends higher than a run of the baseline group (the first group found, or
+``--baseline``), with its interval.
+
+**Curves.** Each run's evaluation returns against the env steps of the weights evaluated,
+interpolated linearly onto a grid of env steps; at each point the IQM over the group's runs, with
+a band from the bootstrap over runs (each resample keeps a run's whole curve). The grid starts at
+the latest first evaluation and ends at the earliest last one, except that a run stopped because
+it reached its target keeps its last evaluation after its end: it was stopped for being good
+enough, and leaving it out would lower the curve where it matters.
+"""
+import json
+import math
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import yaml
+
+from core.atomic import atomic_path, atomic_write_text
+from core.errors import ConfigError
+from core.run.metrics import evaluated_steps, read_metrics
+from ddrl.stats import (iqm, percentile_interval, probability_of_improvement,
+                        probability_of_improvement_ci, stratified_bootstrap_ci)
+
+RUN_FILES = ("config.yaml", "metrics.csv")
+#: what makes two runs the same task (their returns comparable)
+TASK_KEYS = ("env_name", "gym_id", "gym_kwargs")
+#: points of a group's curve
+CURVE_POINTS = 50
+
+
+@dataclass
+class RunRecord:
+    """One finished run: its directory, flags (config.yaml), summary.json and evaluations."""
+    path: str
+    flags: dict
+    summary: dict
+    curve: np.ndarray  # [points, 2]: env steps of the weights evaluated, eval return
+
+    @property
+    def seed(self):
+        return self.flags.get("seed")
+
+    @property
+    def held(self):
+        """Stopped at its target: its curve holds its last evaluation after its end."""
+        return self.summary.get("stopped_because") == "target_return"
+
+
+def unlearned_keys():
+    """The flags that do not change what a run learns: the seed, the application's own
+    (options.APP_ONLY_KEYS), --quiet and the faults group (what a run survives)."""
+    import argparse
+    from options.options import APP_ONLY_KEYS, add_common_args
+    parser = argparse.ArgumentParser(add_help=False)
+    add_common_args(parser)
+    faults = next(g for g in parser._action_groups if g.title.startswith("faults"))
+    return {"seed", "quiet", *APP_ONLY_KEYS, *(a.dest for a in faults._group_actions)}
+
+
+# -- finding the runs --------------------------------------------------------------------------
+def is_run_dir(path):
+    return all(os.path.isfile(os.path.join(path, name)) for name in RUN_FILES)
+
+
+def run_dirs_under(path):
+    """``path`` itself when it is a run directory, else the run directories below it, sorted
+    (a run directory's own subfolders are not searched)."""
+    if is_run_dir(path):
+        return [path]
+    found = []
+    for root, subdirs, _ in os.walk(path):
+        subdirs.sort()
+        if is_run_dir(root):
+            found.append(root)
+            subdirs[:] = []
+    return found
+
+
+def read_run(path):
+    """(RunRecord, None), or (None, why it is left out)."""
+    summary_path = os.path.join(path, "summary.json")
+    if not os.path.isfile(summary_path):
+        return None, "no summary.json (still running, or stopped before it could write one)"
+    with open(summary_path) as f:
+        summary = json.load(f)
+    if summary.get("last_eval_return") is None:
+        return None, "never evaluated"
+    with open(os.path.join(path, "config.yaml")) as f:
+        flags = yaml.safe_load(f) or {}
+    points = {}
+    for row in read_metrics(os.path.join(path, "metrics.csv")):
+        if row.get("eval_return") is not None and row.get("env_steps") is not None:
+            points[evaluated_steps(row)] = row["eval_return"]  # the last one at a step counts
+    curve = np.array(sorted(points.items()), dtype=float).reshape(-1, 2)
+    return RunRecord(path, flags, summary, curve), None
+
+
+def find_runs(paths):
+    """(the finished runs under ``paths``, in the order given, each once; notes on the runs left
+    out). ConfigError for a path that does not exist or holds no run directory, and when no
+    run is left."""
+    runs, notes, seen = [], [], set()
+    for path in paths:
+        if not os.path.exists(path):
+            raise ConfigError(f"report {path}: no such file or directory. Give run directories, "
+                              f"or folders that hold them (e.g. runs/, a sweep's trials/).")
+        dirs = run_dirs_under(path)
+        if not dirs:
+            raise ConfigError(f"report {path}: no run directory in it. A run directory holds "
+                              f"{' and '.join(RUN_FILES)}, as every `ddrl train` run writes.")
+        for directory in dirs:
+            real = os.path.realpath(directory)
+            if real in seen:
+                continue
+            seen.add(real)
+            run, why = read_run(directory)
+            if run is None:
+                notes.append(f"{directory}: {why}: left out")
+            else:
+                runs.append(run)
+    if not runs:
+        raise ConfigError(f"report: no finished run under {', '.join(paths)} "
+                          f"({len(notes)} left out: {'; '.join(notes)}).")
+    return runs, notes
+
+
+# -- tasks and groups --------------------------------------------------------------------------
+def shown(value):
+    """A flag's value as the tables show it: lists comma-joined, floats in short form."""
+    if isinstance(value, (list, tuple)):
+        return ",".join(shown(v) for v in value) if value else "[]"
+    if isinstance(value, float):
+        return format(value, ".4g")
+    return str(value)
+
+
+def task_label(flags):
+    env, gym_id, kwargs = (flags.get(k) for k in TASK_KEYS)
+    label = f"{gym_id} ({env})" if gym_id and env == "gym_env" else shown(env)
+    return label + (f" [{shown(kwargs)}]" if kwargs else "")
+
+
+def freeze(value):
+    """A hashable form of a flag's value (lists from YAML)."""
+    return tuple(freeze(v) for v in value) if isinstance(value, list) else value
+
+
+def differing_keys(runs, ignored):
+    keys = sorted({k for run in runs for k in run.flags} - ignored - set(TASK_KEYS))
+    return [k for k in keys if len({freeze(run.flags.get(k)) for run in runs}) > 1]
+
+
+def values_of(run, keys):
+    return tuple(freeze(run.flags.get(k)) for k in keys)
+
+
+def label_keys(runs, keys):
+    """The flags of ``keys`` a group's label shows: those every run has, and of the rest (a
+    plugin's own flags, absent from the other plugins' runs) only those the groups need to be
+    told apart (``keys`` order)."""
+    groups = len({values_of(run, keys) for run in runs})
+    chosen = [k for k in keys if all(k in run.flags for run in runs)]
+    for k in keys:
+        if len({values_of(run, chosen) for run in runs}) == groups:
+            break
+        if k not in chosen:
+            chosen.append(k)
+    return [k for k in keys if k in chosen]
+
+
+def group_runs(runs, by=None):
+    """{task label: {group label: [runs]}} in the order the runs came, and for each task the
+    flags its groups differ in. ``by``: the flags to group by (default: those that differ,
+    less ``unlearned_keys``)."""
+    tasks = {}
+    for run in runs:
+        tasks.setdefault(values_of(run, TASK_KEYS), []).append(run)
+    if by is not None:
+        known = {k for run in runs for k in run.flags}
+        unknown = [k for k in by if k not in known]
+        if unknown:
+            differ = differing_keys(runs, unlearned_keys()) or ["none"]
+            raise ConfigError(f"report --by {','.join(by)}: {', '.join(unknown)} is not a flag of "
+                              f"these runs (their config.yaml). The flags whose values differ "
+                              f"among them: {', '.join(differ)}.")
+    ignored = unlearned_keys()
+    grouped, keys_of = {}, {}
+    for members in tasks.values():
+        keys = list(by) if by is not None else differing_keys(members, ignored)
+        shown_keys = label_keys(members, keys)
+        groups = {}
+        for run in members:
+            label = ", ".join(f"{k}={shown(run.flags.get(k))}" for k in shown_keys) or "all runs"
+            groups.setdefault(label, []).append(run)
+        name = task_label(members[0].flags)
+        grouped[name], keys_of[name] = groups, keys
+    return grouped, keys_of
+
+
+# -- scores ------------------------------------------------------------------------------------
+def finite_or_none(value):
+    return value if math.isfinite(value) else None
+
+
+def estimate(scores, reps, confidence, seed=0):
+    """The IQM of ``scores`` and its stratified-bootstrap interval (inf stays inf: JSON gets
+    null for it)."""
+    scores = np.asarray(scores, dtype=float)
+    low, high = stratified_bootstrap_ci(scores, iqm, reps, confidence, seed)
+    return {"iqm": iqm(scores), "ci": [low, high]}
+
+
+def column_iqm(matrix):
+    """The IQM of each column of ``matrix`` [runs, points] (iqm's trimming, column by column)."""
+    ordered = np.sort(matrix, axis=0)
+    cut = int(0.25 * len(ordered))
+    return ordered[cut:len(ordered) - cut].mean(axis=0)
+
+
+def aggregate_curve(runs, reps, confidence, seed=0, points=CURVE_POINTS):
+    """{"env_steps", "iqm", "low", "high"} of the group's evaluation curves (the module
+    docstring says how the grid is chosen and how a run stopped at its target is held), or None
+    when no run has an evaluation in metrics.csv."""
+    kept = [run for run in runs if len(run.curve)]
+    if not kept:
+        return None
+    start = max(run.curve[0, 0] for run in kept)
+    ends = [run.curve[-1, 0] for run in kept if not run.held]
+    end = min(ends) if ends else max(run.curve[-1, 0] for run in kept)
+    grid = np.linspace(start, end, points) if end > start else np.array([start])
+    # np.interp holds a curve's last value after its end: only held runs are read there
+    values = np.stack([np.interp(grid, run.curve[:, 0], run.curve[:, 1]) for run in kept])
+    rng = np.random.default_rng(seed)
+    rows = rng.integers(0, len(kept), size=(reps, len(kept)))
+    low, high = percentile_interval([column_iqm(values[r]) for r in rows], confidence)
+    return {"env_steps": grid.tolist(), "iqm": column_iqm(values).tolist(),
+            "low": np.atleast_1d(low).tolist(), "high": np.atleast_1d(high).tolist(),
+            "runs": len(kept)}
+
+
+def summarize_group(runs, reps, confidence):
+    """A group's scores (module docstring), JSON-ready."""
+    last = [run.summary["last_eval_return"] for run in runs]
+    best = [run.summary.get("best_eval_return", run.summary["last_eval_return"]) for run in runs]
+    out = {"runs": [run.path for run in runs], "seeds": [run.seed for run in runs],
+           "last_eval_return": estimate(last, reps, confidence), "last_values": last,
+           "best_eval_return": estimate(best, reps, confidence)}
+    targets = {run.summary.get("target_return") for run in runs} - {None}
+    if targets:
+        times = [run.summary.get("time_to_target_s") for run in runs]
+        steps = [run.summary.get("steps_to_target") for run in runs]
+        out.update(
+            target_return=sorted(targets),
+            reached=sum(bool(run.summary.get("target_reached")) for run in runs),
+            time_to_target_s=estimate([math.inf if t is None else t for t in times], reps,
+                                      confidence),
+            steps_to_target=estimate([math.inf if s is None else s for s in steps], reps,
+                                     confidence),
+            time_values=[math.inf if t is None else t for t in times])
+    out["curve"] = aggregate_curve(runs, reps, confidence)
+    return out
+
+
+def improvement(mine, theirs, higher_is_better, reps, confidence):
+    """P(a run of ``mine`` is better than a run of ``theirs``) and its bootstrap interval."""
+    return {"p": probability_of_improvement(mine, theirs, higher_is_better),
+            "ci": list(probability_of_improvement_ci(mine, theirs, higher_is_better, reps=reps,
+                                                     confidence=confidence))}
+
+
+def baseline_of(groups, baseline, task):
+    """The label of ``task``'s baseline group: ``baseline`` (a label as the table shows it, or
+    its row number from 1), else the first group."""
+    labels = list(groups)
+    if baseline is None:
+        return labels[0]
+    if baseline in groups:
+        return baseline
+    if baseline.isdigit() and 1 <= int(baseline) <= len(labels):
+        return labels[int(baseline) - 1]
+    raise ConfigError(f"report --baseline {baseline!r}: no such group in {task}. Its groups "
+                      f"(a label as written, or its row number): "
+                      + "; ".join(f"{i}: {label}" for i, label in enumerate(labels, 1)) + ".")
+
+
+def make_report(paths, by=None, baseline=None, confidence=0.95, reps=2000):
+    """The report of the finished runs under ``paths`` (module docstring): a dict, JSON-ready
+    but for inf (``as_json`` turns it into null)."""
+    if not 0 < confidence < 1:
+        raise ConfigError(f"report --confidence {confidence}: give a fraction between 0 and 1, "
+                          f"e.g. 0.95.")
+    if reps < 1:
+        raise ConfigError(f"report --reps {reps}: give a whole number of resamples >= 1.")
+    runs, notes = find_runs(paths)
+    grouped, keys_of = group_runs(runs, by)
+    tasks = {}
+    for task, groups in grouped.items():
+        base = baseline_of(groups, baseline, task)
+        summaries = {label: {"flags": {k: members[0].flags.get(k) for k in keys_of[task]},
+                             **summarize_group(members, reps, confidence)}
+                     for label, members in groups.items()}
+        for label, members in groups.items():
+            seeds = [run.seed for run in members]
+            repeated = sorted({s for s in seeds if seeds.count(s) > 1}, key=str)
+            if repeated:
+                notes.append(f"{task}, {label}: seed {', '.join(map(str, repeated))} more than "
+                             f"once (repeats count as runs)")
+            if label == base:
+                continue
+            mine, theirs = summaries[label], summaries[base]
+            mine["p_last_above_baseline"] = improvement(
+                mine["last_values"], theirs["last_values"], True, reps, confidence)
+            if "time_values" in mine and "time_values" in theirs:
+                mine["p_faster_than_baseline"] = improvement(
+                    mine["time_values"], theirs["time_values"], False, reps, confidence)
+        tasks[task] = {"grouped_by": keys_of[task], "baseline": base, "groups": summaries}
+    return {"paths": list(paths), "confidence": confidence, "reps": reps, "tasks": tasks,
+            "notes": notes}
+
+
+# -- output ------------------------------------------------------------------------------------
+def figure(value, digits=1):
+    if value is None or (isinstance(value, float) and math.isinf(value)):
+        return "inf"
+    return f"{value:,.{digits}f}"
+
+
+def with_interval(est, digits=1):
+    low, high = est["ci"]
+    return f"{figure(est['iqm'], digits)} [{figure(low, digits)}, {figure(high, digits)}]"
+
+
+def plural(count, noun):
+    return f"{count} {noun}{'s' * (count != 1)}"
+
+
+def chance(group, key, is_baseline):
+    if is_baseline:
+        return "baseline"
+    p = group.get(key)
+    return "-" if p is None else f"{p['p']:.2f} [{p['ci'][0]:.2f}, {p['ci'][1]:.2f}]"
+
+
+def markdown(report):
+    """The report as Markdown: a table per task, then the notes."""
+    level = round(100 * report["confidence"])
+    out = []
+    for task, entry in report["tasks"].items():
+        groups = entry["groups"]
+        runs = sum(len(g["runs"]) for g in groups.values())
+        targeted = any("target_return" in g for g in groups.values())
+        out += [f"## {task}: {plural(len(groups), 'configuration')}, {plural(runs, 'run')}",
+                ""]
+        compared = len(groups) > 1
+        by = ", ".join(entry["grouped_by"]) or "nothing (one configuration)"
+        text = (f"Grouped by {by}" + (f"; baseline `{entry['baseline']}`" if compared else "")
+                + f". IQM: the mean of the middle half of the runs; [lo, hi]: its {level}% "
+                f"stratified-bootstrap interval ({report['reps']:,} resamples)")
+        if compared:
+            text += ("; P(last > baseline): the chance that a run of the row ends above a run "
+                     "of the baseline")
+            if targeted:
+                text += ("; P(faster): that it reaches the target sooner (a run that did not "
+                         "reach it counts as never)")
+        out.append(text + ".")
+        out.append("")
+        header = ["configuration", "runs", "seeds", "last eval return, IQM", "best eval return, IQM"]
+        if targeted:
+            header += ["reached target", "time to target (s), IQM", "env steps to target, IQM"]
+        if compared:
+            header += ["P(last > baseline)"] + (["P(faster than baseline)"] if targeted else [])
+        out += ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+        for label, g in groups.items():
+            row = [f"`{label}`", str(len(g["runs"])), ",".join(map(str, g["seeds"])),
+                   with_interval(g["last_eval_return"]), with_interval(g["best_eval_return"])]
+            if targeted:
+                if "target_return" in g:
+                    row += [f"{g['reached']}/{len(g['runs'])}",
+                            with_interval(g["time_to_target_s"]),
+                            with_interval(g["steps_to_target"], 0)]
+                else:
+                    row += ["-", "-", "-"]
+            if compared:
+                row.append(chance(g, "p_last_above_baseline", label == entry["baseline"]))
+            if compared and targeted:
+                row.append(chance(g, "p_faster_than_baseline", label == entry["baseline"]))
+            out.append("| " + " | ".join(row) + " |")
+        out.append("")
+    if report["notes"]:
+        out += ["Notes:", *(f"- {note}" for note in report["notes"]), ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def as_json(value):
+    """``value`` with every inf and nan as None (JSON has neither)."""
+    if isinstance(value, dict):
+        return {k: as_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [as_json(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def draw(path, report):
+    """report.png: a panel per task, each group's IQM curve with its band; the target dashed."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    tasks = [(task, entry) for task, entry in report["tasks"].items()
+             if any(g["curve"] for g in entry["groups"].values())]
+    figure_ = Figure(figsize=(7 * max(1, len(tasks)), 4.5), dpi=100)
+    FigureCanvasAgg(figure_)
+    axes = figure_.subplots(1, max(1, len(tasks)), squeeze=False)[0]
+    for ax, (task, entry) in zip(axes, tasks):
+        targets = set()
+        for label, g in entry["groups"].items():
+            curve = g["curve"]
+            if not curve:
+                continue
+            line, = ax.plot(curve["env_steps"], curve["iqm"], lw=1.5,
+                            label=f"{label} ({curve['runs']} runs)")
+            ax.fill_between(curve["env_steps"], curve["low"], curve["high"],
+                            color=line.get_color(), alpha=0.2, lw=0)
+            targets.update(g.get("target_return", []))
+        for target in targets:
+            ax.axhline(target, ls="--", lw=1, color="gray")
+        ax.set_title(task, fontsize=10)
+        ax.set_xlabel("env steps")
+        ax.set_ylabel("evaluation return (IQM over runs)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="best")
+    figure_.tight_layout()
+    with atomic_path(path, suffix=".png") as tmp:
+        figure_.savefig(tmp)
+
+
+def write_report(report, out_dir):
+    """OUT_DIR/report.md, report.json and report.png (each written atomically); their paths."""
+    os.makedirs(out_dir, exist_ok=True)
+    paths = [os.path.join(out_dir, name) for name in ("report.md", "report.json", "report.png")]
+    atomic_write_text(paths[0], markdown(report))
+    atomic_write_text(paths[1], json.dumps(as_json(report), indent=1) + "\n")
+    draw(paths[2], report)
+    return paths
+
+
+def report_runs(*paths, by=None, baseline=None, out=None, confidence=0.95, reps=2000):
+    """``ddrl report`` from Python: the report of the finished runs under ``paths`` as a dict
+    (inf as None), and with ``out`` its files there too. ``by``: flags to group by (a list or
+    comma-separated); ``baseline``: a group's label or row number."""
+    if isinstance(by, str):
+        by = [k for k in by.split(",") if k]
+    report = make_report([os.fspath(p) for p in paths], by, baseline, confidence, reps)
+    if out is not None:
+        write_report(report, out)
+    return as_json(report)
