@@ -391,6 +391,8 @@ class Sweep:
                          f"{os.path.join(self.sweep_dir, 'best.yaml')})")
         lines.append(f"all trials: {os.path.join(self.sweep_dir, 'sweep.csv')}, "
                      f"{os.path.join(self.sweep_dir, 'sweep.png')}")
+        if "seed" in self.spec:  # several seeds of a configuration: their IQMs and intervals
+            lines.append(f"across seeds: ddrl report {os.path.join(self.sweep_dir, 'trials')}")
         return "\n".join(lines)
 
 

@@ -100,6 +100,15 @@ def test_a_sweep_spec_ddrl_carries_is_found_by_name_from_any_directory(tmp_path,
         load_spec("ppo-cartpol")
 
 
+def test_the_final_table_names_ddrl_report_when_the_spec_varies_the_seed(tmp_path):
+    from ddrl.sweep import Sweep
+    sweep = Sweep.__new__(Sweep)  # the table alone: no Ray, no trial
+    sweep.sweep_dir, sweep.spec = str(tmp_path), load_spec("seeds")
+    assert f"across seeds: ddrl report {tmp_path / 'trials'}" in sweep.final_table([], None)
+    sweep.spec = load_spec("ppo-cartpole")
+    assert "across seeds" not in sweep.final_table([], None)
+
+
 def test_not_a_mapping_and_missing_file(tmp_path):
     with pytest.raises(ConfigError, match="non-empty mapping"):
         load_spec(write_spec(tmp_path, "- lr\n"))
