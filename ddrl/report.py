@@ -10,7 +10,8 @@ summary.json (still running, or killed before it could write one; a trial ASHA s
 never evaluated is left out, and the report says so.
 
 **Tasks and groups.** Runs on different envs are never pooled, their returns being on different
-scales: each env (``env_name``, ``gym_id``, ``gym_kwargs``) is a task with a table of its own.
+scales: each env (TASK_KEYS: the env plugin, its id, ``gym_kwargs``) is a task with a table of
+its own.
 Within a task, runs are grouped by the flags whose values differ among them (``--by`` names the
 flags instead), leaving out the seed and the flags that do not change what is learned (the
 application's own, options.APP_ONLY_KEYS: outputs, Ray's start, sweeps; and the faults group):
@@ -46,8 +47,11 @@ from ddrl.stats import (iqm, percentile_interval, probability_of_improvement,
                         probability_of_improvement_ci, stratified_bootstrap_ci)
 
 RUN_FILES = ("config.yaml", "metrics.csv")
-#: what makes two runs the same task (their returns comparable)
-TASK_KEYS = ("env_name", "gym_id", "gym_kwargs")
+#: what makes two runs the same task (their returns comparable): the env plugin and the
+#: built-in plugins' ids (a plugin of the user's that takes an id of its own: its runs on
+#: several ids are groups of one task, which --by can name)
+ID_KEYS = ("gym_id", "envpool_id", "pz_env")
+TASK_KEYS = ("env_name", *ID_KEYS, "gym_kwargs")
 #: points of a group's curve
 CURVE_POINTS = 50
 
@@ -159,14 +163,21 @@ def shown(value):
 
 
 def task_label(flags):
-    env, gym_id, kwargs = (flags.get(k) for k in TASK_KEYS)
-    label = f"{gym_id} ({env})" if gym_id and env == "gym_env" else shown(env)
+    """The env's id and plugin, e.g. 'CartPole-v1 (gym_env)' (config.yaml holds the flags of
+    the run's own env plugin only, so at most one id is set)."""
+    env, kwargs = flags.get("env_name"), flags.get("gym_kwargs")
+    ids = [shown(flags[k]) for k in ID_KEYS if flags.get(k)]
+    label = f"{' '.join(ids)} ({env})" if ids else shown(env)
     return label + (f" [{shown(kwargs)}]" if kwargs else "")
 
 
 def freeze(value):
-    """A hashable form of a flag's value (lists from YAML)."""
-    return tuple(freeze(v) for v in value) if isinstance(value, list) else value
+    """A hashable form of a flag's value (lists and mappings from YAML)."""
+    if isinstance(value, list):
+        return tuple(freeze(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, freeze(v)) for k, v in value.items()))
+    return value
 
 
 def differing_keys(runs, ignored):

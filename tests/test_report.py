@@ -42,6 +42,13 @@ def test_groups_are_the_flags_that_differ_less_the_seed_and_output_flags_envs_ap
             for label, members in grouped["CartPole-v1 (gym_env)"].items()} == {
         "lr=0.001": ["a", "b"], "lr=0.0003": ["c"]}
     assert list(grouped["Acrobot-v1 (gym_env)"]) == ["all runs"]  # alone on its env
+    # a PettingZoo game is named by its module, and a mapping-valued flag groups as well
+    games = [record(env_name="pettingzoo_env", gym_id=None, pz_env="mpe2.simple_spread_v3",
+                    extra={"a": 1}),
+             record(env_name="pettingzoo_env", gym_id=None, pz_env="mpe2.simple_spread_v3",
+                    extra={"a": 2})]
+    assert {task: list(groups) for task, groups in group_runs(games)[0].items()} == {
+        "mpe2.simple_spread_v3 (pettingzoo_env)": ["extra={'a': 1}", "extra={'a': 2}"]}
     by, by_keys = group_runs(runs[:3], by=["seed"])
     assert list(by["CartPole-v1 (gym_env)"]) == ["seed=0", "seed=1"] and by_keys[
         "CartPole-v1 (gym_env)"] == ["seed"]
