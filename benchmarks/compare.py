@@ -326,12 +326,17 @@ SUITES = {
                              " --total_steps {max_steps}",
         }),
     # SAC on HalfCheetah-v5 for 100k steps: ddrl its automatic preset configs/sac-mujoco.yaml
-    # (RL-Zoo's MuJoCo entry), one process; sb3: SB3 given exactly those hyperparameters
-    # (sb3_sac.py --hyperparams ddrl), 2 torch threads. 5 episodes every 10k steps; no target.
+    # (RL-Zoo's MuJoCo entry), one process (ddrl-0workers-fp32: the same in fp32); sb3: SB3 given
+    # exactly those hyperparameters (sb3_sac.py --hyperparams ddrl), 2 torch threads. 5 episodes
+    # every 10k steps; no target.
     "halfcheetah-sac": dict(
         target=None, max_steps=100_000, peer="sb3", timeout=5400,
         systems={
             "ddrl-0workers": DDRL_SAC + " --gym_id HalfCheetah-v5 --num_workers 0 --total_steps {max_steps}",
+            # the preset with the update in fp32 whatever the CPU (auto picks bf16 where it is
+            # faster): the same arithmetic as SB3's, so the returns compare the algorithms
+            "ddrl-0workers-fp32": DDRL_SAC + " --gym_id HalfCheetah-v5 --num_workers 0 --sac_precision fp32"
+                                  " --total_steps {max_steps}",
             "sb3": "{python} benchmarks/sb3_sac.py --env HalfCheetah-v5 --hyperparams ddrl --seed {seed}"
                    " --out_dir {run_dir} --max_steps {max_steps} --torch_threads 2",
         }),
