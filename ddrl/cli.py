@@ -308,9 +308,15 @@ def report(argv, start_time=None, leave_quickly=False):
                         help="the intervals' coverage (default: %(default)s)")
     parser.add_argument("--reps", type=positive_int, default=2000,
                         help="bootstrap resamples (default: %(default)s)")
+    parser.add_argument("--normalize", default=None, metavar="FILE",
+                        help="a YAML file mapping env ids to [low, high] (e.g. a random "
+                             "policy's return and a reference): also a table across those envs "
+                             "of each configuration's normalized returns (rliable's aggregate "
+                             "IQM, P(> baseline)) and, with --out, profile.png")
     args = parser.parse_args(argv)
     from ddrl.report import make_report, markdown, write_report
-    result = make_report(args.paths, args.by, args.baseline, args.confidence, args.reps)
+    result = make_report(args.paths, args.by, args.baseline, args.confidence, args.reps,
+                         args.normalize)
     print(markdown(result), end="", flush=True)
     if args.out:
         print(f"ddrl: wrote {', '.join(write_report(result, args.out))}", flush=True)

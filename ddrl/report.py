@@ -31,6 +31,13 @@ a band from the bootstrap over runs (each resample keeps a run's whole curve). T
 the latest first evaluation and ends at the earliest last one, except that a run stopped because
 it reached its target keeps its last evaluation after its end: it was stopped for being good
 enough, and leaving it out would lower the curve where it matters.
+
+**Across envs** (``--normalize FILE``: env id -> [low, high], e.g. a random policy's return and
+a reference one): each run's last eval return as (return - low) / (high - low), and for each
+configuration found on every env named (groups are matched by label) rliable's aggregate: the
+IQM of the [runs, envs] matrix with its stratified interval (runs resampled within each env, so
+each env needs as many runs), P(> baseline) averaged over envs, and performance profiles
+(profile.png).
 """
 import json
 import math
@@ -43,8 +50,9 @@ import yaml
 from core.atomic import atomic_path, atomic_write_text
 from core.errors import ConfigError
 from core.run.metrics import evaluated_steps, read_metrics
-from ddrl.stats import (iqm, percentile_interval, probability_of_improvement,
-                        probability_of_improvement_ci, stratified_bootstrap_ci)
+from ddrl.stats import (iqm, percentile_interval, performance_profile,
+                        probability_of_improvement, probability_of_improvement_ci,
+                        stratified_bootstrap_ci)
 
 RUN_FILES = ("config.yaml", "metrics.csv")
 #: what makes two runs the same task (their returns comparable): the env plugin and the
@@ -162,12 +170,17 @@ def shown(value):
     return str(value)
 
 
-def task_label(flags):
-    """The env's id and plugin, e.g. 'CartPole-v1 (gym_env)' (config.yaml holds the flags of
-    the run's own env plugin only, so at most one id is set)."""
-    env, kwargs = flags.get("env_name"), flags.get("gym_kwargs")
+def task_id(flags):
+    """The env's id (config.yaml holds the flags of the run's own env plugin only, so at most
+    one of ID_KEYS is set), else the plugin's name: what --normalize names a task by."""
     ids = [shown(flags[k]) for k in ID_KEYS if flags.get(k)]
-    label = f"{' '.join(ids)} ({env})" if ids else shown(env)
+    return ids[0] if ids else shown(flags.get("env_name"))
+
+
+def task_label(flags):
+    """The env's id and plugin, e.g. 'CartPole-v1 (gym_env)', and its gym_kwargs."""
+    env, kwargs = flags.get("env_name"), flags.get("gym_kwargs")
+    label = task_id(flags) + (f" ({env})" if task_id(flags) != shown(env) else "")
     return label + (f" [{shown(kwargs)}]" if kwargs else "")
 
 
@@ -318,9 +331,10 @@ def baseline_of(groups, baseline, task):
                       + "; ".join(f"{i}: {label}" for i, label in enumerate(labels, 1)) + ".")
 
 
-def make_report(paths, by=None, baseline=None, confidence=0.95, reps=2000):
+def make_report(paths, by=None, baseline=None, confidence=0.95, reps=2000, normalize=None):
     """The report of the finished runs under ``paths`` (module docstring): a dict, JSON-ready
-    but for inf (``as_json`` turns it into null)."""
+    but for inf (``as_json`` turns it into null). ``normalize``: ``load_normalization``'s
+    spec; with it, also the groups across the tasks it names (``across_tasks``)."""
     if not 0 < confidence < 1:
         raise ConfigError(f"report --confidence {confidence}: give a fraction between 0 and 1, "
                           f"e.g. 0.95.")
@@ -348,9 +362,103 @@ def make_report(paths, by=None, baseline=None, confidence=0.95, reps=2000):
             if "time_values" in mine and "time_values" in theirs:
                 mine["p_faster_than_baseline"] = improvement(
                     mine["time_values"], theirs["time_values"], False, reps, confidence)
-        tasks[task] = {"grouped_by": keys_of[task], "baseline": base, "groups": summaries}
-    return {"paths": list(paths), "confidence": confidence, "reps": reps, "tasks": tasks,
-            "notes": notes}
+        env_id = task_id(next(iter(groups.values()))[0].flags)
+        tasks[task] = {"env_id": env_id, "grouped_by": keys_of[task], "baseline": base,
+                       "groups": summaries}
+    report = {"paths": list(paths), "confidence": confidence, "reps": reps, "tasks": tasks,
+              "notes": notes}
+    bounds = load_normalization(normalize)
+    if bounds is not None:
+        report["across_tasks"] = across_tasks(tasks, bounds, baseline, reps, confidence, notes)
+    return report
+
+
+# -- across tasks ------------------------------------------------------------------------------
+def load_normalization(spec):
+    """{env id: (low, high)} from ``spec``: a YAML file (or, from Python, a mapping) of env ids
+    to [low, high], e.g. a random policy's return and a reference return; None for None."""
+    if spec is None:
+        return None
+    data = spec
+    if isinstance(spec, (str, os.PathLike)):
+        if not os.path.isfile(spec):
+            raise ConfigError(f"report --normalize {spec}: no such file. Give a YAML file that "
+                              f"maps each env id to [low, high], e.g. `CartPole-v1: [9.4, 500]`.")
+        with open(spec) as f:
+            data = yaml.safe_load(f)
+    ok = isinstance(data, dict) and data and all(
+        isinstance(v, (list, tuple)) and len(v) == 2
+        and all(isinstance(x, (int, float)) and math.isfinite(x) for x in v) and v[0] != v[1]
+        for v in data.values())
+    if not ok:
+        raise ConfigError(f"report --normalize {spec}: expected a mapping of env ids to [low, "
+                          f"high], two different numbers (a score s becomes (s - low) / (high - "
+                          f"low): low = a random policy's return, high = a reference), e.g. "
+                          f"`CartPole-v1: [9.4, 500]`; got {data!r}.")
+    return {str(k): (float(v[0]), float(v[1])) for k, v in data.items()}
+
+
+def across_tasks(tasks, bounds, baseline, reps, confidence, notes):
+    """The groups found on every task ``bounds`` normalizes, their normalized last eval returns
+    as rliable's [runs, tasks] matrices: the IQM over runs and tasks with its stratified
+    interval (runs resampled within each task), the mean, P(> baseline) averaged over tasks,
+    and the performance profile (the share of runs above each normalized score)."""
+    chosen = [name for name, entry in tasks.items() if entry["env_id"] in bounds]
+    if not chosen:
+        raise ConfigError(f"report --normalize: it names {', '.join(bounds)}, and these runs are "
+                          f"on {', '.join(sorted({e['env_id'] for e in tasks.values()}))}; give "
+                          f"[low, high] for their env ids.")
+    left = [e["env_id"] for e in tasks.values() if e["env_id"] not in bounds]
+    if left:
+        notes.append(f"across tasks: {', '.join(left)} not in --normalize: left out")
+    labels = [label for label in tasks[chosen[0]]["groups"]
+              if all(label in tasks[name]["groups"] for name in chosen)]
+    for name in chosen:
+        for label in tasks[name]["groups"]:
+            if label not in labels:
+                notes.append(f"across tasks: `{label}` is not on every task normalized: left "
+                             f"out (groups are matched by label; --by can make them alike)")
+    if not labels:
+        raise ConfigError(f"report --normalize: no configuration is on all of "
+                          f"{', '.join(tasks[name]['env_id'] for name in chosen)} (groups are "
+                          f"matched across envs by their label); --by FLAGS groups every env's "
+                          f"runs by the same flags.")
+    matrices = {}
+    for label in labels:
+        columns = []
+        for name in chosen:
+            low, high = bounds[tasks[name]["env_id"]]
+            values = np.asarray(tasks[name]["groups"][label]["last_values"], dtype=float)
+            columns.append((values - low) / (high - low))
+        counts = {len(c) for c in columns}
+        if len(counts) > 1:
+            raise ConfigError(
+                f"report --normalize: `{label}` has {', '.join(str(len(c)) for c in columns)} "
+                f"runs on {', '.join(tasks[name]['env_id'] for name in chosen)}; the stratified "
+                f"bootstrap needs as many on each env. Give the same seeds on every env.")
+        matrices[label] = np.stack(columns, axis=1)
+    base = baseline if baseline in matrices else (
+        labels[int(baseline) - 1] if baseline and baseline.isdigit()
+        and 1 <= int(baseline) <= len(labels) else labels[0])
+    scores = np.concatenate([m.ravel() for m in matrices.values()])
+    taus = np.linspace(min(scores.min(), 0.0), max(scores.max(), 1.0), 101)
+    groups = {}
+    for label, matrix in matrices.items():
+        low, high = stratified_bootstrap_ci(matrix, lambda m: performance_profile(m, taus), reps,
+                                            confidence)
+        groups[label] = {"runs_per_task": len(matrix), "normalized_last": matrix.tolist(),
+                         "iqm": estimate(matrix, reps, confidence),
+                         "mean": float(matrix.mean()),
+                         "profile": performance_profile(matrix, taus).tolist(),
+                         "profile_low": np.atleast_1d(low).tolist(),
+                         "profile_high": np.atleast_1d(high).tolist()}
+        if label != base:
+            groups[label]["p_last_above_baseline"] = improvement(
+                matrix, matrices[base], True, reps, confidence)
+    return {"tasks": [tasks[name]["env_id"] for name in chosen],
+            "normalization": {tasks[name]["env_id"]: list(bounds[tasks[name]["env_id"]])
+                              for name in chosen},
+            "baseline": base, "taus": taus.tolist(), "groups": groups}
 
 
 # -- output ------------------------------------------------------------------------------------
@@ -421,6 +529,22 @@ def markdown(report):
                 row.append(chance(g, "p_faster_than_baseline", label == entry["baseline"]))
             out.append("| " + " | ".join(row) + " |")
         out.append("")
+    across = report.get("across_tasks")
+    if across:
+        bounds = ", ".join(f"{env} [{shown(lo)}, {shown(hi)}]"
+                           for env, (lo, hi) in across["normalization"].items())
+        out += [f"## Across {plural(len(across['tasks']), 'env')}, normalized", "",
+                f"Each run's last eval return as (return - low) / (high - low): {bounds}. The "
+                f"IQM pools the runs of every env, its {level}% interval resamples runs within "
+                f"each env; P(last > baseline) is averaged over the envs; baseline "
+                f"`{across['baseline']}`.", "",
+                "| configuration | runs per env | normalized last eval return, IQM | mean | "
+                "P(last > baseline) |", "| --- | --- | --- | --- | --- |"]
+        for label, g in across["groups"].items():
+            out.append(f"| `{label}` | {g['runs_per_task']} | {with_interval(g['iqm'], 3)} | "
+                       f"{g['mean']:.3f} | "
+                       f"{chance(g, 'p_last_above_baseline', label == across['baseline'])} |")
+        out.append("")
     if report["notes"]:
         out += ["Notes:", *(f"- {note}" for note in report["notes"]), ""]
     return "\n".join(out).rstrip() + "\n"
@@ -469,23 +593,52 @@ def draw(path, report):
         figure_.savefig(tmp)
 
 
+def draw_profiles(path, across):
+    """profile.png: each group's performance profile across the normalized envs (the share of
+    runs whose normalized last return exceeds tau), with its band."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    figure_ = Figure(figsize=(7, 4.5), dpi=100)
+    FigureCanvasAgg(figure_)
+    ax = figure_.subplots()
+    for label, g in across["groups"].items():
+        line, = ax.plot(across["taus"], g["profile"], lw=1.5, label=label)
+        ax.fill_between(across["taus"], g["profile_low"], g["profile_high"],
+                        color=line.get_color(), alpha=0.2, lw=0)
+    ax.set_xlabel("normalized last eval return tau")
+    ax.set_ylabel("fraction of runs above tau")
+    ax.set_title(f"performance profiles over {', '.join(across['tasks'])}", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    figure_.tight_layout()
+    with atomic_path(path, suffix=".png") as tmp:
+        figure_.savefig(tmp)
+
+
 def write_report(report, out_dir):
-    """OUT_DIR/report.md, report.json and report.png (each written atomically); their paths."""
+    """OUT_DIR/report.md, report.json and report.png, and profile.png across normalized envs
+    (each written atomically); their paths."""
     os.makedirs(out_dir, exist_ok=True)
     paths = [os.path.join(out_dir, name) for name in ("report.md", "report.json", "report.png")]
     atomic_write_text(paths[0], markdown(report))
     atomic_write_text(paths[1], json.dumps(as_json(report), indent=1) + "\n")
     draw(paths[2], report)
+    if report.get("across_tasks"):
+        paths.append(os.path.join(out_dir, "profile.png"))
+        draw_profiles(paths[-1], report["across_tasks"])
     return paths
 
 
-def report_runs(*paths, by=None, baseline=None, out=None, confidence=0.95, reps=2000):
+def report_runs(*paths, by=None, baseline=None, out=None, confidence=0.95, reps=2000,
+                normalize=None):
     """``ddrl report`` from Python: the report of the finished runs under ``paths`` as a dict
     (inf as None), and with ``out`` its files there too. ``by``: flags to group by (a list or
-    comma-separated); ``baseline``: a group's label or row number."""
+    comma-separated); ``baseline``: a group's label or row number; ``normalize``: {env id:
+    (low, high)} or a YAML file of them, for the table across envs."""
     if isinstance(by, str):
         by = [k for k in by.split(",") if k]
-    report = make_report([os.fspath(p) for p in paths], by, baseline, confidence, reps)
+    report = make_report([os.fspath(p) for p in paths], by, baseline, confidence, reps,
+                         normalize)
     if out is not None:
         write_report(report, out)
     return as_json(report)

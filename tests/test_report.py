@@ -196,7 +196,8 @@ def test_report_mistakes_are_one_paragraph(experiment, capsys, monkeypatch):
                          (["base", "--by", "lrr"], "lrr is not a flag of these runs"),
                          (["base", "sweep", "--baseline", "lr=1"],
                           "report --baseline 'lr=1': no such group"),
-                         (["base", "--confidence", "1.5"], "--confidence 1.5")):
+                         (["base", "--confidence", "1.5"], "--confidence 1.5"),
+                         (["base", "--normalize", "b.yaml"], "--normalize b.yaml: no such file")):
         code = cli.run(cli.HANDLERS["report"], args)
         err = capsys.readouterr().err
         assert code == 2 and needle in err, (args, err)
@@ -213,3 +214,48 @@ def test_report_runs_from_python(experiment):
     import ddrl
     report = ddrl.report_runs(experiment / "base", experiment / "sweep", by="lr", reps=100)
     assert list(report["tasks"]["CartPole-v1 (gym_env)"]["groups"]) == ["lr=0.001", "lr=0.01"]
+
+
+@pytest.mark.contract
+def test_across_envs_normalized_as_rliable_pools_them(tmp_path):
+    """Two envs x two learning rates x three seeds; CartPole normalized by [0, 500], Acrobot by
+    [-500, 0]. lr 0.001's six normalized scores are 0.2, 0.22, 0.24 and 0.2, 0.4, 0.6: the IQM
+    drops one from each end of the six, (0.2 + 0.22 + 0.24 + 0.4) / 4 = 0.265; every run of lr
+    0.01 ends below every run of lr 0.001 on both envs."""
+    ends = {("CartPole-v1", 0.001): (100, 110, 120), ("CartPole-v1", 0.01): (10, 20, 30),
+            ("Acrobot-v1", 0.001): (-400, -300, -200), ("Acrobot-v1", 0.01): (-500, -490, -480)}
+    for (env, lr), values in ends.items():
+        for seed, end in enumerate(values):
+            write_run(tmp_path / "runs" / f"{env}-{lr}-{seed}", {"gym_id": env, "lr": lr,
+                                                                 "seed": seed}, [(1000, end)])
+    write_run(tmp_path / "runs" / "pendulum", {"gym_id": "Pendulum-v1"}, [(1000, -200)])
+    bounds = tmp_path / "bounds.yaml"
+    bounds.write_text("CartPole-v1: [0, 500]\nAcrobot-v1: [-500, 0]\n")
+    report = make_report([str(tmp_path / "runs")], reps=500, normalize=str(bounds))
+    across = report["across_tasks"]
+    assert sorted(across["tasks"]) == ["Acrobot-v1", "CartPole-v1"]
+    base, high_lr = across["groups"]["lr=0.001"], across["groups"]["lr=0.01"]
+    assert across["baseline"] == "lr=0.001" and base["runs_per_task"] == 3
+    assert base["iqm"]["iqm"] == pytest.approx(0.265)
+    assert base["mean"] == pytest.approx((0.2 + 0.22 + 0.24 + 0.2 + 0.4 + 0.6) / 6)
+    assert high_lr["p_last_above_baseline"] == {"p": 0.0, "ci": [0.0, 0.0]}
+    # the profile: at tau = 0.3, 2 of lr 0.001's 6 runs are above (0.4, 0.6); none of lr 0.01's
+    k = int(np.argmin(np.abs(np.asarray(across["taus"]) - 0.3)))
+    assert across["taus"][k] == pytest.approx(0.3)
+    assert base["profile"][k] == pytest.approx(2 / 6) and high_lr["profile"][k] == 0.0
+    assert any("Pendulum-v1 not in --normalize" in note for note in report["notes"])
+    text = markdown(report)
+    assert "## Across 2 envs, normalized" in text and "| `lr=0.001` | 3 | 0.265 [" in text
+    paths = write_report(report, str(tmp_path / "out"))
+    assert os.path.basename(paths[-1]) == "profile.png" and os.path.getsize(paths[-1]) > 0
+    # as many runs on each env, or an error that says so
+    write_run(tmp_path / "runs" / "extra", {"gym_id": "Acrobot-v1", "lr": 0.01, "seed": 3},
+              [(1000, -470)])
+    with pytest.raises(ConfigError, match="`lr=0.01` has 4, 3 runs on Acrobot-v1, CartPole-v1"):
+        make_report([str(tmp_path / "runs")], normalize=str(bounds))
+    for spec, needle in (({"Hopper-v5": [0, 1]}, "these runs are on Acrobot-v1"),
+                         ({"CartPole-v1": [1, 1]}, "two different numbers"),
+                         (str(tmp_path / "none.yaml"), "none.yaml: no such file")):
+        with pytest.raises(ConfigError, match=needle):
+            make_report([str(tmp_path / "runs" / "pendulum"), str(tmp_path / "runs")],
+                        normalize=spec)
