@@ -383,7 +383,7 @@ def load_normalization(spec):
     if isinstance(spec, (str, os.PathLike)):
         if not os.path.isfile(spec):
             raise ConfigError(f"report --normalize {spec}: no such file. Give a YAML file that "
-                              f"maps each env id to [low, high], e.g. `CartPole-v1: [9.4, 500]`.")
+                              f"maps each env id to [low, high], e.g. `CartPole-v1: [25, 500]`.")
         with open(spec) as f:
             data = yaml.safe_load(f)
     ok = isinstance(data, dict) and data and all(
