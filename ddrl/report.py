@@ -394,7 +394,7 @@ def load_normalization(spec):
         raise ConfigError(f"report --normalize {spec}: expected a mapping of env ids to [low, "
                           f"high], two different numbers (a score s becomes (s - low) / (high - "
                           f"low): low = a random policy's return, high = a reference), e.g. "
-                          f"`CartPole-v1: [9.4, 500]`; got {data!r}.")
+                          f"`CartPole-v1: [25, 500]`; got {data!r}.")
     return {str(k): (float(v[0]), float(v[1])) for k, v in data.items()}
 
 
