@@ -561,58 +561,63 @@ def as_json(value):
     return value
 
 
-def draw(path, report):
-    """report.png: a panel per task, each group's IQM curve with its band; the target dashed."""
+def new_axes(panels=1):
+    """A figure of ``panels`` axes side by side on the Agg canvas (no display needed)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    figure_ = Figure(figsize=(7 * panels, 4.5), dpi=100)
+    FigureCanvasAgg(figure_)
+    return figure_, figure_.subplots(1, panels, squeeze=False)[0]
+
+
+def line_with_band(ax, x, y, low, high, label):
+    line, = ax.plot(x, y, lw=1.5, label=label)
+    ax.fill_between(x, low, high, color=line.get_color(), alpha=0.2, lw=0)
+
+
+def finish(ax, title, xlabel, ylabel):
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+
+
+def save(figure_, path):
+    figure_.tight_layout()
+    with atomic_path(path, suffix=".png") as tmp:
+        figure_.savefig(tmp)
+
+
+def draw(path, report):
+    """report.png: a panel per task, each group's IQM curve with its band; the target dashed."""
     tasks = [(task, entry) for task, entry in report["tasks"].items()
              if any(g["curve"] for g in entry["groups"].values())]
-    figure_ = Figure(figsize=(7 * max(1, len(tasks)), 4.5), dpi=100)
-    FigureCanvasAgg(figure_)
-    axes = figure_.subplots(1, max(1, len(tasks)), squeeze=False)[0]
+    figure_, axes = new_axes(max(1, len(tasks)))
     for ax, (task, entry) in zip(axes, tasks):
         targets = set()
         for label, g in entry["groups"].items():
             curve = g["curve"]
-            if not curve:
-                continue
-            line, = ax.plot(curve["env_steps"], curve["iqm"], lw=1.5,
-                            label=f"{label} ({curve['runs']} runs)")
-            ax.fill_between(curve["env_steps"], curve["low"], curve["high"],
-                            color=line.get_color(), alpha=0.2, lw=0)
+            if curve:
+                line_with_band(ax, curve["env_steps"], curve["iqm"], curve["low"],
+                               curve["high"], f"{label} ({curve['runs']} runs)")
             targets.update(g.get("target_return", []))
         for target in targets:
             ax.axhline(target, ls="--", lw=1, color="gray")
-        ax.set_title(task, fontsize=10)
-        ax.set_xlabel("env steps")
-        ax.set_ylabel("evaluation return (IQM over runs)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="best")
-    figure_.tight_layout()
-    with atomic_path(path, suffix=".png") as tmp:
-        figure_.savefig(tmp)
+        finish(ax, task, "env steps", "evaluation return (IQM over runs)")
+    save(figure_, path)
 
 
 def draw_profiles(path, across):
     """profile.png: each group's performance profile across the normalized envs (the share of
     runs whose normalized last return exceeds tau), with its band."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    figure_ = Figure(figsize=(7, 4.5), dpi=100)
-    FigureCanvasAgg(figure_)
-    ax = figure_.subplots()
+    figure_, (ax,) = new_axes()
     for label, g in across["groups"].items():
-        line, = ax.plot(across["taus"], g["profile"], lw=1.5, label=label)
-        ax.fill_between(across["taus"], g["profile_low"], g["profile_high"],
-                        color=line.get_color(), alpha=0.2, lw=0)
-    ax.set_xlabel("normalized last eval return tau")
-    ax.set_ylabel("fraction of runs above tau")
-    ax.set_title(f"performance profiles over {', '.join(across['tasks'])}", fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
-    figure_.tight_layout()
-    with atomic_path(path, suffix=".png") as tmp:
-        figure_.savefig(tmp)
+        line_with_band(ax, across["taus"], g["profile"], g["profile_low"], g["profile_high"],
+                       label)
+    finish(ax, f"performance profiles over {', '.join(across['tasks'])}",
+           "normalized last eval return tau", "fraction of runs above tau")
+    save(figure_, path)
 
 
 def write_report(report, out_dir):
