@@ -60,6 +60,9 @@ RUN_FILES = ("config.yaml", "metrics.csv")
 #: several ids are groups of one task, which --by can name)
 ID_KEYS = ("gym_id", "envpool_id", "pz_env")
 TASK_KEYS = ("env_name", *ID_KEYS, "gym_kwargs")
+#: how a run that went its whole way ended (others: interrupted, error, max_time, paused, a
+#: callback's or scheduler's stop; such a run counts as it is, with a note)
+FULL_RUN_ENDS = ("total_steps", "target_return")
 #: points of a group's curve
 CURVE_POINTS = 50
 
@@ -152,8 +155,12 @@ def find_runs(paths):
             run, why = read_run(directory)
             if run is None:
                 notes.append(f"{directory}: {why}: left out")
-            else:
-                runs.append(run)
+                continue
+            runs.append(run)
+            stopped = run.summary.get("stopped_because")
+            if stopped not in FULL_RUN_ENDS:  # a shorter run, counted as it is: say so
+                notes.append(f"{directory}: stopped ({stopped}) at "
+                              f"{run.summary.get('env_steps', '?')} env steps")
     if not runs:
         raise ConfigError(f"report: no finished run under {', '.join(paths)} "
                           f"({len(notes)} left out: {'; '.join(notes)}).")

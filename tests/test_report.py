@@ -145,6 +145,17 @@ def experiment(tmp_path):
 
 
 @pytest.mark.contract
+def test_a_run_that_ended_early_counts_with_a_note(tmp_path):
+    write_run(tmp_path / "a", {}, [(1000, 7)])
+    summary = json.load(open(tmp_path / "a" / "summary.json"))
+    json.dump({**summary, "stopped_because": "interrupted", "env_steps": 1234},
+              open(tmp_path / "a" / "summary.json", "w"))
+    report = make_report([str(tmp_path / "a")], reps=10)
+    assert report["notes"] == [f"{tmp_path / 'a'}: stopped (interrupted) at 1234 env steps"]
+    assert report["tasks"]["CartPole-v1 (gym_env)"]["groups"]["all runs"]["seeds"] == [0]
+
+
+@pytest.mark.contract
 def test_a_report_of_two_configurations_from_folders(experiment):
     report = make_report([str(experiment / "base"), str(experiment / "sweep")], reps=500)
     task = report["tasks"]["CartPole-v1 (gym_env)"]
