@@ -147,9 +147,9 @@ def experiment(tmp_path):
 @pytest.mark.contract
 def test_a_run_that_ended_early_counts_with_a_note(tmp_path):
     write_run(tmp_path / "a", {}, [(1000, 7)])
-    summary = json.load(open(tmp_path / "a" / "summary.json"))
-    json.dump({**summary, "stopped_because": "interrupted", "env_steps": 1234},
-              open(tmp_path / "a" / "summary.json", "w"))
+    path = tmp_path / "a" / "summary.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "stopped_because": "interrupted",
+                                "env_steps": 1234}))
     report = make_report([str(tmp_path / "a")], reps=10)
     assert report["notes"] == [f"{tmp_path / 'a'}: stopped (interrupted) at 1234 env steps"]
     assert report["tasks"]["CartPole-v1 (gym_env)"]["groups"]["all runs"]["seeds"] == [0]
