@@ -9,10 +9,9 @@ PATH that is not one is searched for them at any depth (a sweep's trials/ too). 
 summary.json (still running, or killed before it could write one; a trial ASHA stopped) or
 never evaluated is left out, and the report says so.
 
-**Tasks and groups.** Runs on different envs are never pooled, their returns being on different
-scales: each env (TASK_KEYS: the env plugin, its id, ``gym_kwargs``) is a task with a table of
-its own.
-Within a task, runs are grouped by the flags whose values differ among them (``--by`` names the
+**Tasks and groups.** Raw returns of different envs are never pooled, being on different scales:
+each env (TASK_KEYS: the env plugin, its id, ``gym_kwargs``) is a task with a table of its own
+(``--normalize``, below, pools normalized ones). Within a task, runs are grouped by the flags whose values differ among them (``--by`` names the
 flags instead), leaving out the seed and the flags that do not change what is learned (the
 application's own, options.APP_ONLY_KEYS: outputs, Ray's start, sweeps; and the faults group):
 a group is one configuration, its runs are its seeds.
