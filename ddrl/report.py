@@ -229,15 +229,15 @@ def group_runs(runs, by=None):
     tasks = {}
     for run in runs:
         tasks.setdefault(values_of(run, TASK_KEYS), []).append(run)
+    ignored = unlearned_keys()
     if by is not None:
         known = {k for run in runs for k in run.flags}
         unknown = [k for k in by if k not in known]
         if unknown:
-            differ = differing_keys(runs, unlearned_keys()) or ["none"]
+            differ = differing_keys(runs, ignored) or ["none"]
             raise ConfigError(f"report --by {','.join(by)}: {', '.join(unknown)} is not a flag of "
                               f"these runs (their config.yaml). The flags whose values differ "
                               f"among them: {', '.join(differ)}.")
-    ignored = unlearned_keys()
     grouped, keys_of = {}, {}
     for members in tasks.values():
         keys = list(by) if by is not None else differing_keys(members, ignored)
@@ -346,6 +346,7 @@ def make_report(paths, by=None, baseline=None, confidence=0.95, reps=2000, norma
                           f"e.g. 0.95.")
     if reps < 1:
         raise ConfigError(f"report --reps {reps}: give a whole number of resamples >= 1.")
+    bounds = load_normalization(normalize)  # a bad file is said before any work
     runs, notes = find_runs(paths)
     grouped, keys_of = group_runs(runs, by)
     tasks = {}
@@ -373,7 +374,6 @@ def make_report(paths, by=None, baseline=None, confidence=0.95, reps=2000, norma
                        "groups": summaries}
     report = {"paths": list(paths), "confidence": confidence, "reps": reps, "tasks": tasks,
               "notes": notes}
-    bounds = load_normalization(normalize)
     if bounds is not None:
         report["across_tasks"] = across_tasks(tasks, bounds, baseline, reps, confidence, notes)
     return report
@@ -443,9 +443,7 @@ def across_tasks(tasks, bounds, baseline, reps, confidence, notes):
                 f"runs on {', '.join(tasks[name]['env_id'] for name in chosen)}; the stratified "
                 f"bootstrap needs as many on each env. Give the same seeds on every env.")
         matrices[label] = np.stack(columns, axis=1)
-    base = baseline if baseline in matrices else (
-        labels[int(baseline) - 1] if baseline and baseline.isdigit()
-        and 1 <= int(baseline) <= len(labels) else labels[0])
+    base = baseline_of(matrices, baseline, f"the envs normalized ({', '.join(chosen)})")
     scores = np.concatenate([m.ravel() for m in matrices.values()])
     taus = np.linspace(min(scores.min(), 0.0), max(scores.max(), 1.0), 101)
     groups = {}
