@@ -9,7 +9,7 @@ import pytest
 import ray.cloudpickle
 
 from core.faults import Faults, actor_died, all_finite, death_inside
-from core.errors import RunFailure
+from core.errors import ConfigError, RunFailure
 from core.distributed.placement import LocalHandle, remote_class
 from core.sampling.worker_group import MISSING, WorkerGroup, alive
 
@@ -21,6 +21,8 @@ ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 class Echo:
     def __init__(self, slot, fail_on_start=False):
+        if fail_on_start == "config":
+            raise ConfigError("--gym_id X: this node has no such simulator")
         if fail_on_start:
             raise ValueError("constructor fails")
         self.slot = slot
@@ -144,6 +146,25 @@ def test_a_constructor_that_keeps_failing_is_a_clear_error_not_an_endless_restar
         for _ in range(20):
             group.poll(timeout=30)
     assert faults.counts["worker_restarts"] == 2
+
+
+def test_a_call_queued_on_a_member_that_fails_to_start_is_a_start_failure(ray_session):
+    """The test worker gets its first call before its constructor has returned. When the
+    constructor raises, the call's error is the first to tell: it is classified as poll's
+    would be, a ConfigError the run's error (no restart counted) and a crash a start failure
+    (counted toward --max_worker_restarts and the failures in a row). Before, the call's path
+    counted a ConfigError as one crash (a worker restart) and only the replacement stopped."""
+    group, faults = make_group(fail_on_start="config")
+    member = group.add(0)
+    with pytest.raises(ConfigError, match="echo worker 0 could not start: --gym_id X: this "
+                                          "node has no such simulator"):
+        group.take(group.submit(member, "work", 1))
+    assert faults.counts["worker_restarts"] == 0
+    group, faults = make_group(fail_on_start=True)
+    member = group.add(0)
+    assert group.take(group.submit(member, "work", 1)) is MISSING
+    assert faults.counts["worker_restarts"] == 1
+    assert group.members[0].start_failures == 1
 
 
 @pytest.mark.contract

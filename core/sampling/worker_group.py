@@ -222,6 +222,11 @@ class WorkerGroup:
         """Replace a member that died or hung. Raises RunFailure past --max_worker_restarts, or
         when a slot's replacements keep dying while they start (their constructor fails)."""
         self.retire(member)
+        if not when and not member.ready and isinstance(error, BaseException):
+            # A call queued on a member still starting (the test worker takes one) reports
+            # its constructor's failure too: the same fault as poll's, counted the same way.
+            # (A slow start past --worker_timeout stays a hang.)
+            when = "while starting"
         bad_input = config_error_in_constructor(error) if when else None
         if bad_input is not None:  # the same input fails the same way in every replacement
             raise ConfigError(f"{self.kind} {member.slot} could not start: {bad_input}")
