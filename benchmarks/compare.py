@@ -103,6 +103,16 @@ DQN_LUNAR = ("--dqn_hidden_sizes 256,256 --dqn_lr 0.00063 --dqn_lr_schedule cons
              " --exploration linear --eps_initial 1 --eps_final 0.1 --eps_fraction 0.06 --eval_eps 0"
              " --gamma 0.99 --n_step 1 --buffer_size 50000 --learning_starts 0 --start_steps 0"
              " --utd_ratio 1 --batch_size 128 --num_envs_per_worker 1 --total_steps {max_steps}")
+# Rainbow (c51 with every extension; configs/rainbow-LunarLander-v3.yaml is the same) on DQN_LUNAR's
+# cadence and sizes: 51 atoms on [-200, 200], dueling, double-Q, noisy layers for exploration (the
+# epsilon flags then unused), prioritized replay (alpha 0.5, beta 0.4 -> 1), 3-step returns, Adam's
+# epsilon 1.5e-4 (the paper's)
+RAINBOW_LUNAR = (DQN_LUNAR.replace("--no-dueling", "--dueling").replace("--no-double_q", "--double_q")
+                 .replace("--exploration linear --eps_initial 1 --eps_final 0.1 --eps_fraction 0.06",
+                          "--exploration noisy --noisy_sigma0 0.5")
+                 .replace("--n_step 1", "--n_step 3")
+                 + " --n_atoms 51 --v_min -200 --v_max 200 --c51_adam_eps 0.00015 --prioritized_replay"
+                   " --priority_alpha 0.5 --priority_beta 0.4")
 # Atari: the Nature CNN straight into the Q head, lr 1e-4, batch 32, buffer 1e5, train_freq 4 /
 # gradient_steps 1 (utd 0.25), target every 1000 env steps = 250 updates, epsilon 1 -> 0.01 over
 # 10% of the run; RL-Zoo's 10M-step schedule shrunk to the 250k-step run (its 100k warm-up to 2,500)
@@ -516,6 +526,19 @@ SUITES = {
             "sb3-ddrl": "{python} benchmarks/sb3_dqn.py --env LunarLander-v3 --hyperparams ddrl --num_workers 0 "
                         + DQN_LUNAR + " --target_return {target} --seed {seed} --out_dir {run_dir}"
                         " --eval_freq 5000",
+        }),
+    # Rainbow against DQN on lunar-dqn's settings (RAINBOW_LUNAR: DQN_LUNAR with Rainbow's six
+    # parts), and RL-Zoo's SB3 DQN as the reference a user would pick; SB3 has no Rainbow.
+    "lunar-rainbow": dict(
+        target=200, max_steps=200_000, peer="dqn", timeout=3600,
+        systems={
+            "dqn": DDRL_DQN + " --gym_id LunarLander-v3 --num_workers 0 --learner_threads 1 "
+                   + DQN_LUNAR + " --eval_interval 5000",
+            "rainbow": ddrl("c51", "dqn_agent") + " --gym_id LunarLander-v3 --num_workers 0"
+                       " --learner_threads 1 " + RAINBOW_LUNAR + " --eval_interval 5000",
+            "sb3-zoo": "{python} benchmarks/sb3_dqn.py --env LunarLander-v3 --hyperparams zoo"
+                       " --target_return {target} --seed {seed} --out_dir {run_dir} --max_steps {max_steps}"
+                       " --eval_freq 5000",
         }),
     # DQN on ALE/Breakout-v5 for 1M frames (250k agent steps), as breakout-ppo: ddrl in one process
     # with RL-Zoo's Atari entry (DQN_ATARI), both cores on the update; sb3: SB3's DQN given the same

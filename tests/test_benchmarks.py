@@ -722,3 +722,19 @@ def test_a_window_is_reached_only_once_every_worker_is_up():
     assert not scaling.window_reached(rows, 2, 60, 0.0, 6)  # 10 to 15 s: 5 s
     rows.append({"wall_time_s": 16, "env_steps": 128 * 16, "workers": 2})
     assert scaling.window_reached(rows, 2, 60, 0.0, 6)
+
+
+@pytest.mark.contract
+def test_the_rainbow_preset_is_the_suites_rainbow():
+    """configs/rainbow-LunarLander-v3.yaml ships what compare.py's lunar-rainbow suite measured:
+    the same flags, but for the seed, run directory and the ones the harness sets per run."""
+    import shlex
+    from options.options import parse_args
+    filled = dict(python="python", seed="0", run_dir="r", target="200", max_steps="200000")
+    suite = shlex.split(compare.SUITES["lunar-rainbow"]["systems"]["rainbow"].format(**filled))
+    measured = vars(parse_args([*suite[2:], "--config", "none"]))
+    preset = vars(parse_args(["--config", "rainbow-LunarLander-v3", "--seed", "0",
+                              "--run_dir", "r"]))
+    differ = {k: (measured[k], preset.get(k)) for k in measured
+              if k not in ("config",) and measured[k] != preset.get(k)}
+    assert not differ, differ
