@@ -512,6 +512,24 @@ def test_update_cost(tmp_path, capsys):
 
 
 @pytest.mark.e2e
+def test_dqn_parts(tmp_path, capsys):
+    """Two variants timed in this process: each row's model was built with its flags (the
+    probe's figures compare Rainbow's parts, so a flag that did not reach the model would make
+    a row a copy of another) and the ratio is against the dqn row."""
+    out = tmp_path / "parts.json"
+    probe.main(["dqn-parts", "--variants", "dqn", "rainbow", "--updates", "2", "--repeats", "1",
+                "--out", str(out)])
+    dqn, rainbow = load(out)["results"]
+    assert dqn["built"] == {"model": "DQNModel", "dueling": False, "double_q": False,
+                            "exploration": "linear", "prioritized_replay": False, "n_step": 1}
+    assert rainbow["built"] == {"model": "C51Model", "dueling": True, "double_q": True,
+                                "exploration": "noisy", "prioritized_replay": True, "n_step": 3}
+    assert dqn["against_dqn"] == 1.0 and rainbow["ms_per_update"] > 0
+    assert abs(rainbow["against_dqn"] - rainbow["ms_per_update"] / dqn["ms_per_update"]) < 0.01
+    assert "rainbow" in capsys.readouterr().out
+
+
+@pytest.mark.e2e
 def test_atari_throughput_raw(tmp_path):
     """The env chain alone in its child process: two rounds, so the steady rate exists."""
     out = tmp_path / "atari.json"
