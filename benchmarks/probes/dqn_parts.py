@@ -32,6 +32,9 @@ VARIANTS = {
                       "--prioritized_replay", "--priority_alpha", "0.5", "--n_step", "3"),
 }
 
+MODEL_PARTS = ("dueling", "double_q", "exploration")  # the model's flags; the others the loop's
+LOOP_PARTS = ("prioritized_replay", "n_step")
+
 
 def add_args(p):
     p.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS),
@@ -39,10 +42,6 @@ def add_args(p):
     p.add_argument("--updates", type=int, default=200, help="updates per timed block")
     p.add_argument("--repeats", type=int, default=5, help="timed blocks per variant")
     p.add_argument("--out", default=None, help="write the results here as JSON")
-
-
-MODEL_PARTS = ("dueling", "double_q", "exploration")  # the model's flags; the others the loop's
-LOOP_PARTS = ("prioritized_replay", "n_step")
 
 
 def time_variant(flags, updates, repeats, warmup=50):
