@@ -24,6 +24,7 @@ PROBES = {
     "raw-gym": ("raw_gym_sampling", "raw gymnasium stepping speed: the sampling floor"),
     "replay": ("replay_throughput", "replay buffer adds and samples against cpprb"),
     "update-cost": ("update_cost", "one SAC update by network size, torch threads, precision"),
+    "update-profile": ("update_profile", "where one replay model's update goes, by operator"),
     "dqn-parts": ("dqn_parts", "one DQN-family update by Rainbow's parts, LunarLander shapes"),
     "update-vs-sb3": ("update_vs_sb3", "one SAC or CrossQ update against SB3's / sb3-contrib's"),
     "ppo-update-vs-sb3": ("ppo_vs_sb3_update", "PPO's numbers against SB3's on one Breakout rollout"),

@@ -125,10 +125,14 @@ class TwinQ(nn.Module):
         self.q1 = mlp(obs_dim + action_dim, sizes, 1)
         self.q2 = mlp(obs_dim + action_dim, sizes, 1)
 
-    def forward(self, obs, actions):
+    def forward(self, obs, actions, first_only=False):
+        """(Q1, Q2), each [B]; with ``first_only`` Q1 alone, Q2 not computed (TD3's actor
+        loss, which values the policy by Q1)."""
         if self.encoder is not None:
             obs = self.encoder(obs)
         x = torch.cat([obs, actions], dim=-1)
+        if first_only:
+            return self.q1(x).squeeze(-1)
         return self.q1(x).squeeze(-1), self.q2(x).squeeze(-1)
 
 

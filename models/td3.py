@@ -214,10 +214,16 @@ class TD3Model(BoxReplayModel):
 
     def policy_and_q(self, obs):
         """(pi(s) in [-1, 1], Q1(s, pi(s))), Q1 taken with detached copies of the critic's
-        parameters, so a loss of it reaches the actor alone."""
+        parameters, so a loss of it reaches the actor alone. The built-in critics compute Q1
+        alone (a critic of a plugin's own class, whole, its first output taken)."""
         pi = self.policy(obs)
         detached = {name: p.detach() for name, p in self.critic.named_parameters()}
-        return pi, torch.func.functional_call(self.critic, detached, (obs, pi))[0].float()
+        if isinstance(self.critic, TwinQ):
+            q_pi = torch.func.functional_call(self.critic, detached, (obs, pi),
+                                              {"first_only": True})
+        else:
+            q_pi = torch.func.functional_call(self.critic, detached, (obs, pi))[0]
+        return pi, q_pi.float()
 
     def actor_loss(self, obs, actions):
         """(the actor's loss, its extra statistics) on a policy update: -mean Q1(s, pi(s)), the

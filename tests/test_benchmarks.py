@@ -530,6 +530,26 @@ def test_dqn_parts(tmp_path, capsys):
 
 
 @pytest.mark.e2e
+def test_update_profile(tmp_path, capsys):
+    """The profile of a few TD3+BC updates built with the flags given: the groups' shares add
+    up to the whole, and the matrix products are the operators that do the networks' work."""
+    out = tmp_path / "profile.json"
+    probe.main(["update-profile", "--model_name", "td3_bc", "--gym_id", "Pendulum-v1",
+                "--updates", "4", "--repeats", "1", "--out", str(out),
+                "--flags", "--td3_hidden_sizes", "16,16", "--batch_size", "32"])
+    report = load(out)
+    assert (report["model"], report["batch_size"]) == ("TD3BCModel", 32)
+    shares = report["share_by_group"]
+    assert set(shares) <= {"matrix products", "optimizer", "other"}
+    assert shares["matrix products"] > 0 and abs(sum(shares.values()) - 1.0) < 0.01
+    mm = {r["operator"]: r for r in report["top_operators"] if r["group"] == "matrix products"}
+    # 3 linear layers each: critic twice, target critic twice, target actor, and on every
+    # second update the actor and Q1 for its loss (TD3's delay of 2): 18 forward products
+    assert mm["aten::addmm"]["calls_per_update"] == 18.0
+    assert report["ms_per_update"] > 0 and "TD3BCModel on Pendulum-v1" in capsys.readouterr().out
+
+
+@pytest.mark.e2e
 def test_atari_throughput_raw(tmp_path):
     """The env chain alone in its child process: two rounds, so the steady rate exists."""
     out = tmp_path / "atari.json"

@@ -170,6 +170,20 @@ def test_the_actor_loss_reaches_the_actor_alone():
                                    atol=1e-7)
 
 
+
+def test_the_actor_loss_values_the_policy_by_q1_without_computing_q2():
+    """Q1(s, pi(s)) of the actor's loss is the critic's first output, and the second critic
+    does not run for it (its forward pass would be a network's worth of wasted arithmetic on
+    every policy update)."""
+    model = make_model()
+    obs = torch.tensor(random_batch(16, seed=2).transitions.observations)
+    calls = []
+    model.critic.q2.register_forward_hook(lambda *_: calls.append("q2"))
+    pi, q_pi = model.policy_and_q(obs)
+    assert calls == []
+    np.testing.assert_allclose(q_pi.detach().numpy(), model.critic(obs, pi)[0].detach().numpy(),
+                               rtol=1e-6)
+
 # -- acting -------------------------------------------------------------------------------------
 def test_deterministic_actions_are_the_scaled_tanh_of_the_actor_in_numpy_and_torch():
     model = make_model(action_space=ACT2)

@@ -211,24 +211,9 @@ class ServerUpdate(Workload):
 
     def __init__(self, workload, device, seed, flags=(), mode="server"):
         import numpy as np
-        import torch
-        from core.learning.learner import Learner
-        from core.learning.parameter_server import ParameterServer
-        from core.plugins import load_plugins
         args, spec = preset(workload, *flags, *SERVER_FLAGS[mode])
-        plugins = load_plugins(spec)
-        torch.manual_seed(seed)
-        observation_space, action_space = self.spaces()
-        model = plugins.model_cls(spec.model, observation_space, action_space).to(device)
-
-        class Server(ParameterServer):
-            def __init__(self):  # ParameterServer's state, without its process set-up
-                self.model, self.learner, self.group = model, Learner(model), None
-                self.device = device
-                self.agent = plugins.agent_cls(spec.agent, model, seed=seed)
-                self.configure_rounds(spec.loop)
-
-        self.server, self.workload, self.batch = Server(), workload, args.batch_size
+        self.server = local_server(spec, *self.spaces(), device, seed)
+        self.workload, self.batch = workload, args.batch_size
         self.mode = mode
         self.updates_per_call = 1 if mode == "server" else args.updates_per_call
         rng = np.random.default_rng(seed)
@@ -254,6 +239,27 @@ class ServerUpdate(Workload):
         from core.learning.replay_buffer import ReplayBatch
         return ReplayBatch(transitions, np.arange(n), np.zeros(n, np.int64),
                            np.ones(n, np.float32))
+
+
+def local_server(spec, observation_space, action_space, device, seed):
+    """A ParameterServer in this process for ``spec``'s model, agent and loop settings (its
+    state without its process set-up): ``update(batches, None, progress)`` is a run's update."""
+    import torch
+    from core.learning.learner import Learner
+    from core.learning.parameter_server import ParameterServer
+    from core.plugins import load_plugins
+    plugins = load_plugins(spec)
+    torch.manual_seed(seed)
+    model = plugins.model_cls(spec.model, observation_space, action_space).to(device)
+
+    class Server(ParameterServer):
+        def __init__(self):
+            self.model, self.learner, self.group = model, Learner(model), None
+            self.device = device
+            self.agent = plugins.agent_cls(spec.agent, model, seed=seed)
+            self.configure_rounds(spec.loop)
+
+    return Server()
 
 
 class DQNAtari(ServerUpdate):
