@@ -165,6 +165,12 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch threads (ddrl's default 1)")
     p.add_argument("--out", required=True, help="the JSON written")
+    p.add_argument("--profile_updates", type=int, default=0,
+                   help="instead of fitting: build the algo on the dataset, make 50 untimed "
+                        "updates, then this many under torch's profiler on batches drawn by "
+                        "d3rlpy's own sampler; the JSON gets the update's time by operator, "
+                        "matrix products (addmm, mm, bmm, baddbmm) apart (ddrl's side: "
+                        "benchmarks/probe.py update-profile)")
     # -- shared (ddrl's defaults) --
     p.add_argument("--batch_size", type=int, default=256)
     p.add_argument("--hidden_sizes", type=hidden_sizes, default=[256, 256])
@@ -529,6 +535,44 @@ def timing_adapter_factory(marks):
     return Factory()
 
 
+MATRIX_PRODUCTS = ("aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm")
+
+
+def profile_updates(algo, dataset, args):
+    """``--profile_updates``: d3rlpy's update by operator, as benchmarks/probe.py
+    update-profile reports ddrl's (the batches drawn before the profiled updates)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    algo.build_with_dataset(dataset)
+    n = args.profile_updates
+    batches = [dataset.sample_transition_batch(args.batch_size) for _ in range(50 + n)]
+    for batch in batches[:50]:
+        algo.update(batch)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for batch in batches[50:]:
+            algo.update(batch)
+    events = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
+    total = sum(e.self_cpu_time_total for e in events)
+    products = sum(e.self_cpu_time_total for e in events if e.key in MATRIX_PRODUCTS)
+    optimizer = sum(e.self_cpu_time_total for e in events
+                    if e.key in ("aten::_fused_adam_", "Optimizer.step#Adam.step"))
+    result = {"system": SYSTEM, "algo": args.algo, "dataset": os.path.abspath(args.dataset),
+              "profiled_updates": n, "torch_threads": args.threads,
+              "profiled_ms_per_update": total / n / 1e3,
+              "profiled_ms_per_update_by_group": {
+                  "matrix products": products / n / 1e3, "optimizer": optimizer / n / 1e3,
+                  "other": (total - products - optimizer) / n / 1e3},
+              "top_operators": [{"operator": e.key, "calls_per_update": e.count / n,
+                                 "ms_per_update": e.self_cpu_time_total / n / 1e3}
+                                for e in sorted(events, key=lambda e: -e.self_cpu_time_total)[:12]]}
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"d3rlpy {args.algo}: {result['profiled_ms_per_update']:.2f} ms/update profiled, "
+          + ", ".join(f"{k} {v:.2f}" for k, v in result["profiled_ms_per_update_by_group"].items())
+          + f"; {args.out}", flush=True)
+    return 0
+
+
 def main(argv=None):
     args = parse_args(argv)
     import torch
@@ -548,6 +592,8 @@ def main(argv=None):
                     seed=args.seed, torch_threads=args.threads, **config)
     print("d3rlpy_offline.py config: " + json.dumps(resolved, sort_keys=True), flush=True)
 
+    if args.profile_updates:
+        return profile_updates(algo, dataset, args)
     curve, marks = [], {"epoch_start": [], "epoch_end": [], "metrics": {}, "eval_s": []}
 
     def on_result(updates, mean, std, began, ended):

@@ -547,6 +547,8 @@ def test_update_profile(tmp_path, capsys):
     # second update the actor and Q1 for its loss (TD3's delay of 2): 18 forward products
     assert mm["aten::addmm"]["calls_per_update"] == 18.0
     assert report["ms_per_update"] > 0 and "TD3BCModel on Pendulum-v1" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="--out after --flags would go to ddrl"):
+        probe.main(["update-profile", "--flags", "--batch_size", "32", "--out", str(out)])
 
 
 @pytest.mark.e2e

@@ -6,9 +6,9 @@ cannot remove), the optimizer (torch's fused Adam and its step), and everything 
 activations, copies, reductions and dispatch between them).
 
     .venv/bin/python benchmarks/probe.py update-profile --model_name td3_bc --gym_id HalfCheetah-v5 \\
-        --flags --normalize_obs --out /tmp/update-profile.json
+        --out /tmp/update-profile.json --flags --normalize_obs
 
---flags go to ddrl's parser after ``--model_name M --gym_id ENV --config none`` (the model's
+--flags, last, go to ddrl's parser after ``--model_name M --gym_id ENV --config none`` (the model's
 own defaults: pass a preset with ``--flags --config PATH``). The timed figure (ms per update,
 without the profiler) is the fastest of --repeats blocks of --updates updates after 50 untimed
 ones; the profile is one more block of --updates updates under torch.profiler, whose own
@@ -23,12 +23,15 @@ MATRIX_PRODUCTS = ("aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm")
 OPTIMIZER = ("aten::_fused_adam_", "Optimizer.step#Adam.step")
 
 
+OWN_FLAGS = ("--model_name", "--gym_id", "--updates", "--repeats", "--top", "--out")
+
+
 def add_args(p):
     p.add_argument("--model_name", default="td3_bc", help="a replay model (default: %(default)s)")
     p.add_argument("--gym_id", default="Pendulum-v1",
                    help="the env whose spaces shape the batches (default: %(default)s)")
     p.add_argument("--flags", nargs="...", default=[],
-                   help="more ddrl flags, last on the command line (e.g. --normalize_obs)")
+                   help="more ddrl flags: the rest of the command line (e.g. --normalize_obs)")
     p.add_argument("--updates", type=int, default=200, help="updates per block")
     p.add_argument("--repeats", type=int, default=3, help="timed blocks")
     p.add_argument("--top", type=int, default=12, help="operators listed (default: 12)")
@@ -71,6 +74,11 @@ def run(args, argv):
     from options.options import parse_args, run_spec
     from probes.learning_speed import local_server
     from probes.update_cost import cpu_description
+    own = [flag for flag in args.flags if flag.split("=")[0] in OWN_FLAGS]
+    if own:
+        raise SystemExit(f"update-profile: {', '.join(own)} after --flags would go to ddrl: "
+                         f"--flags takes the rest of the command line, so put the probe's own "
+                         f"flags ({', '.join(OWN_FLAGS)}) before it")
     torch.set_num_threads(1)
     ddrl_args = parse_args(["--model_name", args.model_name, "--gym_id", args.gym_id,
                             "--config", "none", "--num_workers", "0", "--num_gpus", "0",
