@@ -541,7 +541,6 @@ MATRIX_PRODUCTS = ("aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm")
 def profile_updates(algo, dataset, args):
     """``--profile_updates``: d3rlpy's update by operator, as benchmarks/probe.py
     update-profile reports ddrl's (the batches drawn before the profiled updates)."""
-    import torch
     from torch.profiler import ProfilerActivity, profile
     algo.build_with_dataset(dataset)
     n = args.profile_updates
