@@ -195,6 +195,11 @@ def test_multi_discrete_and_binary_rewards_follow_the_actions():
 # -- exact resume -----------------------------------------------------------------------------
 @pytest.mark.parametrize("gym_id, actions", [
     ("CartPole-v1", lambda t: t % 2),
+    # MountainCar keeps its state as a tuple of numpy floats after a step: plain data too
+    ("MountainCar-v0", lambda t: t % 3),
+    ("MountainCarContinuous-v0", lambda t: np.array([np.sin(t)], np.float32)),
+    ("Acrobot-v1", lambda t: t % 3),
+    ("Pendulum-v1", lambda t: np.array([np.cos(t)], np.float32)),
     ("ddrl/DictCartPole-v0", lambda t: t % 2),
     ("ddrl/MaskedChoiceInfo-v0", lambda t: t % 8),
     ("ddrl/PointReachGrid-v0", lambda t: np.array([[np.sin(t), np.cos(t)]], np.float32)),

@@ -45,19 +45,31 @@ PLAIN_TYPES = (bool, int, float, str, type(None), np.generic)
 
 
 def is_plain(value):
+    """Numbers, strings, numeric arrays, and tuples or lists of them (MountainCar keeps its
+    state as a tuple of numpy floats after a step)."""
+    if isinstance(value, (tuple, list)):
+        return all(is_plain(v) for v in value)
     return isinstance(value, PLAIN_TYPES) or (
         isinstance(value, np.ndarray) and value.dtype.kind in "biuf")
 
 
 def plain_attributes(obj):
-    """The attributes of ``obj`` that are plain data (numbers, strings, numeric arrays)."""
+    """The attributes of ``obj`` that are plain data (``is_plain``)."""
     return {k: (v.copy() if isinstance(v, np.ndarray) else v)
             for k, v in vars(obj).items() if is_plain(v)}
 
 
 def set_attributes(obj, attributes):
+    """Set the attributes ``plain_attributes`` gave, as a checkpoint holds them (``from_payload``:
+    arrays keep the dtype they were saved in, whatever the object holds now, e.g. Acrobot's
+    float32 state after a reset against the float64 one after a step; a tuple comes back as a
+    list, made a tuple again where the object holds one, an array where it holds an array)."""
     for key, value in attributes.items():
         current = getattr(obj, key, None)
-        if isinstance(current, np.ndarray) or isinstance(value, np.ndarray):
-            value = np.array(value, dtype=getattr(current, "dtype", None))
+        if isinstance(value, np.ndarray):
+            value = value.copy()
+        elif isinstance(value, (list, tuple)) and isinstance(current, np.ndarray):
+            value = np.array(value, dtype=current.dtype)
+        elif isinstance(value, list) and isinstance(current, tuple):
+            value = tuple(value)
         setattr(obj, key, value)
