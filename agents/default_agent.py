@@ -164,11 +164,7 @@ class DefaultAgent(OnPolicyAgent):
                                                           **cut)
         if trajectory.values.ndim == 3:  # a value per agent: each learns from its own reward
             return self.keep_per_agent(trajectory, next_values)
-        report = trajectory.step_report or {}
-        advantages, returns = compute_gae(
-            trajectory.rewards, trajectory.values, next_values, trajectory.terminated,
-            trajectory.truncated, self.args.gamma, self.args.gae_lambda,
-            report.get("next_sign"))
+        advantages, returns = self.advantages_and_returns(trajectory, next_values)
         if memory is not None:
             return self.keep_sequences(trajectory, advantages, returns)
         n = trajectory.num_steps
@@ -185,8 +181,29 @@ class DefaultAgent(OnPolicyAgent):
             return torch.as_tensor(np.asarray(x).reshape(n, *np.asarray(x).shape[2:]))[keep].to(
                 device)
 
-        self.data = ppo_arrays(trajectory, advantages, returns, flat)
+        self.data = {**ppo_arrays(trajectory, advantages, returns, flat),
+                     **{k: flat(v) for k, v in self.extra_arrays().items()}}
         return round_sums(advantages.reshape(n), returns.reshape(n), valid)
+
+    def advantages_and_returns(self, trajectory, next_values):
+        """(advantages, value targets), each [T, E], of a fragment whose model values each step
+        once: GAE(lambda) on its rewards. A subclass adds terms (agents/rnd_agent.py: an
+        intrinsic reward's advantages, with ``extra_arrays`` for its value head)."""
+        report = trajectory.step_report or {}
+        return compute_gae(trajectory.rewards, trajectory.values, next_values,
+                           trajectory.terminated, trajectory.truncated, self.args.gamma,
+                           self.args.gae_lambda, report.get("next_sign"))
+
+    def extra_arrays(self):
+        """{name: [T, E, ...] array} of the last fragment kept beside PPO's arrays (its steps
+        flattened and cut as theirs; a model without memory), for ``model_batch``: none
+        here."""
+        return {}
+
+    def model_batch(self, batch, idx):
+        """What the model's ``step`` gets for the minibatch ``idx`` of this agent's data: the
+        PPOBatch itself here."""
+        return batch
 
     def keep_per_agent(self, trajectory, next_values):
         """Per-agent GAE (``per_agent_terms``): each agent's advantages from its own rewards
@@ -282,7 +299,7 @@ class DefaultAgent(OnPolicyAgent):
         batch = PPOBatch(spaces.take(self.data["observations"], idx), self.data["actions"][idx],
                          self.data["old_log_probs"][idx], advantages,
                          self.data["returns"][idx], self.data["old_values"][idx])
-        gradients, stats = self.model.step(batch, request.progress)
+        gradients, stats = self.model.step(self.model_batch(batch, idx), request.progress)
         # the version of the weights the model holds (not the request's: measured, not echoed)
         return GradientResult(gradients, len(idx), self.model.weights_version, stats)
 

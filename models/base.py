@@ -227,6 +227,15 @@ class BaseModel(nn.Module):
         --total_steps when the loop gives it (the off-policy loop does), else None (gSDE draws
         its exploration matrices there, DQN sets its epsilon schedule)."""
 
+    def observe_round(self, agent_stats):
+        """Optional, on the learner's model: the statistics each rollout worker's agent
+        returned for its fragment of the round just learned from (``send_trajectory``'s
+        dicts). Returns {column: value} for metrics.csv (columns named in
+        ``episode_metrics``); what the model merges of them into its buffers (RND's intrinsic
+        return moments: models/ppo_rnd.py) reaches the workers with the next weights. The
+        on-policy loop calls it once per round, after the round's updates."""
+        return {}
+
     def observe_episodes(self, episodes):
         """Optional, on the learner's model: the episodes that finished in the round just
         learned from, as the env scored them (a list of {name: number}: the env's

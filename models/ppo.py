@@ -648,7 +648,15 @@ class PPOModel(TimedPrecision, BaseModel):
         return self.args.ppo_precision
 
     def losses_and_gradients(self, batch: PPOBatch, progress: float = 0.0):
-        """The body of ``step``, inside its autocast."""
+        """The body of ``step``, inside its autocast: ``ppo_loss`` and its backward pass."""
+        loss, stats = self.ppo_loss(batch, progress)
+        self.zero_grad(set_to_none=True)
+        loss.backward()
+        return self.collect_gradients(), stats
+
+    def ppo_loss(self, batch: PPOBatch, progress: float = 0.0):
+        """(PPO's loss on a minibatch, its statistics): the clipped surrogate, the value loss
+        and the entropy bonus, before any backward pass (a subclass adds terms of its own)."""
         clip_range = schedule(self.args.clip_range, self.args.clip_schedule, progress)
         features = self.features(batch.observations)  # one encoder pass for both heads
         actor_input = critic_input = features
@@ -684,11 +692,8 @@ class PPOModel(TimedPrecision, BaseModel):
         entropy = mean(entropy)
 
         loss = policy_loss + self.args.vf_coef * value_loss - self.args.ent_coef * entropy
-        self.zero_grad(set_to_none=True)
-        loss.backward()
-
-        return self.collect_gradients(), step_statistics(
-            mean, ratio, log_ratio, clip_range, policy_loss, value_loss, entropy)
+        return loss, step_statistics(mean, ratio, log_ratio, clip_range, policy_loss, value_loss,
+                                     entropy)
 
     def configure_optimizer(self):
         # The fused Adam kernel is the same update; on the CPU it takes 0.14 ms per step against

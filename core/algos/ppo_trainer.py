@@ -466,7 +466,10 @@ class PPOTrainer(Trainer):
         if moments is not None and observe_returns is not None:  # PPO's --value_norm
             observe_returns(*moments)
         episodes = [m for r in collected.delivered.values() for m in r.episode_metrics]
-        learned.episodes = self.model.observe_episodes(episodes) or {}
+        learned.episodes = {
+            **(self.model.observe_round([r.agent_stats for r in collected.delivered.values()])
+               or {}),
+            **(self.model.observe_episodes(episodes) or {})}
         self.sample_ahead.record(sum(r.env_steps for r in collected.delivered.values()),
                                  self.all_remote_up(collected.delivered))
         return learned
