@@ -19,6 +19,7 @@ policy reaches each threshold and the random one does not):
     ddrl/PointReachGrid-v0      Box(-1, 1, (1, 2))   -5.0    -52        -8
     ddrl/DictCartPole-v0        Discrete(2)           500     22        475
     ddrl/MemoryChoice-v0        Discrete(5), masked   1.0    -4.6        0.9
+    ddrl/DeepSea-v0 (size 10)   Discrete(2)           0.99   -0.004      0.9
 
 Learned (one seed, the ddrl defaults but one process of 8 envs, 10 deterministic evaluation
 episodes): PPO reached the thresholds of MaskedChoice and MaskedChoiceInfo (19.2), MultiButton
@@ -376,6 +377,57 @@ class MemoryChoiceEnv(gym.Env):
                 {"invalid_actions": self.invalid_actions})
 
 
+class DeepSeaEnv(gym.Env):
+    """bsuite's deep sea (Osband et al. 2020, "Behaviour Suite for Reinforcement Learning",
+    arXiv:1908.03568), the deterministic form: an N x N grid the agent descends one row per
+    step from the top-left cell, moving one column left or right (clipped at the edges). Going
+    right costs 0.01 / N; standing in the bottom-right cell at the last step pays 1, so the
+    optimal return is 0.99 and only N - 1 moves right out of N earn it. Which action means
+    right is drawn per cell from ``mapping_seed`` (the same in every env of a run: one task),
+    so no fixed action gets there, and dithering exploration finds the reward with
+    probability about 2^-N per episode: a test of deep exploration. Observation: the one-hot
+    of the agent's cell, N * N floats; ``size`` is N (--gym_kwargs size=20)."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, size=10, mapping_seed=0, render_mode=None):
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 2:
+            raise ValueError(f"DeepSea: size={size!r}; it takes an integer >= 2 (the grid's "
+                             f"side and the episode's length).")
+        self.size = int(size)
+        self.render_mode = render_mode
+        self.observation_space = spaces.Box(0.0, 1.0, (self.size * self.size,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.right_action = self.action_mapping(self.size, mapping_seed)
+        self.row = self.col = 0
+
+    @staticmethod
+    def action_mapping(size, mapping_seed=0):
+        """[N, N]: the action that moves right in each cell (bsuite's per-cell coin flips)."""
+        return np.random.default_rng(mapping_seed).integers(0, 2, (size, size))
+
+    def _observation(self):
+        obs = np.zeros(self.size * self.size, dtype=np.float32)
+        obs[min(self.row, self.size - 1) * self.size + self.col] = 1.0
+        return obs
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.row = self.col = 0
+        return self._observation(), {}
+
+    def step(self, action):
+        action = int(np.asarray(action).reshape(()))
+        reward = 1.0 if (self.row, self.col) == (self.size - 1, self.size - 1) else 0.0
+        if action == self.right_action[self.row, self.col]:
+            self.col = min(self.col + 1, self.size - 1)
+            reward -= 0.01 / self.size
+        else:
+            self.col = max(self.col - 1, 0)
+        self.row += 1
+        return self._observation(), reward, self.row == self.size, False, {}
+
+
 class HideObs(gym.ObservationWrapper):
     """A 1-D Box observation without the entries at ``indices`` (gym_env's --hide_obs and the
     NoVel ids): hiding the velocities makes a task partially observable, so only a policy that
@@ -448,6 +500,8 @@ TOYS = {
     "PointReachGrid-v0": (make_point_reach_grid, 50, -8.0),
     "DictCartPole-v0": (make_dict_cartpole, 500, 475.0),
     "MemoryChoice-v0": (MemoryChoiceEnv, 50, 0.9),
+    # (it ends itself after --gym_kwargs size=N steps; the limit only bounds N)
+    "DeepSea-v0": (DeepSeaEnv, 1000, 0.9),
 }
 IDS = tuple(f"{NAMESPACE}/{name}" for name in TOYS)
 

@@ -54,6 +54,12 @@ def dict_cartpole(obs, info):
     return int(theta + 0.5 * omega > 0)
 
 
+def deep_sea(obs, info):
+    cell = int(np.argmax(obs))
+    size = int(round(len(obs) ** 0.5))
+    return int(toys.DeepSeaEnv.action_mapping(size)[cell // size, cell % size])
+
+
 OPTIMAL = {
     "ddrl/MaskedChoice-v0": masked_choice,
     "ddrl/MaskedChoiceInfo-v0": masked_choice,
@@ -63,6 +69,7 @@ OPTIMAL = {
     "ddrl/PointReach-v0": point_reach,
     "ddrl/PointReachGrid-v0": point_reach,
     "ddrl/DictCartPole-v0": dict_cartpole,
+    "ddrl/DeepSea-v0": deep_sea,
 }
 
 
@@ -137,7 +144,8 @@ def flat(items):
 @pytest.mark.parametrize("gym_id", toys.IDS)
 def test_same_seed_same_trajectory(gym_id):
     np.testing.assert_array_equal(flat(trajectory(gym_id, 3)), flat(trajectory(gym_id, 3)))
-    assert not np.array_equal(flat(trajectory(gym_id, 3)), flat(trajectory(gym_id, 4)))
+    if gym_id != "ddrl/DeepSea-v0":  # (its start and its map do not depend on the seed)
+        assert not np.array_equal(flat(trajectory(gym_id, 3)), flat(trajectory(gym_id, 4)))
 
 
 @pytest.mark.parametrize("gym_id", ["ddrl/MaskedChoice-v0", "ddrl/MaskedChoiceInfo-v0"])
@@ -334,3 +342,39 @@ def test_memory_choice_resumes_exactly_through_gym_env():
         assert other.step(0).reward == 0.0
     last = other.step(1 + cue)
     assert (last.reward, last.terminated) == (1.0, True)
+
+
+# -- DeepSea -------------------------------------------------------------------------------------
+def test_deep_sea_pays_only_the_path_right_all_the_way():
+    """Size 4 by hand: the corner is reached by three moves right; right costs 0.01 / 4 each,
+    the last step from the corner pays 1 whichever way it goes; a left at column 0 stays."""
+    env = toys.DeepSeaEnv(size=4, mapping_seed=3)
+    right = env.right_action
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (16,) and obs[0] == 1.0
+    total, done, t = 0.0, False, 0
+    while not done:
+        action = right[env.row, env.col] if t < 3 else 1 - right[env.row, env.col]
+        obs, reward, done, truncated, _ = env.step(action)
+        total, t = total + reward, t + 1
+    assert (t, env.col, truncated) == (4, 2, False)
+    assert total == pytest.approx(1.0 - 3 * 0.01 / 4)
+    env.reset()
+    env.step(1 - right[0, 0])  # left at the edge: stays in column 0, no cost
+    assert (env.row, env.col) == (1, 0)
+
+
+def test_deep_sea_random_play_almost_never_finds_the_reward():
+    env = gym.make("ddrl/DeepSea-v0", size=20)
+    env.action_space.seed(0)
+    found = 0
+    for episode in range(500):
+        env.reset(seed=episode)
+        done, total = False, 0.0
+        while not done:
+            _, reward, done, _, _ = env.step(env.action_space.sample())
+            total += reward
+        found += total > 0.5
+    assert found == 0
+    with pytest.raises(ValueError, match="size=1"):
+        toys.DeepSeaEnv(size=1)
