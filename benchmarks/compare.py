@@ -133,6 +133,16 @@ SLOW_CARTPOLE = (" --step_ms 5 --step_sigma 1 --slow_reset_ms 100 --slow_reset_p
                  " --slow_factor 4 --num_workers 8 --num_envs_per_worker 4 --rollout_steps 32 --batch_size 256"
                  " --num_epochs 10 --gamma 0.98 --lr 0.001 --lr_schedule linear --clip_range 0.2"
                  " --clip_schedule linear --eval_interval 4000 --eval_episodes 5 --total_steps {max_steps}")
+# Deep exploration: bsuite's deep sea (envs/toys.py DeepSea-v0, 20 x 20: the reward needs 19
+# moves right in a row, each action's meaning drawn per cell) with small-CartPole-like PPO
+# settings, 16 envs in one process; the observations are one-hot cells, left unnormalized (a
+# one-hot cell's running std is near 0 until it is visited, which --normalize_obs turns into
+# inputs that keep moving: RND's novelty then never settles; BENCHMARKS.md "Exploration")
+DEEP_SEA = ("--gym_id ddrl/DeepSea-v0 --gym_kwargs size=20 --num_workers 0 --num_envs_per_worker 16"
+            " --rollout_steps 32 --batch_size 128 --num_epochs 4 --gamma 0.99 --gae_lambda 0.95"
+            " --ent_coef 0.01 --lr 3e-4 --lr_schedule constant --clip_schedule constant"
+            " --total_steps {max_steps} --eval_interval 5120 --eval_episodes 1")
+
 SUITES = {
     "cartpole": dict(
         target=475, max_steps=None, peer="sb3",
@@ -539,6 +549,15 @@ SUITES = {
             "sb3-zoo": "{python} benchmarks/sb3_dqn.py --env LunarLander-v3 --hyperparams zoo"
                        " --target_return {target} --seed {seed} --out_dir {run_dir} --max_steps {max_steps}"
                        " --eval_freq 5000",
+        }),
+    # PPO alone against PPO with Random Network Distillation's novelty bonus (models/ppo_rnd.py,
+    # the paper's coefficients), the same settings (DEEP_SEA); no peer library here has RND for
+    # PPO. The deep sea is deterministic: one deterministic evaluation episode is its return.
+    "deepsea-rnd": dict(
+        target=0.9, max_steps=300_000, peer="ppo", timeout=1800,
+        systems={
+            "ppo": DDRL + " " + DEEP_SEA,
+            "ppo_rnd": ddrl("ppo_rnd") + " " + DEEP_SEA,
         }),
     # DQN on ALE/Breakout-v5 for 1M frames (250k agent steps), as breakout-ppo: ddrl in one process
     # with RL-Zoo's Atari entry (DQN_ATARI), both cores on the update; sb3: SB3's DQN given the same
