@@ -778,3 +778,23 @@ def test_the_rainbow_preset_is_the_suites_rainbow():
     differ = {k: (measured[k], preset.get(k)) for k in measured
               if k not in ("config",) and measured[k] != preset.get(k)}
     assert not differ, differ
+
+
+@pytest.mark.contract
+def test_the_deep_sea_suite_gives_both_systems_every_setting_alike():
+    """deepsea-rnd's ppo and ppo_rnd differ in the model (and the agent it brings) alone: every
+    flag both have is resolved to the same value, and ppo_rnd's own flags are its defaults."""
+    import shlex
+    from options.options import parse_args
+    filled = dict(python="python", seed="0", run_dir="r", target="0.9", max_steps="300000")
+    resolved = {}
+    for name, template in compare.SUITES["deepsea-rnd"]["systems"].items():
+        argv = shlex.split(template.format(**filled))[2:]
+        resolved[name] = vars(parse_args(argv))
+    ppo, rnd = resolved["ppo"], resolved["ppo_rnd"]
+    assert (ppo["model_name"], rnd["model_name"]) == ("ppo", "ppo_rnd")
+    assert (ppo["agent_name"], rnd["agent_name"]) == ("default_agent", "rnd_agent")
+    differ = {k: (ppo[k], rnd[k]) for k in ppo.keys() & rnd.keys()
+              if k not in ("model_name", "agent_name") and ppo[k] != rnd[k]}
+    assert not differ, differ
+    assert rnd["gym_kwargs"] == ("size=20",) and not rnd["normalize_obs"]
