@@ -31,6 +31,8 @@ from models.ppo_rnd import RNDBatch, merge_moments
 @register_agent("rnd_agent")
 class RNDAgent(DefaultAgent):
     """GAE on the extrinsic and the RND intrinsic reward, combined (module docstring)."""
+    #: the minibatches it hands the model (the PPO loop checks that the model takes them)
+    batch_type = RNDBatch
 
     @staticmethod
     def add_args(parser):

@@ -63,6 +63,8 @@ def merge_moments(count, mean, var, other_count, other_mean, other_var):
 class PPORNDModel(PPOModel):
     """PPO whose advantages add Random Network Distillation's novelty bonus (module docstring)."""
     default_agent = "rnd_agent"
+    #: the minibatches it learns from (the PPO loop checks that the agent makes them)
+    batch_type = RNDBatch
     # metrics.csv's columns of its own: observe_round's, then its update's statistics
     episode_metrics = ("int_reward_mean", "int_return_std", "int_value_loss", "rnd_loss")
 

@@ -162,6 +162,19 @@ def test_what_rnd_does_not_take_is_one_paragraph():
         RNDAgent(args, PPOModel(args, OBS, spaces.Discrete(2)))
 
 
+@pytest.mark.e2e
+def test_a_model_and_an_agent_that_do_not_go_together_are_refused_before_the_run():
+    for flags, message in (
+            (("--agent_name", "default_agent"),
+             "model PPORNDModel takes RNDBatch minibatches, but agent DefaultAgent makes PPO's"),
+            (("--model_name", "ppo", "--agent_name", "rnd_agent"),
+             "model PPOModel takes PPO's minibatches, but agent RNDAgent makes RNDBatch")):
+        proc = run_main(*("--gym_id", "MountainCar-v0", "--model_name", "ppo_rnd",
+                          "--num_workers", "0", "--total_steps", "64", "--config", "none"),
+                        *flags)
+        assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
+
+
 # -- a run -------------------------------------------------------------------------------------
 @pytest.mark.e2e
 def test_a_tiny_rnd_run_writes_its_columns_and_resumes_exactly(tmp_path):

@@ -205,6 +205,22 @@ class PPOTrainer(Trainer):
         return super().gpu_plan(args)
 
     @classmethod
+    def check_plugins(cls, plugins, spec):
+        """A model that learns from minibatches of its own kind (``batch_type``: RND's carry
+        intrinsic returns, models/ppo_rnd.py) needs an agent that makes that kind (the same
+        ``batch_type``), and such an agent needs such a model."""
+        model_cls, agent_cls = plugins.model_cls, plugins.agent_cls
+        wanted, made = (getattr(model_cls, "batch_type", None),
+                        getattr(agent_cls, "batch_type", None))
+        if wanted is not made:
+            takes = f"takes {wanted.__name__} minibatches" if wanted else "takes PPO's minibatches"
+            makes = f"makes {made.__name__} minibatches" if made else "makes PPO's minibatches"
+            raise ConfigError(
+                f"model {model_cls.__name__} {takes}, but agent {agent_cls.__name__} {makes}. "
+                f"Drop --agent_name to use the model's own agent ({model_cls.default_agent}), "
+                f"or pick a model and agent that go together (ppo_rnd with rnd_agent).")
+
+    @classmethod
     def metric_columns_for(cls, model_cls, observation_space=None):
         """The loop's columns, then the model's episode columns (models/base.py
         observe_episodes, metric_columns_of)."""
