@@ -125,17 +125,28 @@ def sde_sample_freq(text):
 
 
 @torch.no_grad()
-def step_statistics(mean, ratio, log_ratio, clip_range, policy_loss, value_loss, entropy):
-    """What a PPO-style step reports (metrics.csv's columns): its three losses, the approximate
-    KL (http://joschu.net/blog/kl-approx.html: unbiased, low variance), the share of clipped
-    ratios and their mean; ``mean`` averages over the samples that count."""
-    approx_kl = mean((ratio - 1.0) - log_ratio)
-    clip_fraction = mean(((ratio - 1.0).abs() > clip_range).float())
-    # one copy to the host for all six (on a GPU each .item() waits on its own)
-    scalars = torch.stack([policy_loss.detach(), value_loss.detach(), entropy.detach(),
-                           approx_kl, clip_fraction, mean(ratio)]).tolist()
-    return dict(zip(("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction",
-                     "ratio_mean"), scalars))
+def step_statistic_tensors(mean, ratio, log_ratio, clip_range, policy_loss, value_loss,
+                           entropy):
+    """What a PPO-style step reports (metrics.csv's columns), as 0-d tensors on the device: its
+    three losses, the approximate KL (http://joschu.net/blog/kl-approx.html: unbiased, low
+    variance), the share of clipped ratios and their mean; ``mean`` averages over the samples
+    that count."""
+    with torch.no_grad():
+        return {"policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(),
+                "entropy": entropy.detach(), "approx_kl": mean((ratio - 1.0) - log_ratio),
+                "clip_fraction": mean(((ratio - 1.0).abs() > clip_range).float()),
+                "ratio_mean": mean(ratio)}
+
+
+def on_host(tensors):
+    """{name: 0-d tensor} as {name: float}, in one copy to the host (on a GPU each .item()
+    waits on its own)."""
+    return dict(zip(tensors, torch.stack([t.float() for t in tensors.values()]).tolist()))
+
+
+def step_statistics(*args):
+    """``step_statistic_tensors`` on the host."""
+    return on_host(step_statistic_tensors(*args))
 
 
 def schedule(start, kind, progress):
@@ -648,15 +659,17 @@ class PPOModel(TimedPrecision, BaseModel):
         return self.args.ppo_precision
 
     def losses_and_gradients(self, batch: PPOBatch, progress: float = 0.0):
-        """The body of ``step``, inside its autocast: ``ppo_loss`` and its backward pass."""
+        """The body of ``step``, inside its autocast: ``ppo_loss`` and its backward pass, the
+        statistics copied to the host after it."""
         loss, stats = self.ppo_loss(batch, progress)
         self.zero_grad(set_to_none=True)
         loss.backward()
-        return self.collect_gradients(), stats
+        return self.collect_gradients(), on_host(stats)
 
     def ppo_loss(self, batch: PPOBatch, progress: float = 0.0):
-        """(PPO's loss on a minibatch, its statistics): the clipped surrogate, the value loss
-        and the entropy bonus, before any backward pass (a subclass adds terms of its own)."""
+        """(PPO's loss on a minibatch, its statistics as 0-d tensors): the clipped surrogate,
+        the value loss and the entropy bonus, before any backward pass (a subclass adds terms
+        of its own)."""
         clip_range = schedule(self.args.clip_range, self.args.clip_schedule, progress)
         features = self.features(batch.observations)  # one encoder pass for both heads
         actor_input = critic_input = features
@@ -692,8 +705,8 @@ class PPOModel(TimedPrecision, BaseModel):
         entropy = mean(entropy)
 
         loss = policy_loss + self.args.vf_coef * value_loss - self.args.ent_coef * entropy
-        return loss, step_statistics(mean, ratio, log_ratio, clip_range, policy_loss, value_loss,
-                                     entropy)
+        return loss, step_statistic_tensors(mean, ratio, log_ratio, clip_range, policy_loss,
+                                            value_loss, entropy)
 
     def configure_optimizer(self):
         # The fused Adam kernel is the same update; on the CPU it takes 0.14 ms per step against

@@ -37,7 +37,7 @@ from torch import nn
 from core.argtypes import non_negative_float, positive_int, unit_interval
 from core.errors import ConfigError
 from models import register_model
-from models.ppo import PPOBatch, PPOModel, hidden_sizes, mlp
+from models.ppo import PPOBatch, PPOModel, hidden_sizes, mlp, on_host
 from models.sac import frozen_copy, relu_mlp
 
 
@@ -170,6 +170,6 @@ class PPORNDModel(PPOModel):
         loss = loss + self.args.int_vf_coef * int_value_loss + rnd_loss
         self.zero_grad(set_to_none=True)
         loss.backward()
-        values = torch.stack([int_value_loss.detach(), rnd_loss.detach()]).tolist()
-        return self.collect_gradients(), {**stats, "int_value_loss": values[0],
-                                          "rnd_loss": values[1]}
+        return self.collect_gradients(), on_host({**stats,
+                                                  "int_value_loss": int_value_loss.detach(),
+                                                  "rnd_loss": rnd_loss.detach()})
