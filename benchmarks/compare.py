@@ -143,6 +143,9 @@ DEEP_SEA = ("--gym_id ddrl/DeepSea-v0 --gym_kwargs size=20 --num_workers 0 --num
             " --ent_coef 0.01 --lr 3e-4 --lr_schedule constant --clip_schedule constant"
             " --total_steps {max_steps} --eval_interval 5120 --eval_episodes 1")
 
+DEEP_SEA_DQN = ("--gym_id ddrl/DeepSea-v0 --gym_kwargs size=10 --num_workers 0 --learner_threads 1"
+                " --total_steps {max_steps} --eval_interval 5120 --eval_episodes 1")
+
 SUITES = {
     "cartpole": dict(
         target=475, max_steps=None, peer="sb3",
@@ -558,6 +561,14 @@ SUITES = {
         systems={
             "ppo": DDRL + " " + DEEP_SEA,
             "ppo_rnd": ddrl("ppo_rnd") + " " + DEEP_SEA,
+        }),
+    # Noisy networks against epsilon-greedy where exploration is the whole task: DQN's defaults
+    # (--config none) on the 10 x 10 deep sea, one process, one learner thread, 60k env steps.
+    "deepsea-dqn": dict(
+        target=0.9, max_steps=60_000, peer="dqn-epsilon", timeout=900,
+        systems={
+            "dqn-epsilon": DDRL_DQN + " --config none " + DEEP_SEA_DQN,
+            "dqn-noisy": DDRL_DQN + " --config none --exploration noisy " + DEEP_SEA_DQN,
         }),
     # DQN on ALE/Breakout-v5 for 1M frames (250k agent steps), as breakout-ppo: ddrl in one process
     # with RL-Zoo's Atari entry (DQN_ATARI), both cores on the update; sb3: SB3's DQN given the same
