@@ -36,6 +36,7 @@ from torch import nn
 
 from core.argtypes import non_negative_float, positive_int, unit_interval
 from core.errors import ConfigError
+from core.learning.normalizer import Moments
 from models import register_model
 from models.ppo import PPOBatch, PPOModel, hidden_sizes, mlp, on_host
 from models.sac import frozen_copy, relu_mlp
@@ -48,15 +49,11 @@ class RNDBatch(NamedTuple):
 
 
 def merge_moments(count, mean, var, other_count, other_mean, other_var):
-    """(count, mean, variance) of two sets of numbers from each one's (Chan et al.'s parallel
-    update)."""
-    total = count + other_count
-    if total <= 0:
-        return 0.0, mean, var
-    delta = other_mean - mean
-    merged_var = (var * count + other_var * other_count
-                  + delta ** 2 * count * other_count / total) / total
-    return total, mean + delta * other_count / total, merged_var
+    """(count, mean, variance) of two sets of numbers from each one's: core/learning/
+    normalizer.py ``Moments.merge`` (Chan et al.'s parallel update), in variances."""
+    merged = Moments(count, mean, var * count).merge(
+        Moments(other_count, other_mean, other_var * other_count))
+    return merged.count, merged.mean, (merged.m2 / merged.count if merged.count else var)
 
 
 @register_model("ppo_rnd")
