@@ -142,6 +142,10 @@ class BaseModel(nn.Module):
     #: Rollout workers, the test worker, --evaluate and videos carry the state per env slot
     #: (core/sampling/memory.py); core never asks which model it is.
     recurrent = False
+    #: defaults of this model's own for its training loop's flags ({dest: value}), applied
+    #: after the loop adds them; a preset and the command line still override them (r2d2's
+    #: replay rows are sequences: its batch size and buffer count sequences)
+    loop_defaults = {}
     #: the statistics of ``step`` a loop that lists them (the replay loop) puts in metrics.csv,
     #: in this order
     update_metrics = ()

@@ -671,6 +671,8 @@ def build_parser(argv, command="main"):
     # The training loop the model names may bring flags of its own (SAC: replay, learners).
     from core.algos.trainers import trainer_class
     trainer_class(chosen[1][1].trainer, chosen[1][1]).add_args(parser)
+    # ... and defaults of its own for them (r2d2: batches and a buffer counted in sequences)
+    parser.set_defaults(**getattr(chosen[1][1], "loop_defaults", {}))
     # The chosen trackers' flags (--logger); a configuration's flags of trackers not chosen now
     # (a run restored with another --logger) are left alone.
     from core.registry import registry_of

@@ -103,6 +103,18 @@ class OffPolicyAgent(BaseAgent):
     #: ``Transitions.episode_ends``, and keeps every env's unfinished one (agents/episodes.py)
     whole_episodes = False
 
+    #: the agent hands the replay buffer sequences with the recurrent state they began from
+    #: (core/learning/sequence_replay.py), not single transitions: a recurrent model is then
+    #: welcome (agents/r2d2_agent.py)
+    learns_from_sequences = False
+
+    @classmethod
+    def replay_layout(cls, config):
+        """What the replay buffer's rows are, as keyword arguments of its constructor: None
+        for transitions; ``{"sequence_length": S}`` for sequences of S steps (an agent that
+        ``learns_from_sequences``). ``config``: the agent's flags."""
+        return None
+
     @classmethod
     def her_problem(cls, config):
         """Why this agent's transitions cannot be relabelled with hindsight goals (--her) under
@@ -111,12 +123,13 @@ class OffPolicyAgent(BaseAgent):
 
     def __init__(self, args, model, seed=0):
         super().__init__(args, model, seed)
-        if getattr(model, "recurrent", False):
+        if getattr(model, "recurrent", False) and not self.learns_from_sequences:
             raise ConfigError(
                 f"model {type(model).__name__} is recurrent (it acts from a state it carries), "
                 f"but an off-policy agent ({type(self).__name__}) stores single transitions in "
                 f"replay, with no state to learn from. Train recurrent models with PPO's loop "
-                f"(--model_name ppo --recurrent lstm|gru).")
+                f"(--model_name ppo --recurrent lstm|gru), or a recurrent Q network from "
+                f"replayed sequences (--model_name r2d2).")
 
     def take_transitions(self):
         """The transitions (core.learning.replay_buffer.Transitions) of the fragments sent since the

@@ -35,6 +35,7 @@ from core.errors import ConfigError
 from core.learning.her import STRATEGIES, HERReplayBuffer, check_her
 from core.learning.device_replay import TorchReplayBuffer
 from core.learning.replay_buffer import PrioritizedReplayBuffer, ReplayBuffer
+from core.learning.sequence_replay import PrioritizedSequenceReplayBuffer, SequenceReplayBuffer
 from core.spaces import carried
 from core.sampling.rollout import make_rollout_worker
 from core import seeding
@@ -236,9 +237,10 @@ def buffer_columns(spaces, normalized):
     return shapes, dtypes, np.int64 if discrete else np.float32
 
 
-def spawn_buffer(placement, spec, spaces, with_discounts=False):
+def spawn_buffer(placement, spec, spaces, with_discounts=False, layout=None):
     """The replay buffer: numpy arrays only, no GPU (core/distributed/devices.py);
-    ``with_discounts``: it keeps the transitions' discounts (n-step returns)."""
+    ``with_discounts``: it keeps the transitions' discounts (n-step returns); ``layout``: the
+    agent's ``replay_layout`` (None: transitions; else sequences)."""
     args = spec.loop
     observation_space, action_space = spaces
     buffer_cls = PrioritizedReplayBuffer if args.prioritized_replay else ReplayBuffer
@@ -253,6 +255,10 @@ def spawn_buffer(placement, spec, spaces, with_discounts=False):
     if args.her:  # it builds an env of its own from the spec, for compute_reward
         buffer_cls = HERReplayBuffer
         buffer_kwargs.update(spec=spec, strategy=args.her_strategy, k=args.her_k)
+    if layout is not None:  # sequences (check_plugins refused what they do not go with)
+        buffer_cls = (PrioritizedSequenceReplayBuffer if args.prioritized_replay
+                      else SequenceReplayBuffer)
+        buffer_kwargs.update(layout)
     if args.replay_device == "cuda":  # in this process, beside the parameter server
         device = resolve_device(plan_of(spec).parameter_server_gpus, "the replay buffer")
         if device == "cpu":
@@ -355,6 +361,16 @@ class ReplayTrainer(Trainer):
                               f"{spec.model_name}: {reason} Use --num_learners 1.")
         if spec.loop.replay_device == "cuda":
             check_replay_device(spec.loop)
+        if plugins.agent_cls.replay_layout(spec.agent) is not None:
+            refused = [flag for bad, flag in ((spec.loop.dataset, "--dataset"),
+                                              (spec.loop.her, "--her"),
+                                              (spec.loop.replay_device == "cuda",
+                                               "--replay_device cuda")) if bad]
+            if refused:
+                raise ConfigError(f"agent {spec.agent_name!r} stores sequences of a recurrent "
+                                  f"policy in replay (core/learning/sequence_replay.py); "
+                                  f"{', '.join(refused)} not implemented with them. Leave "
+                                  f"{'it' if len(refused) == 1 else 'them'} out.")
         if spec.loop.dataset:
             refused = [flag for bad, flag in ((spec.loop.prioritized_replay,
                                                "--prioritized_replay"), (spec.loop.her, "--her"),
@@ -460,8 +476,10 @@ class ReplayTrainer(Trainer):
     def make_buffer(self):
         if self.args.dataset:  # offline-to-online: the dataset mixed into every batch
             return self.make_mixed_buffer()
+        agent_cls = self.plugins.agent_cls
         return spawn_buffer(self.placement, self.spec, self.spaces,
-                            self.plugins.agent_cls.transition_discounts)
+                            agent_cls.transition_discounts,
+                            agent_cls.replay_layout(self.spec.agent))
 
     def read_dataset(self):
         """--dataset's rows as this run's buffer stores them (core/algos/dataset_rows.py:

@@ -36,7 +36,7 @@ import sys
 import numpy as np
 import torch
 
-from core.learning.replay_buffer import ReplayBatch, Transitions
+from core.learning.replay_buffer import ReplayBatch
 
 
 def stage(value, device, pin):
@@ -64,9 +64,10 @@ def stage_batch(batch, device, pin):
     indices and generations stay on the host (they go to the buffer with the priorities)."""
     if isinstance(batch, ReplayBatch):
         return batch._replace(
-            transitions=Transitions(*(stage(c, device, pin) for c in batch.transitions)),
+            transitions=type(batch.transitions)(*(stage(c, device, pin)
+                                                  for c in batch.transitions)),
             weights=stage(batch.weights, device, pin))
-    return Transitions(*(stage(c, device, pin) for c in batch))
+    return type(batch)(*(stage(c, device, pin) for c in batch))
 
 
 def _leaves(value):

@@ -85,16 +85,23 @@ class ReplayBuffer:
             def observation_column():
                 return np.zeros((capacity, *tuple(observation_shape)), observation_dtype)
         # np.zeros maps untouched pages lazily: memory is committed as the ring fills.
-        self._columns = Transitions(
+        self._columns = self._make_columns(observation_column, action_shape, action_dtype,
+                                           with_discounts)
+        self._total_added = 0
+        self.rng = np.random.default_rng(seed)
+        self.reward_scale = float(reward_scale)
+
+    def _make_columns(self, observation_column, action_shape, action_dtype, with_discounts):
+        """The ring's columns, a row type of arrays with ``capacity`` rows (Transitions here;
+        core/learning/sequence_replay.py stores sequences)."""
+        capacity = self._capacity
+        return Transitions(
             observations=observation_column(),
             actions=np.zeros((capacity, *action_shape), action_dtype),
             rewards=np.zeros(capacity, np.float32),
             next_observations=observation_column(),
             terminated=np.zeros(capacity, np.float32),
             discounts=np.zeros(capacity, np.float32) if with_discounts else None)
-        self._total_added = 0
-        self.rng = np.random.default_rng(seed)
-        self.reward_scale = float(reward_scale)
 
     @property
     def capacity(self) -> int:
@@ -162,7 +169,7 @@ class ReplayBuffer:
         checkpoints (a restored buffer draws the batches this one would have)."""
         size = len(self)
         state = {name: spaces.tree_map(lambda c: self._host_rows(c, size), column)
-                 for name, column in zip(Transitions._fields, self._columns)
+                 for name, column in zip(self._columns._fields, self._columns)
                  if column is not None}
         state.update(capacity=self._capacity, total_added=self._total_added,
                      rng=self.rng.bit_generator.state)
@@ -172,7 +179,7 @@ class ReplayBuffer:
         if int(state["capacity"]) != self._capacity:
             raise ValueError(f"checkpoint capacity {state['capacity']} != {self._capacity}")
         size = min(int(state["total_added"]), self._capacity)
-        for name, column in zip(Transitions._fields, self._columns):
+        for name, column in zip(self._columns._fields, self._columns):
             if column is None:
                 continue
             if name not in state:
@@ -218,7 +225,7 @@ class ReplayBuffer:
             raise ValueError("discounts: this buffer " + (
                 "keeps none (built without with_discounts); the block has them" if
                 self._columns.discounts is None else "keeps them; the block has none"))
-        for name, column, data in zip(Transitions._fields, self._stored(self._columns),
+        for name, column, data in zip(self._columns._fields, self._stored(self._columns),
                                       self._stored(transitions)):
             if spaces.is_tree(column) and (not spaces.is_tree(data) or set(data) != set(column)):
                 raise ValueError(f"{name} has other leaves than {sorted(column)}")
@@ -246,7 +253,7 @@ class ReplayBuffer:
             raise ValueError("cannot sample from an empty replay buffer")
 
     def _batch(self, indices: np.ndarray, weights: np.ndarray) -> ReplayBatch:
-        return ReplayBatch(transitions=Transitions(*(
+        return ReplayBatch(transitions=type(self._columns)(*(
             None if column is None else spaces.take(column, indices)
             for column in self._columns)),
                            indices=indices, generations=self.generations(indices),
