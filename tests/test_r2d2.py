@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from gymnasium import spaces
 
-from agents.r2d2_agent import R2D2Agent, n_step_targets, sequences_of
+from agents.r2d2_agent import R2D2Agent, n_step_targets
 from core.errors import ConfigError
 from core.learning.replay_buffer import ReplayBatch
 from core.learning.sequence_replay import (PrioritizedSequenceReplayBuffer, Sequences,
@@ -191,6 +191,17 @@ def random_sequences(count=5, length=7, burn_in=2, seed=0):
         burn_in=np.full(count, burn_in))
 
 
+def step_by_step(network, obs, starts, first):
+    """Q at every position of one sequence, one step at a time from its stored state."""
+    state = {k: torch.as_tensor(v) for k, v in first.items()}
+    out = []
+    for p in range(len(obs)):
+        q, state = network.step(torch.as_tensor(obs[p:p + 1]), state,
+                                torch.as_tensor(starts[p:p + 1]))
+        out.append(q[0])
+    return torch.stack(out)
+
+
 def reference_loss(model, s, weights):
     """The loss and priorities computed sequence by sequence, step by step."""
     eta = model.args.priority_eta
@@ -199,15 +210,9 @@ def reference_loss(model, s, weights):
         obs = np.concatenate([s.observations[i], s.next_observation[i][None]])
         starts = np.append(s.starts[i], False)
 
-        def values(network):
-            state = {k: torch.as_tensor(v[i:i + 1]) for k, v in s.state.items()}
-            out = []
-            for p in range(len(obs)):
-                q, state = network.step(torch.as_tensor(obs[p:p + 1]), state,
-                                        torch.as_tensor(starts[p:p + 1]))
-                out.append(q[0])
-            return torch.stack(out)
-        online, target = values(model.q_net), values(model.q_target).detach()
+        first = {k: v[i:i + 1] for k, v in s.state.items()}
+        online = step_by_step(model.q_net, obs, starts, first)
+        target = step_by_step(model.q_target, obs, starts, first).detach()
         total, count, errors = 0.0, 0.0, []
         for t in range(int(s.burn_in[i]), len(s.rewards[i])):
             if not s.learn[i, t]:
