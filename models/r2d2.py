@@ -188,6 +188,9 @@ class R2D2Model(DQNModel):
 
     def unpack(self, batch):
         s = getattr(batch, "transitions", batch)
+        if isinstance(s.rewards, torch.Tensor):  # staged by a device round: read on the host
+            s = type(s)(*(spaces.tree_map(lambda x: x.cpu().numpy(), column)
+                          for column in s))
         if not hasattr(s, "bootstrap"):
             raise ValueError(f"model {type(self).__name__} learns from replayed sequences "
                              f"(agents/r2d2_agent.py); this batch holds "

@@ -269,16 +269,21 @@ class RolloutWorker:
                                     lambda e: f"env {e} of rollout worker {self.worker_index}, "
                                               f"at step {self.episode_length[e]} of its episode,")
             obs_t = spaces.take(obs_buf, t)
+            if memory.active:  # the state every step is taken from, random ones included
+                spaces.assign(state_buf, t, memory.state)
+                starts_buf[t] = memory.starts
+                state_before, starts_before = memory.state, starts_buf[t]
             if self.random_steps_left > 0:  # warm-up with uniform random (valid) actions
+                # A policy with memory still sees the observations: its state moves on as the
+                # fragment records it (the replay loop's sequences start from stored states)
+                if memory.active:
+                    memory.act(model, obs_t)
                 action = self.random_actions(obs_t)
                 extras = {}
                 self.random_steps_left -= num_envs
             elif self.values_later:
                 action, extras = model.choose_actions(obs_t, values=False)
             elif memory.active:
-                spaces.assign(state_buf, t, memory.state)
-                starts_buf[t] = memory.starts
-                state_before, starts_before = memory.state, starts_buf[t]
                 action, extras = memory.act(model, obs_t)
             else:
                 action, extras = model.choose_actions(obs_t)
