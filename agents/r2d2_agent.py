@@ -75,6 +75,10 @@ class R2D2Agent(ReplayAgent):
         """The replay buffer's rows: sequences of burn-in + learned steps."""
         return {"sequence_length": config.burn_in + config.sequence_length}
 
+    @classmethod
+    def env_steps_per_row(cls, config):
+        return config.sequence_length
+
     def __init__(self, args, model, seed=0):
         if not getattr(model, "recurrent", False):
             raise ConfigError(
@@ -119,7 +123,7 @@ class R2D2Agent(ReplayAgent):
         cover past their burn-in (what --learning_starts counts), not their rows."""
         self.pending = self.fragment_transitions(trajectory)
         rows = 0 if self.pending is None else len(self.pending.rewards)
-        return {"transitions": rows * self.args.sequence_length}
+        return {"transitions": rows * self.env_steps_per_row(self.args)}
 
     # -- checkpoints: the stream's unfinished steps are part of where the worker stands -------
     def get_state(self):

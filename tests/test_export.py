@@ -115,8 +115,12 @@ CASES = {
     # noisy layers: the export acts on their mean weights, as deterministic Policy.act
     "dqn-noisy": dict(gym_id="CartPole-v1", model_name="dqn", exploration="noisy",
                       **REPLAY_SMALL),
+    # a recurrent Q network (LSTM) on a Dict observation with a mask; sequences of 4 + 8 steps
+    "r2d2-lstm-masked": dict(gym_id="ddrl/MemoryChoice-v0", model_name="r2d2", burn_in=4,
+                             sequence_length=8, **{**REPLAY_SMALL, "batch_size": 8}),
 }
-RECURRENT = ("ppo-lstm", "ppo-lstm-vector", "ppo-gru-shared", "ppo-words-gru")
+RECURRENT = ("ppo-lstm", "ppo-lstm-vector", "ppo-gru-shared", "ppo-words-gru",
+             "r2d2-lstm-masked")
 # what each case's policy must be, so that a preset or a default changing cannot quietly take
 # a kind out of the tests
 KINDS = {
@@ -135,6 +139,8 @@ KINDS = {
     "ppo-words-gru": lambda p: ("gru" in p.model.encoder.kinds and p.model.encoder.film
                                 and p.model.rnn.kind == "lstm"),
     "ppo-subclass": lambda p: type(p.model).__name__ == "SharedTrunkPPO",
+    "r2d2-lstm-masked": lambda p: (type(p.model).__name__ == "R2D2Model" and p.layout.has_mask
+                                   and p.model.q_net.core.kind == "lstm"),
     "ppo-lstm": lambda p: p.model.rnn.kind == "lstm" and p.model.critic_rnn is not None,
     "ppo-lstm-vector": lambda p: p.model.numpy_memory is not None,
     "ppo-gru-shared": lambda p: p.model.rnn.kind == "gru" and p.model.critic_rnn is None,

@@ -334,3 +334,31 @@ def test_memory_learns_the_cue_with_ray_workers_then_evaluates_and_exports(tmp_p
     assert not summary.get("faults"), summary
     proc = run_main("--evaluate", run_dir, "--eval_episodes", "5")
     assert proc.returncode == 0 and "return 1.00" in proc.stderr + proc.stdout, proc.stderr
+
+
+@pytest.mark.e2e
+def test_an_r2d2_run_resumes_exactly(tmp_path):
+    """N steps straight == N/2, stop, --restore to N, bit for bit: the workers' unfinished
+    streams (the agent's carry), the recorded states, the sequence buffer with its state columns
+    and priorities, the acting state of every env slot."""
+    import os
+
+    from core.run.checkpoint import load_checkpoint
+    from test_e2e import run_main, run_mains
+    common = (*MEMORY_CHOICE, "--num_workers", "0", "--seed", "3", "--n_step", "3",
+              "--prioritized_replay", "--checkpoint_buffer", "--learner_threads", "1",
+              "--learning_starts", "300", "--start_steps", "300", "--total_steps", "2048",
+              "--checkpoint_interval", "100000", "--target_return", "none")
+    straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
+    whole, paused = run_mains([*common, "--run_dir", straight],
+                              [*common, "--run_dir", resumed, "--pause_at_steps", "1000"])
+    assert whole.returncode == 0, whole.stderr
+    assert paused.returncode == 0, paused.stderr
+    proc = run_main("--restore", resumed, "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    a, meta_a = load_checkpoint(os.path.join(straight, "checkpoints", "last.pt"))
+    b, meta_b = load_checkpoint(os.path.join(resumed, "checkpoints", "last.pt"))
+    assert meta_a["env_steps"] == meta_b["env_steps"] >= 2048
+    assert meta_a["updates"] == meta_b["updates"] > 0
+    for name in a["model"]:
+        assert torch.equal(a["model"][name], b["model"][name]), name

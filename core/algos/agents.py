@@ -116,6 +116,14 @@ class OffPolicyAgent(BaseAgent):
         return None
 
     @classmethod
+    def env_steps_per_row(cls, config):
+        """The env steps one replay row stands for in the loop's count of what the buffer
+        holds (``take_transitions``' stats report rows times this as "transitions"; a restored
+        buffer's rows are counted alike): 1 for transitions, the new steps of each sequence
+        for an agent that stores sequences."""
+        return 1
+
+    @classmethod
     def her_problem(cls, config):
         """Why this agent's transitions cannot be relabelled with hindsight goals (--her) under
         ``config`` (its flags), as a sentence for the error; None: they can."""

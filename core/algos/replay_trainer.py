@@ -510,6 +510,12 @@ class ReplayTrainer(Trainer):
 
     #: rows of a --dataset in the buffer besides the online ones (they count for the warm-up)
     dataset_rows = 0
+
+    @property
+    def steps_per_row(self):
+        """The env steps a replay row stands for (the agent's ``env_steps_per_row``):
+        ``replay_size`` counts env steps."""
+        return self.plugins.agent_cls.env_steps_per_row(self.spec.agent)
     #: whether this loop can spread its dataset over the learners (--shard_dataset)
     shards_datasets = False
 
@@ -749,8 +755,8 @@ class ReplayTrainer(Trainer):
             self.faults.env_errors(stats.env_errors, self.run.env_steps)
             # what the agent handed the buffer (whole episodes: those that ended), else every step
             stored = stats.agent_stats.get("transitions", stats.env_steps)
-            self.replay_size = min(self.args.buffer_size + self.dataset_rows,
-                                   self.replay_size + stored)
+            self.replay_size = min(self.args.buffer_size * self.steps_per_row
+                                   + self.dataset_rows, self.replay_size + stored)
             self.episode_returns += stats.episode_returns
             self.episode_lengths += stats.episode_lengths
             self.lags.append(self.updates_done - stats.weights_version)
@@ -881,8 +887,8 @@ class ReplayTrainer(Trainer):
 
     def load_buffer(self, buffer_state):
         self.placement.get(self.buffer.load_state_dict.remote(buffer_state))
-        self.restored_replay_size = min(self.args.buffer_size,
-                                        int(buffer_state["total_added"]))
+        self.restored_replay_size = min(self.args.buffer_size, int(
+            buffer_state["total_added"])) * self.steps_per_row
 
     def restore(self, weights, optimizer_state, updates):
         """Continue from a checkpoint: the server's weights, optimizer state and version. The
