@@ -362,3 +362,21 @@ def test_an_r2d2_run_resumes_exactly(tmp_path):
     assert meta_a["updates"] == meta_b["updates"] > 0
     for name in a["model"]:
         assert torch.equal(a["model"][name], b["model"][name]), name
+
+
+def test_numpy_acting_on_vectors_is_the_torch_networks_step():
+    model = make_model("--eps_initial", "0", "--eps_final", "0", "--dueling")
+    assert model.numpy_memory is not None
+    rng = np.random.default_rng(1)
+    obs = rng.normal(size=(6, 3)).astype(np.float32)
+    state = {k: rng.normal(size=(6, 8)).astype(np.float32) for k in ("h", "c")}
+    starts = np.array([True, False, False, True, False, False])
+    q, next_state = model.numpy_q_values(obs, state, starts, 6)
+    with torch.no_grad():
+        q_torch, torch_state = model.q_net.step(
+            torch.as_tensor(obs), {k: torch.as_tensor(v) for k, v in state.items()},
+            torch.as_tensor(starts))
+    np.testing.assert_allclose(q, q_torch.numpy(), rtol=1e-5, atol=1e-6)
+    for name in state:
+        np.testing.assert_allclose(next_state[name], torch_state[name].numpy(), rtol=1e-5,
+                                   atol=1e-6)
