@@ -255,6 +255,15 @@ class BaseModel(nn.Module):
         array [batch_size, ...]}; None for a model without memory."""
         return None
 
+    def state_tensors(self, state, episode_starts, rows):
+        """A recurrent model's numpy state and starts as tensors on its ``device``; None:
+        fresh episodes."""
+        if state is None:
+            state, episode_starts = self.initial_state(rows), np.ones(rows, dtype=bool)
+        starts = torch.as_tensor(np.asarray(episode_starts, dtype=bool), device=self.device)
+        return ({name: torch.as_tensor(np.asarray(value), device=self.device)
+                 for name, value in state.items()}, starts)
+
     def export_module(self) -> nn.Module:
         """The acting path as a module of tensors only, for ``main.py --export`` (ONNX or a
         torch.export program; ddrl/export.py adds the normalizer and the env's action

@@ -324,7 +324,11 @@ class DQNModel(ReplayModelSteps, TimedPrecision, BaseModel):
     def choose_actions(self, obs, deterministic=False):
         """Epsilon-greedy actions (module docstring), indices from 0 (the rollout adds the
         action space's start, core.sampling.envs.to_env_action); no extras."""
-        q = self.acting_q_values(obs, deterministic)
+        return self.epsilon_greedy(self.acting_q_values(obs, deterministic), deterministic), {}
+
+    def epsilon_greedy(self, q, deterministic):
+        """Indices [B] from Q values [B, A] (masked actions at MASKED_Q): the greedy one, or
+        with this row's epsilon one uniform over the allowed actions."""
         rows = len(q)
         actions = q.argmax(-1)
         explore = self.acting_rng.random(rows) < self.epsilon_for(rows, deterministic)
@@ -332,7 +336,7 @@ class DQNModel(ReplayModelSteps, TimedPrecision, BaseModel):
             # uniform over the allowed actions: the largest of uniform scores where allowed
             scores = self.acting_rng.random((int(explore.sum()), self.num_actions))
             actions[explore] = np.where(q[explore] > MASKED_Q, scores, -1.0).argmax(-1)
-        return actions.astype(np.int64), {}
+        return actions.astype(np.int64)
 
     #: the methods of the acting path DQNActing rebuilds (models/exporting.py)
     ACTING_METHODS = ("choose_actions", "q_values", "flat_obs", "acting_q_values")

@@ -357,14 +357,6 @@ class PPOModel(TimedPrecision, BaseModel):
         return {**prefixed("pi", self.rnn.initial_state(batch_size)),
                 **prefixed("vf", self.critic_rnn.initial_state(batch_size))}
 
-    def state_tensors(self, state, episode_starts, rows):
-        """Numpy state and starts as tensors on the model's device; None: fresh episodes."""
-        if state is None:
-            state, episode_starts = self.initial_state(rows), np.ones(rows, dtype=bool)
-        starts = torch.as_tensor(np.asarray(episode_starts, dtype=bool), device=self.device)
-        return ({name: torch.as_tensor(np.asarray(value), device=self.device)
-                 for name, value in state.items()}, starts)
-
     def memory_step(self, features, state, starts, actor=True):
         """One step of the cores: (actor input or None, critic input, next state)."""
         if self.critic_rnn is None:

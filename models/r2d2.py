@@ -158,13 +158,6 @@ class R2D2Model(DQNModel):
     def initial_state(self, batch_size):
         return self.q_net.core.initial_state(batch_size)
 
-    def state_tensors(self, state, episode_starts, rows):
-        if state is None:
-            state, episode_starts = self.initial_state(rows), np.ones(rows, dtype=bool)
-        starts = torch.as_tensor(np.asarray(episode_starts, dtype=bool), device=self.device)
-        return ({name: torch.as_tensor(np.asarray(value), device=self.device)
-                 for name, value in state.items()}, starts)
-
     @torch.no_grad()
     def choose_actions(self, obs, deterministic=False, state=None, episode_starts=None):
         """Epsilon-greedy actions from each row's state (None: fresh episodes), and the next
@@ -180,12 +173,7 @@ class R2D2Model(DQNModel):
         mask = action_mask(obs)
         if mask is not None:
             q = np.where(mask, q, MASKED_Q)
-        actions = q.argmax(-1)
-        explore = self.acting_rng.random(rows) < self.epsilon_for(rows, deterministic)
-        if explore.any():
-            scores = self.acting_rng.random((int(explore.sum()), self.num_actions))
-            actions[explore] = np.where(q[explore] > MASKED_Q, scores, -1.0).argmax(-1)
-        return actions.astype(np.int64), {"state": next_state}
+        return self.epsilon_greedy(q, deterministic), {"state": next_state}
 
     def numpy_q_values(self, obs, state, episode_starts, rows):
         """``q_net.step`` in numpy: (Q [B, A], next state)."""
