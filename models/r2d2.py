@@ -248,16 +248,22 @@ class R2D2Model(DQNModel):
         return q.masked_fill(~mask[-len(q):], MASKED_Q)
 
     def unrolls(self, obs, starts, state, burn_in):
-        """(online Q [S + 1 - b, N, A] from the end of the burn-in b, with gradients; target Q
-        [S + 1, N, A]) over a batch of sequences."""
+        """(online Q with gradients, target Q) [S + 1 - b, N, A] at the positions from the end
+        of the burn-in b on, over a batch of sequences: both networks run the burn-in from the
+        stored state only for the state it leaves (no gradient, no values)."""
         positions, count = starts.shape
         features = self.q_net.features(obs).reshape(positions, count, -1)
         with torch.no_grad():
             target_features = self.q_target.features(obs).reshape(positions, count, -1)
-            q_target = self.q_target.unroll(target_features, state, starts).float()
-            for t in range(burn_in):  # refresh the stored state; no gradient
-                _, state = self.q_net.core.step(features[t].detach(), state, starts[t])
-        q_online = self.q_net.unroll(features[burn_in:], state, starts[burn_in:]).float()
+            online_state, target_state = state, state
+            if burn_in:
+                online_state = self.q_net.core.final_state(features[:burn_in].detach(), state,
+                                                           starts[:burn_in])
+                target_state = self.q_target.core.final_state(target_features[:burn_in],
+                                                              state, starts[:burn_in])
+            q_target = self.q_target.unroll(target_features[burn_in:], target_state,
+                                            starts[burn_in:]).float()
+        q_online = self.q_net.unroll(features[burn_in:], online_state, starts[burn_in:]).float()
         return (self.masked_positions(q_online, obs, positions, count),
                 self.masked_positions(q_target, obs, positions, count))
 
@@ -270,13 +276,12 @@ class R2D2Model(DQNModel):
         taken = q_online[:length - burn_in].gather(
             2, actions[burn_in:].unsqueeze(-1)).squeeze(-1)                  # [S - b, N]
         with torch.no_grad():
-            at = bootstrap[burn_in:]                                         # [S - b, N]
-            chooser = q_online.detach() if self.args.double_q else q_target[burn_in:]
-            # positions >= b + 1: the online values start at b
-            best_action = chooser.gather(0, (at - burn_in).clamp(min=0).unsqueeze(-1).expand(
-                -1, -1, chooser.shape[-1])).argmax(-1)
-            next_q = q_target.gather(0, at.unsqueeze(-1).expand(
-                -1, -1, q_target.shape[-1])).gather(2, best_action.unsqueeze(-1)).squeeze(-1)
+            # bootstrap positions are >= b + 1 where learned; the values start at b
+            at = (bootstrap[burn_in:] - burn_in).clamp(min=0).unsqueeze(-1)  # [S - b, N, 1]
+            chooser = q_online.detach() if self.args.double_q else q_target
+            best_action = chooser.gather(0, at.expand(-1, -1, chooser.shape[-1])).argmax(-1)
+            next_q = q_target.gather(0, at.expand(-1, -1, q_target.shape[-1])).gather(
+                2, best_action.unsqueeze(-1)).squeeze(-1)
             if self.args.value_rescale:
                 y = rescale(returns[burn_in:] + discounts[burn_in:] * unrescale(next_q))
             else:

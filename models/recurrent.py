@@ -97,6 +97,29 @@ class RecurrentCore(nn.Module):
         return out[real][order].reshape(length, count, -1)
 
 
+    def final_state(self, features, state: State, starts) -> State:
+        """The state after the last step of each column of ``features`` [L, N, F]
+        (time-major), from ``state`` before the first step, zeroed where ``starts`` [L, N]
+        begins an episode: what ``step`` called L times gives, but only each column's last
+        episode segment runs, all through the fused kernel in one call (packed to their own
+        lengths, so no padding step touches a state)."""
+        length, count = features.shape[:2]
+        marks = starts.detach().cpu().numpy()
+        restarted = marks.any(0)
+        first = np.where(restarted, length - 1 - np.argmax(marks[::-1], axis=0), 0)
+        lengths = length - first
+        steps = np.minimum(first[None, :] + np.arange(lengths.max())[:, None], length - 1)
+        device = features.device
+        tail = features[torch.as_tensor(steps, device=device),
+                        torch.arange(count, device=device)[None, :]]  # [Lmax, N, F]
+        keep = torch.as_tensor(~restarted, device=device, dtype=features.dtype).unsqueeze(-1)
+        begin = {name: value * keep for name, value in state.items()}
+        packed = nn.utils.rnn.pack_padded_sequence(tail, torch.as_tensor(lengths),
+                                                   enforce_sorted=False)
+        _, final = self.rnn(packed, self._torch_state(begin))
+        return self._dict_state(final)
+
+
 class Segments:
     """Where the episode segments of a batch of sequences are (``segments_of``)."""
 

@@ -432,3 +432,24 @@ def test_env_failures_cut_sequences_and_their_values_come_from_the_acting_state(
     counted = time_major(data["weights"][order]) > 0
     assert torch.allclose(seen[0][counted],
                           time_major(data["old_log_probs"][order])[counted], atol=1e-5)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_the_final_state_is_the_one_step_by_step(kind):
+    """RecurrentCore.final_state (only each column's last episode segment, packed) against
+    ``step`` called along every column: starts anywhere, at the first step, or nowhere."""
+    torch.manual_seed(0)
+    core = RecurrentCore(kind, 5, 7)
+    length, count = 9, 6
+    features = torch.randn(length, count, 5)
+    starts = torch.zeros(length, count, dtype=torch.bool)
+    starts[3, 0] = starts[7, 0] = starts[0, 1] = starts[8, 2] = starts[5, 3] = True
+    state = {name: torch.randn(count, 7) for name in core.state_names}
+    expected = state
+    with torch.no_grad():
+        for t in range(length):
+            _, expected = core.step(features[t], expected, starts[t])
+        got = core.final_state(features, state, starts)
+    for name in core.state_names:
+        torch.testing.assert_close(got[name], expected[name], rtol=1e-5, atol=1e-6)
