@@ -52,6 +52,17 @@ class Carry(NamedTuple):
                                                  for name in cls._fields})
 
 
+def replay_observations(observations):
+    """A fragment's observations as a replay buffer stores them: float observations as
+    float32, uint8 pixels as uint8; a structured observation's leaves as they are."""
+    if spaces.is_tree(observations):
+        return observations
+    observations = np.asarray(observations)
+    if observations.dtype != np.uint8:  # uint8 pixels stay uint8 into the replay buffer
+        observations = observations.astype(np.float32, copy=False)
+    return observations
+
+
 def step_transitions(trajectory, terminal=False):
     """The one-step transition of every step, [T, E] arrays. The next observation of step
     (t, e) is the observation stored at (t + 1, e), or ``last_observations[e]`` for the
@@ -61,11 +72,7 @@ def step_transitions(trajectory, terminal=False):
     episodes whose achieved goals matter), else the next episode's first, which terminated = 1
     keeps out of the target. Actions keep the trajectory's dtype; float observations become
     float32, uint8 pixels stay uint8."""
-    observations = trajectory.observations
-    if not spaces.is_tree(observations):  # uint8 pixels stay uint8 into the replay buffer
-        observations = np.asarray(observations)
-        if observations.dtype != np.uint8:
-            observations = observations.astype(np.float32, copy=False)
+    observations = replay_observations(trajectory.observations)
     finals = [(trajectory.truncated_index, trajectory.truncated_observations)]
     if terminal and trajectory.terminal_index is not None:
         finals.append((trajectory.terminal_index, trajectory.terminal_observations))

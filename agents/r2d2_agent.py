@@ -29,6 +29,7 @@ refresh the stored state. Windows run across fragment ends: the last steps of ea
 import numpy as np
 
 from agents import register_agent
+from agents.n_step import replay_observations
 from agents.replay_agent import ReplayAgent
 from core import spaces
 from core.argtypes import non_negative_int, positive_int, unit_interval
@@ -102,11 +103,7 @@ class R2D2Agent(ReplayAgent):
 
     @staticmethod
     def stream_of(trajectory):
-        observations = trajectory.observations
-        if not spaces.is_tree(observations):  # uint8 pixels stay uint8 into the replay buffer
-            observations = np.asarray(observations)
-            if observations.dtype != np.uint8:
-                observations = observations.astype(np.float32, copy=False)
+        observations = replay_observations(trajectory.observations)
         shape = np.shape(trajectory.rewards)
         valid = (np.ones(shape, bool) if trajectory.valid is None
                  else np.asarray(trajectory.valid, bool))
