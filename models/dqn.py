@@ -109,7 +109,8 @@ class NumpyQ:
     @classmethod
     def of(cls, network):
         # QNetwork's own forward only: a subclass's (build_networks may install one) is its own
-        if type(network) is not QNetwork or not isinstance(network.encoder, Flatten):
+        if (not isinstance(network, QNetwork) or type(network).forward is not QNetwork.forward
+                or not isinstance(network.encoder, Flatten)):
             return None
         parts = numpy_trunk_and_heads(network)
         return None if parts is None else cls(*parts)

@@ -21,8 +21,29 @@ ACTIVATIONS = {
 }
 
 
+def layer_norm_step(m):
+    """An ``nn.LayerNorm`` over the last dimension as a numpy step, on views of its affine
+    parameters: (x - mean) / sqrt(var + eps) * weight + bias, the variance biased as torch's."""
+    weight = None if m.weight is None else m.weight.detach().numpy()
+    bias = None if m.bias is None else m.bias.detach().numpy()
+    eps = np.float32(m.eps)
+
+    def step(x):
+        centred = x - x.mean(-1, keepdims=True)
+        y = centred / np.sqrt((centred * centred).mean(-1, keepdims=True) + eps)
+        if weight is not None:
+            y = y * weight
+        return y if bias is None else y + bias
+    return step
+
+
+def is_last_dim_layer_norm(m):
+    return isinstance(m, nn.LayerNorm) and len(m.normalized_shape) == 1
+
+
 class NumpyMLP:
-    """The forward pass of an ``nn.Sequential`` of Linear layers and the activations above. A
+    """The forward pass of an ``nn.Sequential`` of Linear layers, LayerNorms over the features
+    (models/pqn.py) and the activations above. A
     subclass for another layer kind (models/noisy.py NumpyNoisyMLP) gives ``layer``,
     ``layer_tensors`` and ``plan_step``, and applies its steps in ``__call__``."""
 
@@ -36,6 +57,8 @@ class NumpyMLP:
         # module for its attributes on every step costs more than the matrix products here.
         self.parameters = [t for m in self.layers if isinstance(m, self.layer)
                            for t in self.layer_tensors(m) if t is not None]
+        self.parameters += [t for m in self.layers if is_last_dim_layer_norm(m)
+                            for t in (m.weight, m.bias) if t is not None]
         self.seen = None
         self.plan = None
 
@@ -56,7 +79,8 @@ class NumpyMLP:
         plugin's own network acts through torch)."""
         if not isinstance(module, nn.Sequential) or not len(module):
             return None
-        if not all(isinstance(m, cls.layer) or type(m) in ACTIVATIONS for m in module):
+        if not all(isinstance(m, cls.layer) or type(m) in ACTIVATIONS
+                   or is_last_dim_layer_norm(m) for m in module):
             return None
         return cls(module)
 
@@ -68,8 +92,9 @@ class NumpyMLP:
         addresses = self._addresses()
         if addresses == self.seen:
             return
-        self.plan = [self.plan_step(m) if isinstance(m, self.layer) else ACTIVATIONS[type(m)]
-                     for m in self.layers]
+        self.plan = [self.plan_step(m) if isinstance(m, self.layer)
+                     else layer_norm_step(m) if is_last_dim_layer_norm(m)
+                     else ACTIVATIONS[type(m)] for m in self.layers]
         self.seen = addresses
 
     def __call__(self, x):

@@ -185,6 +185,7 @@ class PPOTrainer(Trainer):
     line_metrics = (("policy_loss", "pi", ".3f"), ("value_loss", "vf", ".3f"),
                     ("entropy", "ent", ".3f"), ("approx_kl", "kl", ".4f"))
     add_args = staticmethod(add_args)
+
     #: learning can start before Ray is up (ddrl/session.py starts it in the background)
     starts_without_ray = True
     agent_kind = OnPolicyAgent
@@ -222,10 +223,14 @@ class PPOTrainer(Trainer):
 
     @classmethod
     def metric_columns_for(cls, model_cls, observation_space=None):
-        """The loop's columns, then the model's episode columns (models/base.py
-        observe_episodes, metric_columns_of)."""
-        return list(cls.metric_columns) + [c for c in model_cls.metric_columns_of(observation_space)
-                                           if c not in cls.metric_columns]
+        """The loop's columns, then the statistics a model's updates report that PPO's do not
+        (BaseModel.update_metrics: models/pqn.py's Q loss and epsilon), then the model's
+        episode columns (models/base.py observe_episodes, metric_columns_of)."""
+        columns = list(cls.metric_columns)
+        for column in (*model_cls.update_metrics, *model_cls.metric_columns_of(observation_space)):
+            if column not in columns:
+                columns.append(column)
+        return columns
 
     def __init__(self, args, spec, plugins, spaces, run, faults, ray_starter=None):
         super().__init__(args, spec, plugins, spaces, run, faults, ray_starter)
@@ -376,12 +381,14 @@ class PPOTrainer(Trainer):
             members = self.group.ready_members()
         return members
 
-    def collect_fragments(self, members, weights):
+    def collect_fragments(self, members, weights, progress=None):
         """One fragment from every worker in ``members``: {member: RolloutStats}. Remote
         workers sample ahead when --sample_ahead says so (the in-process one never: it would
         compete with the learner in this very process, and --num_workers 0 is the
         deterministic mode). Workers that will not compute gradients this round send their
-        agent's data along (see ``pool``)."""
+        agent's data along (see ``pool``). ``progress`` (the
+        run's env steps over --total_steps) goes to each worker's model for
+        ``begin_fragment`` (an exploration schedule's clock: models/pqn.py)."""
         ahead = self.sample_ahead.active()
         computing = set(self.planned_grad_workers(members))
         calls = {}
@@ -389,7 +396,7 @@ class PPOTrainer(Trainer):
             ref = self.group.submit(member, "collect", weights, self.learner.version,
                                     self.args.rollout_steps, self.obs_statistics(),
                                     ahead and not member.local, member not in computing,
-                                    reward_scaling=self.reward_scaling())
+                                    progress=progress, reward_scaling=self.reward_scaling())
             calls[ref] = member
         return self.group.gather(calls)
 
@@ -460,7 +467,7 @@ class PPOTrainer(Trainer):
         started = time.perf_counter()
         progress = min(1.0, self.run.env_steps / self.args.total_steps)
         weights = self.placement.share(self.learner.weights_for_workers())
-        delivered = self.collect_fragments(members, weights)
+        delivered = self.collect_fragments(members, weights, progress)
         rollouts = list(delivered.values())
         self.run.env_steps += sum(r.env_steps for r in rollouts)
         for r in rollouts:
@@ -539,7 +546,8 @@ class PPOTrainer(Trainer):
                     continue  # no worker had data for this minibatch: nothing to learn from
                 gradient_lags += [self.learner.version - r.weights_version for r in results]
                 step_stats = [r.stats for r in results]
-                if not all(all_finite(s, LOSS_KEYS) for s in step_stats):
+                keys = LOSS_KEYS + tuple(type(self.model).update_metrics)
+                if not all(all_finite(s, keys) for s in step_stats):
                     self.faults.update_skipped("a loss is NaN or inf", self.run.env_steps)
                     continue
                 if results[0].gradients is None:  # the learner's own, left in place
