@@ -476,6 +476,20 @@ SUITES = {
                         + DQN_CARTPOLE + " --target_return {target} --seed {seed} --out_dir {run_dir}"
                         " --eval_freq 2000",
         }),
+    # PQN (models/pqn.py) on CartPole-v1: its preset (configs/pqn-CartPole-v1.yaml, CleanRL's
+    # pqn.py settings over 500k-step schedules, one process) against the replay-based DQN people
+    # pick instead, both as in cartpole-dqn (RL-Zoo's tuned entry, 100k-step budget and
+    # schedules): SB3's DQN (sb3-zoo, the peer) and ddrl's own. SB3 has no PQN.
+    "cartpole-pqn": dict(
+        target=475, max_steps=500_000, peer="sb3-zoo", timeout=1200,
+        systems={
+            "ddrl-pqn": ddrl("pqn") + " --gym_id CartPole-v1",
+            "ddrl-dqn": DDRL_DQN + " --gym_id CartPole-v1 --num_workers 0 --learner_threads 1 "
+                        + DQN_CARTPOLE.replace("{max_steps}", "100000") + " --eval_interval 2000",
+            "sb3-zoo": "{python} benchmarks/sb3_dqn.py --env CartPole-v1 --hyperparams zoo"
+                       " --target_return {target} --seed {seed} --out_dir {run_dir} --max_steps 100000"
+                       " --eval_freq 2000",
+        }),
     # QR-DQN on CartPole-v1, as cartpole-dqn: ddrl's qr_dqn with RL-Zoo's qrdqn.yml entry
     # (QRDQN_CARTPOLE; configs/qr_dqn-CartPole-v1.yaml is the same), sb3-contrib's QRDQN with
     # RL-Zoo's entry (sb3-zoo) and with ddrl-0workers' flags (sb3-ddrl).
