@@ -116,7 +116,10 @@ def test_the_numpy_actor_follows_every_change_of_the_torch_weights():
 
 def test_a_network_that_is_not_a_plain_mlp_acts_through_torch():
     from models.numpy_mlp import NumpyMLP
-    assert NumpyMLP.of(torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.LayerNorm(8))) is None
+    # (a LayerNorm over the features is one it computes, since PQN: tests/test_pqn.py)
+    assert NumpyMLP.of(torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8))) is None
+    assert NumpyMLP.of(torch.nn.Sequential(torch.nn.Linear(4, 8),
+                                           torch.nn.LayerNorm((2, 4)))) is None
     assert NumpyMLP.of(torch.nn.Linear(4, 8)) is None
     assert NumpyMLP.of(torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU())) is not None
 

@@ -146,15 +146,16 @@ def read_csv(path):
 
 @pytest.mark.parametrize("flags", [(), ("--grad_workers", "0"),
                                    ("--vectorize", "native", "--num_envs_per_worker", "8"),
-                                   ("--normalize_reward",)],
-                         ids=["workers", "learner", "batched", "reward-normalized"])
+                                   ("--normalize_reward",), ("--model_name", "pqn")],
+                         ids=["workers", "learner", "batched", "reward-normalized", "pqn"])
 def test_pause_then_restore_ends_at_the_weights_of_the_straight_run(tmp_path, flags):
     """--num_workers 0, fixed seed: 2N steps straight == N steps, stop, --restore to 2N (same
     weights bit for bit: episodes, RNGs, optimizer and schedules all continue), with the
     metrics.csv of the resumed run appended, not restarted. Whether the worker or the
     learner (--grad_workers 0, its own minibatch RNG) computes the gradients, with a
     batched env (gym_env --vectorize native: its arrays and NextStep's pending resets), and
-    with --normalize_reward (its statistics and each env's discounted return)."""
+    with --normalize_reward (its statistics and each env's discounted return), and for PQN
+    (its preset: epsilon-greedy draws on the worker, RAdam's state)."""
     common = (*flags, "--num_workers", "0", "--seed", "3", "--total_steps", "2560",
               "--eval_interval", "1024", "--eval_episodes", "2", "--target_return", "none",
               "--checkpoint_interval", "1000", "--keep_checkpoints", "2", "--quiet")
@@ -181,8 +182,11 @@ def test_pause_then_restore_ends_at_the_weights_of_the_straight_run(tmp_path, fl
     walls = [float(r["wall_time_s"]) for r in rows_resumed]
     assert walls == sorted(walls)                                 # the clock goes on
     files = sorted(os.listdir(os.path.join(resumed, "checkpoints")))
+    # (PQN's preset rounds are 512 env steps: its pause checkpoint is at 1,536, the next one
+    # --checkpoint_interval later, at 2,560)
+    kept = "step-000001536.pt" if "pqn" in flags else "step-000002048.pt"
     assert [f for f in files if f.endswith(".pt")] == [
-        "best.pt", "last.pt", "step-000002048.pt", "step-000002560.pt"]
+        "best.pt", "last.pt", kept, "step-000002560.pt"]
 
 
 @pytest.mark.parametrize("signal_name, code, reason", [("SIGTERM", 143, "terminated"),
