@@ -185,7 +185,6 @@ class PPOTrainer(Trainer):
     line_metrics = (("policy_loss", "pi", ".3f"), ("value_loss", "vf", ".3f"),
                     ("entropy", "ent", ".3f"), ("approx_kl", "kl", ".4f"))
     add_args = staticmethod(add_args)
-
     #: learning can start before Ray is up (ddrl/session.py starts it in the background)
     starts_without_ray = True
     agent_kind = OnPolicyAgent
@@ -386,9 +385,9 @@ class PPOTrainer(Trainer):
         workers sample ahead when --sample_ahead says so (the in-process one never: it would
         compete with the learner in this very process, and --num_workers 0 is the
         deterministic mode). Workers that will not compute gradients this round send their
-        agent's data along (see ``pool``). ``progress`` (the
-        run's env steps over --total_steps) goes to each worker's model for
-        ``begin_fragment`` (an exploration schedule's clock: models/pqn.py)."""
+        agent's data along (see ``pool``). ``progress`` (the run's env steps over
+        --total_steps) goes to each worker's model for ``begin_fragment`` (an exploration
+        schedule's clock: models/pqn.py)."""
         ahead = self.sample_ahead.active()
         computing = set(self.planned_grad_workers(members))
         calls = {}
@@ -531,6 +530,8 @@ class PPOTrainer(Trainer):
                                          for r in rollouts],
                                         weights=[max(1, r.env_steps) for r in rollouts]))
                        ] if rollouts else []
+        # the losses a NaN skips the update for: PPO's, and those the model reports of its own
+        loss_keys = LOSS_KEYS + tuple(type(self.model).update_metrics)
         for epoch in range(self.num_epochs):
             for minibatch in range(num_minibatches):
                 if not members:
@@ -546,8 +547,7 @@ class PPOTrainer(Trainer):
                     continue  # no worker had data for this minibatch: nothing to learn from
                 gradient_lags += [self.learner.version - r.weights_version for r in results]
                 step_stats = [r.stats for r in results]
-                keys = LOSS_KEYS + tuple(type(self.model).update_metrics)
-                if not all(all_finite(s, keys) for s in step_stats):
+                if not all(all_finite(s, loss_keys) for s in step_stats):
                     self.faults.update_skipped("a loss is NaN or inf", self.run.env_steps)
                     continue
                 if results[0].gradients is None:  # the learner's own, left in place
