@@ -146,6 +146,8 @@ class DQNModel(ReplayModelSteps, TimedPrecision, BaseModel):
     update_graph_safe = True
     precision_flag = "--dqn_precision"
     default_agent = "dqn_agent"
+    #: the algorithm's name in its errors (models/pqn.py: PQN)
+    algorithm = "DQN"
     update_metrics = ("q_loss", "q_mean", "td_error_mean", "epsilon")
     line_metrics = (("q_loss", "q loss", ".3f"), ("epsilon", "eps", ".3f"))
 
@@ -224,7 +226,7 @@ class DQNModel(ReplayModelSteps, TimedPrecision, BaseModel):
         layout_of(observation_space)  # a ConfigError for a leaf it cannot carry
         if not isinstance(action_space, spaces.Discrete):
             raise ConfigError(
-                f"model {cls.__name__} (DQN) takes Discrete actions: it values each action "
+                f"model {cls.__name__} ({cls.algorithm}) takes Discrete actions: it values each action "
                 f"and picks the best. This env's action space is {action_space}. For "
                 f"continuous actions use --model_name sac (or ppo); for MultiDiscrete or "
                 f"MultiBinary, --model_name ppo.")

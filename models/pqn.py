@@ -74,6 +74,7 @@ class PQNModel(DQNModel):
     replay buffer, on the gradient-collecting loop (the module's docstring)."""
     trainer = "ppo"
     default_agent = "default_agent"
+    algorithm = "PQN"
     update_graph_safe = False
     precision_flag = None
     update_metrics = ("q_loss", "q_mean", "epsilon")

@@ -174,7 +174,7 @@ def test_the_loss_is_the_squared_error_to_the_returns_and_its_gradient():
 
 
 def test_continuous_actions_are_refused_in_one_paragraph():
-    with pytest.raises(ConfigError, match="Discrete actions"):
+    with pytest.raises(ConfigError, match=r"PQNModel \(PQN\) takes Discrete actions"):
         PQNModel.check_spaces(OBS, spaces.Box(-1, 1, (2,)))
 
 
