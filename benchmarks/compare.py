@@ -479,11 +479,14 @@ SUITES = {
     # PQN (models/pqn.py) on CartPole-v1: its preset (configs/pqn-CartPole-v1.yaml, CleanRL's
     # pqn.py settings over 500k-step schedules, one process) against the replay-based DQN people
     # pick instead, both as in cartpole-dqn (RL-Zoo's tuned entry, 100k-step budget and
-    # schedules): SB3's DQN (sb3-zoo, the peer) and ddrl's own. SB3 has no PQN.
+    # schedules): SB3's DQN (sb3-zoo, the peer) and ddrl's own. SB3 has no PQN. ddrl-pqn-vec:
+    # configs/pqn-CartPole-v1-vec.yaml, the preset on a batched simulator.
     "cartpole-pqn": dict(
         target=475, max_steps=500_000, peer="sb3-zoo", timeout=1200,
         systems={
             "ddrl-pqn": ddrl("pqn") + " --gym_id CartPole-v1",
+            # the same rounds' sizes from 32 envs x 16 steps of gymnasium's native vector env
+            "ddrl-pqn-vec": ddrl("pqn") + " --gym_id CartPole-v1 --config pqn-CartPole-v1-vec",
             "ddrl-dqn": DDRL_DQN + " --gym_id CartPole-v1 --num_workers 0 --learner_threads 1 "
                         + DQN_CARTPOLE.replace("{max_steps}", "100000") + " --eval_interval 2000",
             "sb3-zoo": "{python} benchmarks/sb3_dqn.py --env CartPole-v1 --hyperparams zoo"
