@@ -493,6 +493,16 @@ SUITES = {
                        " --target_return {target} --seed {seed} --out_dir {run_dir} --max_steps 100000"
                        " --eval_freq 2000",
         }),
+    # PQN on LunarLander-v3: its preset (configs/pqn-LunarLander-v3.yaml) against SB3's DQN with
+    # RL-Zoo's tuned entry as lunar-dqn runs it (200k-step budget and schedules).
+    "lunar-pqn": dict(
+        target=200, max_steps=1_000_000, peer="sb3-zoo", timeout=3600,
+        systems={
+            "ddrl-pqn": ddrl("pqn") + " --gym_id LunarLander-v3",
+            "sb3-zoo": "{python} benchmarks/sb3_dqn.py --env LunarLander-v3 --hyperparams zoo"
+                       " --target_return {target} --seed {seed} --out_dir {run_dir} --max_steps 200000"
+                       " --eval_freq 5000",
+        }),
     # QR-DQN on CartPole-v1, as cartpole-dqn: ddrl's qr_dqn with RL-Zoo's qrdqn.yml entry
     # (QRDQN_CARTPOLE; configs/qr_dqn-CartPole-v1.yaml is the same), sb3-contrib's QRDQN with
     # RL-Zoo's entry (sb3-zoo) and with ddrl-0workers' flags (sb3-ddrl).
