@@ -123,6 +123,27 @@ class NumpyQ:
         return value + advantage - advantage.mean(-1, keepdims=True)
 
 
+def add_epsilon_args(parser, eps_fraction):
+    """The epsilon-greedy flags of --exploration linear and ladder, and the test worker's
+    epsilon (DQN's and models/pqn.py's; ``eps_fraction``: the decay's default share)."""
+    parser.add_argument("--eps_initial", type=unit_interval, default=1.0,
+                        help="linear: epsilon at the start (default: %(default)s)")
+    parser.add_argument("--eps_final", type=unit_interval, default=0.05,
+                        help="linear: epsilon after the decay (default: %(default)s)")
+    parser.add_argument("--eps_fraction", type=unit_interval, default=eps_fraction,
+                        help="linear: the share of --total_steps the decay takes "
+                             "(default: %(default)s)")
+    parser.add_argument("--eps_base", type=unit_interval, default=0.4,
+                        help="ladder: epsilon of the first slot, eps_base^(1 + eps_alpha "
+                             "i / (N - 1)) for slot i of N (default: %(default)s)")
+    parser.add_argument("--eps_alpha", type=non_negative_float, default=7.0,
+                        help="ladder: how fast the epsilons fall over the slots "
+                             "(default: %(default)s)")
+    parser.add_argument("--eval_eps", type=unit_interval, default=0.0,
+                        help="epsilon of the test worker, --evaluate and videos (0: "
+                             "greedy) (default: %(default)s)")
+
+
 def ladder_epsilons(slots, total, base, alpha):
     """Ape-X's epsilons: slot i of N explores with base^(1 + alpha i / (N - 1)) (one slot:
     base)."""
@@ -192,22 +213,7 @@ class DQNModel(ReplayModelSteps, TimedPrecision, BaseModel):
                             help="noisy: the initial noise scale sigma_0 (each layer's sigma "
                                  "starts at sigma_0 / sqrt(inputs); the paper's factorised "
                                  "0.5) (default: %(default)s)")
-        parser.add_argument("--eps_initial", type=unit_interval, default=1.0,
-                            help="linear: epsilon at the start (default: %(default)s)")
-        parser.add_argument("--eps_final", type=unit_interval, default=0.05,
-                            help="linear: epsilon after the decay (default: %(default)s)")
-        parser.add_argument("--eps_fraction", type=unit_interval, default=0.1,
-                            help="linear: the share of --total_steps the decay takes "
-                                 "(default: %(default)s)")
-        parser.add_argument("--eps_base", type=unit_interval, default=0.4,
-                            help="ladder: epsilon of the first slot, eps_base^(1 + eps_alpha "
-                                 "i / (N - 1)) for slot i of N (default: %(default)s)")
-        parser.add_argument("--eps_alpha", type=non_negative_float, default=7.0,
-                            help="ladder: how fast the epsilons fall over the slots "
-                                 "(default: %(default)s)")
-        parser.add_argument("--eval_eps", type=unit_interval, default=0.0,
-                            help="epsilon of the test worker, --evaluate and videos (0: "
-                                 "greedy) (default: %(default)s)")
+        add_epsilon_args(parser, eps_fraction=0.1)
         parser.add_argument("--dqn_precision", choices=["auto", "fp32", "bf16"], default="fp32",
                             help="bf16: the update's forward pass (the Q network's convolutions "
                                  "and matrix products) in bfloat16 under torch.autocast, the "

@@ -32,9 +32,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from core.argtypes import non_negative_float, unit_interval
+from core.argtypes import non_negative_float
 from models import register_model
-from models.dqn import DQNActing, DQNModel, QNetwork
+from models.dqn import DQNActing, DQNModel, QNetwork, add_epsilon_args
 from models.encoders import add_encoder_args, make_encoder
 from models.exporting import refuse_changed_acting
 from models.ppo import hidden_sizes, on_host, schedule
@@ -59,13 +59,11 @@ class PQNNetwork(QNetwork):
             self.trunk = layer_norm_mlp(encoder.features_dim, sizes)
         # CleanRL's and purejaxql's initialisation: orthogonal weights (gain sqrt 2), zero
         # biases, on the layers after the encoder (the encoder keeps its own)
-        for module in (*self.trunk, *self.heads()):
+        heads = (self.value, self.advantage) if dueling else (self.q,)
+        for module in (*self.trunk, *heads):
             if isinstance(module, nn.Linear):
                 nn.init.orthogonal_(module.weight, np.sqrt(2))
                 nn.init.zeros_(module.bias)
-
-    def heads(self):
-        return (self.value, self.advantage) if self.dueling else (self.q,)
 
 
 @register_model("pqn")
@@ -111,22 +109,7 @@ class PQNModel(DQNModel):
                             help="epsilon-greedy exploration: 'linear' decays one epsilon over "
                                  "the start of the run, 'ladder' gives every env slot a "
                                  "constant epsilon of its own (Ape-X) (default: %(default)s)")
-        parser.add_argument("--eps_initial", type=unit_interval, default=1.0,
-                            help="linear: epsilon at the start (default: %(default)s)")
-        parser.add_argument("--eps_final", type=unit_interval, default=0.05,
-                            help="linear: epsilon after the decay (default: %(default)s)")
-        parser.add_argument("--eps_fraction", type=unit_interval, default=0.5,
-                            help="linear: the share of --total_steps the decay takes "
-                                 "(default: %(default)s)")
-        parser.add_argument("--eps_base", type=unit_interval, default=0.4,
-                            help="ladder: epsilon of the first slot, eps_base^(1 + eps_alpha "
-                                 "i / (N - 1)) for slot i of N (default: %(default)s)")
-        parser.add_argument("--eps_alpha", type=non_negative_float, default=7.0,
-                            help="ladder: how fast the epsilons fall over the slots "
-                                 "(default: %(default)s)")
-        parser.add_argument("--eval_eps", type=unit_interval, default=0.0,
-                            help="epsilon of the test worker, --evaluate and videos (0: "
-                                 "greedy) (default: %(default)s)")
+        add_epsilon_args(parser, eps_fraction=0.5)
         add_encoder_args(parser)
 
     @classmethod
