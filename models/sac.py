@@ -361,16 +361,26 @@ class SACModel(BoxReplayModel):
         encoder = make_encoder(args, self.observation_space)
         if isinstance(encoder, Flatten):
             self.actor = Actor(self.obs_dim, sizes, self.action_dim)
-            self.critic = TwinQ(self.obs_dim, sizes, self.action_dim)
+            self.critic = self.make_critic(self.obs_dim, sizes)
         else:
             self.image_input = True
             features = encoder.features_dim
             self.actor = Actor(features, sizes, self.action_dim,
                                trunk=nn.Sequential(encoder, *relu_mlp(features, sizes)))
-            self.critic = TwinQ(features, sizes, self.action_dim,
-                                encoder=make_encoder(args, self.observation_space))
+            self.critic = self.make_critic(features, sizes,
+                                           encoder=make_encoder(args, self.observation_space))
         self.critic_target = frozen_copy(self.critic)
         self.log_alpha = nn.Parameter(torch.full((1,), math.log(args.init_alpha)))
+
+    def make_critic(self, in_dim, sizes, encoder=None):
+        """The critics ``build_networks`` makes on ``in_dim`` features (after ``encoder``, a
+        module of their own, when given): SAC's twin Q networks; TQC's quantile critics."""
+        return TwinQ(in_dim, sizes, self.action_dim, encoder=encoder)
+
+    def policy_value(self, critic_out):
+        """The value of the actor's actions the actor's loss maximizes, from the critics'
+        output at (s, a ~ pi): the minimum of the twin Qs, [B]."""
+        return torch.min(*critic_out)
 
     # -- policy -----------------------------------------------------------------------------
     def sample(self, obs, deterministic=False):
@@ -465,8 +475,8 @@ class SACModel(BoxReplayModel):
         alone (through the reparameterized actions); the temperature's reaches log_alpha only."""
         new_actions, log_prob = self.policy_sample(obs)
         detached = {name: p.detach() for name, p in self.critic.named_parameters()}
-        q_new = torch.min(*torch.func.functional_call(self.critic, detached,
-                                                      (obs, new_actions))).float()
+        q_new = self.policy_value(torch.func.functional_call(self.critic, detached,
+                                                             (obs, new_actions))).float()
         actor_loss = (alpha * log_prob - q_new).mean()
         alpha_loss = -(self.log_alpha * (log_prob + self.target_entropy).detach()).mean()
         return actor_loss, alpha_loss, log_prob

@@ -44,6 +44,37 @@ def test_the_quantile_huber_loss_by_hand():
     assert both.tolist() == [0.90625, 0.90625]
 
 
+def autograd_quantile_huber(current, target, tau):
+    """The loss written out for autograd: what QuantileHuber computes with its own gradient."""
+    u = target.unsqueeze(-2) - current.unsqueeze(-1)
+    huber = torch.where(u.abs() > 1.0, u.abs() - 0.5, 0.5 * u.pow(2))
+    return ((tau.unsqueeze(-1) - (u.detach() < 0).float()).abs() * huber).sum(-2).mean(-1)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("rows, n, n_target, per_row_tau", [
+    (8, 5, 7, False), (4, 6, 6, True), (16, 50, 46, False)])
+def test_the_loss_and_its_gradient_are_autograds_of_the_written_out_loss(rows, n, n_target,
+                                                                         per_row_tau):
+    """Pairs on both sides of |u| = 1 and of 0, fixed and per-row fractions (IQN's), rows
+    weighted unequally: values and d/d current as autograd gives them for the plain formula;
+    no gradient reaches the target."""
+    g = torch.Generator().manual_seed(0)
+    current = (torch.randn(rows, n, generator=g) * 2).requires_grad_()
+    target = (torch.randn(rows, n_target, generator=g) * 2).requires_grad_()
+    tau = (torch.rand(rows, n, generator=g) if per_row_tau
+           else quantile_fractions(n).expand(rows, n))
+    row_weights = torch.arange(1.0, rows + 1)
+    expected = autograd_quantile_huber(current, target.detach(), tau)
+    (expected * row_weights).sum().backward()
+    expected_grad, current.grad = current.grad, None
+    got = quantile_huber_loss(current, target, tau)
+    (got * row_weights).sum().backward()
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(current.grad, expected_grad, rtol=1e-5, atol=1e-6)
+    assert target.grad is None
+
+
 @pytest.mark.unit
 def test_minimizing_the_loss_puts_the_quantiles_at_the_datas():
     """Against 100 target samples 0..99, four free quantiles settle at the samples'
