@@ -216,6 +216,28 @@ SUITES = {
     # td3.yml entry (400x300, gamma 0.98, 10k warm-up). Each row spells out its precision and
     # threads: one thread each (two runs side by side on a 2-core machine: --systems
     # ddrl-1thread in one invocation, sb3 in the other), or both cores each.
+    # TQC (sb3-contrib's defaults, configs/tqc-Pendulum-v1.yaml): ddrl's preset as it runs
+    # (one process, the update on both cores in the faster precision) and in fp32 on one thread;
+    # sb3: sb3-contrib's TQC given exactly the preset's hyperparameters (sb3_sac.py --hyperparams
+    # ddrl), on one thread and on two; ddrl-sac: ddrl's SAC preset, the same settings without
+    # the quantiles, for what TQC buys here.
+    "pendulum-tqc": dict(
+        target=-200, max_steps=20_000, peer="sb3",
+        systems={
+            "ddrl-preset": ddrl("tqc") + " --gym_id Pendulum-v1 --total_steps {max_steps}"
+                           " --eval_interval 1000",
+            "ddrl-fp32-1thread": ddrl("tqc") + " --gym_id Pendulum-v1 --sac_precision fp32"
+                                 " --learner_threads 1 --total_steps {max_steps} --eval_interval 1000",
+            "sb3": "{python} benchmarks/sb3_sac.py --algo tqc --env Pendulum-v1 --hyperparams ddrl"
+                   " --ddrl_flags '--sac_precision fp32' --target_return {target} --seed {seed}"
+                   " --out_dir {run_dir} --max_steps {max_steps} --eval_freq 1000",
+            "sb3-2threads": "{python} benchmarks/sb3_sac.py --algo tqc --env Pendulum-v1"
+                            " --hyperparams ddrl --ddrl_flags '--sac_precision fp32'"
+                            " --target_return {target} --seed {seed} --out_dir {run_dir}"
+                            " --max_steps {max_steps} --eval_freq 1000 --torch_threads 2",
+            "ddrl-sac": ddrl("sac") + " --gym_id Pendulum-v1 --total_steps {max_steps}"
+                        " --eval_interval 1000",
+        }),
     "pendulum-td3": dict(
         target=-200, max_steps=20_000, peer="sb3",
         systems={

@@ -1,6 +1,7 @@
 import time; T0 = time.time()  # noqa: E702  first statement: wall time counts from process start, imports included
 # ruff: noqa: E402  (the imports follow that first statement on purpose)
-"""Peer run: Stable-Baselines3 SAC (or sb3-contrib CrossQ, --algo crossq; SB3's TD3, --algo td3),
+"""Peer run: Stable-Baselines3 SAC (or sb3-contrib CrossQ, --algo crossq; sb3-contrib TQC, --algo tqc;
+SB3's TD3, --algo td3),
 stopped at a target eval return (the SAC sibling of sb3_ppo.py).
 
     .venv/bin/python benchmarks/sb3_sac.py --env Pendulum-v1 --seed 0 --target_return -200 --out_dir /tmp/sb3sac
@@ -19,6 +20,13 @@ express is an error, not a silent difference.
 eps and warm-up, Adam beta1; sb3-contrib's own beta1 is 0.5 as well).
 
     .venv/bin/python benchmarks/sb3_sac.py --algo crossq --env LunarLanderContinuous-v3 --hyperparams ddrl --seed 0 --out_dir /tmp/sb3cq
+
+--algo tqc: sb3-contrib's TQC; zoo = its defaults on Pendulum-v1 (SB3's SAC defaults with 25
+quantiles, 2 critics, 2 atoms dropped per critic) and RL-Zoo's tqc.yml entry on
+LunarLanderContinuous (the SAC entry's settings); ddrl = ddrl's ``--model_name tqc`` settings
+(SAC's mapping plus its quantiles, critics and atoms dropped).
+
+    .venv/bin/python benchmarks/sb3_sac.py --algo tqc --env Pendulum-v1 --hyperparams ddrl --seed 0 --out_dir /tmp/sb3tqc
 
 --algo td3: SB3's TD3; zoo = RL-Zoo's td3.yml entry, ddrl = ddrl's ``--model_name td3`` settings
 (its preset configs/td3-Pendulum-v1.yaml on Pendulum): network sizes, one learning rate, batch,
@@ -72,6 +80,15 @@ CROSSQ_PRESETS = {
     "LunarLanderContinuous-v3": dict(n_timesteps=200_000, eval_freq=10_000, target_return=200.0,
                                      sac=dict(policy="MlpPolicy", buffer_size=1_000_000,
                                               learning_starts=10_000)),
+}
+
+# sb3-contrib's TQC defaults (SB3's SAC defaults, n_quantiles 25, n_critics 2,
+# top_quantiles_to_drop_per_net 2) on Pendulum-v1 (RL-Zoo's tqc.yml has only a gSDE entry there);
+# on LunarLanderContinuous-v3 RL-Zoo's tqc.yml entry, the same settings as its sac.yml entry.
+TQC_PRESETS = {
+    "Pendulum-v1": dict(n_timesteps=20_000, eval_freq=1_000, target_return=-200.0,
+                        sac=dict(policy="MlpPolicy")),
+    "LunarLanderContinuous-v3": PRESETS["LunarLanderContinuous-v3"],
 }
 
 # DLR-RM/rl-baselines3-zoo hyperparams/td3.yml (SB3's TD3 defaults otherwise: lr 1e-3, batch 256,
@@ -175,14 +192,18 @@ def ddrl_hyperparameters(env_id, ddrl_flags="", algo="sac"):
             batch_norm_momentum=a.bn_momentum, batch_norm_eps=a.bn_eps,
             renorm_warmup_steps=a.renorm_warmup_steps,
             optimizer_kwargs=dict(betas=(a.adam_beta1, 0.999))))
+    if algo == "tqc":
+        kwargs.update(top_quantiles_to_drop_per_net=a.top_quantiles_to_drop)
+        kwargs["policy_kwargs"].update(n_quantiles=a.n_quantiles, n_critics=a.n_critics)
     return kwargs, a
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--env", default="Pendulum-v1", choices=sorted(PRESETS))
-    p.add_argument("--algo", choices=["sac", "crossq", "td3"], default="sac",
-                   help="sac: SB3's SAC; crossq: sb3-contrib's CrossQ; td3: SB3's TD3")
+    p.add_argument("--algo", choices=["sac", "crossq", "tqc", "td3"], default="sac",
+                   help="sac: SB3's SAC; crossq: sb3-contrib's CrossQ; tqc: sb3-contrib's TQC; "
+                        "td3: SB3's TD3")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--target_return", type=float, default=None, help="default: the preset's")
     p.add_argument("--out_dir", required=True)
@@ -204,7 +225,8 @@ def main():
     args = p.parse_args()
 
     torch.set_num_threads(args.torch_threads)
-    preset = {"crossq": CROSSQ_PRESETS, "td3": TD3_PRESETS}.get(args.algo, PRESETS)[args.env]
+    preset = {"crossq": CROSSQ_PRESETS, "tqc": TQC_PRESETS,
+              "td3": TD3_PRESETS}.get(args.algo, PRESETS)[args.env]
     target = preset["target_return"] if args.target_return is None else args.target_return
     eval_freq = args.eval_freq or preset["eval_freq"]
     max_steps = args.max_steps or preset["n_timesteps"]
@@ -225,6 +247,8 @@ def main():
     eval_env = make_eval_env(args.env, args.seed)
     if args.algo == "crossq":
         from sb3_contrib import CrossQ as algo_cls
+    elif args.algo == "tqc":
+        from sb3_contrib import TQC as algo_cls
     elif args.algo == "td3":
         from stable_baselines3 import TD3 as algo_cls
         sac_kwargs = dict(sac_kwargs, action_noise=action_noise_of(sac_kwargs["action_noise"], env))

@@ -1,11 +1,12 @@
-"""Cost of one SAC or CrossQ update, ddrl (``--model_name sac|crossq``: the model's ``step`` and
-the learner's fused Adam, as the parameter server runs it) against SB3's SAC or sb3-contrib's
-CrossQ ``train()`` given the same hyperparameters (``benchmarks/sb3_sac.py --algo ALGO
+"""Cost of one SAC, CrossQ or TQC update, ddrl (``--model_name sac|crossq|tqc``: the model's
+``step`` and the learner's fused Adam, as the parameter server runs it) against SB3's SAC or
+sb3-contrib's CrossQ or TQC ``train()`` given the same hyperparameters (``benchmarks/sb3_sac.py --algo ALGO
 --hyperparams ddrl``: the preset ddrl picks for LunarLanderContinuous-v3, plus --ddrl_flags), on
 LunarLanderContinuous-v3 shapes and random transitions, in fp32.
 
     .venv/bin/python benchmarks/probe.py update-vs-sb3 --algo sac --out benchmarks/results/sac_update_vs_sb3.json
     .venv/bin/python benchmarks/probe.py update-vs-sb3 --algo crossq --out benchmarks/results/crossq_update_cost.json
+    .venv/bin/python benchmarks/probe.py update-vs-sb3 --algo tqc --out benchmarks/results/tqc_update_vs_sb3.json
 
 Besides the time per update, each measurement profiles 20 more updates with torch's profiler
 and reports the part of an update spent in matrix products (aten::mm, addmm, bmm, baddbmm; as
@@ -88,6 +89,8 @@ def measure_sb3(algo, flags, updates):
     from sb3_sac import ddrl_hyperparameters
     if algo == "crossq":
         from sb3_contrib import CrossQ as Algorithm
+    elif algo == "tqc":
+        from sb3_contrib import TQC as Algorithm
     else:
         from stable_baselines3 import SAC as Algorithm
     kwargs, a = ddrl_hyperparameters(ENV_ID, " ".join(flags), algo=algo)
@@ -107,9 +110,9 @@ def measure_sb3(algo, flags, updates):
 
 
 def add_args(p):
-    p.add_argument("--algo", choices=["sac", "crossq"], default="sac",
-                   help="sac: ddrl's sac against SB3's SAC; crossq: ddrl's crossq against "
-                        "sb3-contrib's CrossQ (default: %(default)s)")
+    p.add_argument("--algo", choices=["sac", "crossq", "tqc"], default="sac",
+                   help="sac: ddrl's sac against SB3's SAC; crossq, tqc: ddrl's against "
+                        "sb3-contrib's CrossQ, TQC (default: %(default)s)")
     p.add_argument("--out", default=None, help="write the results here as JSON")
     p.add_argument("--updates", type=int, default=60,
                    help="timed gradient steps per measurement (default: %(default)s)")
@@ -131,7 +134,7 @@ def run(args, argv):
         measure = measure_ddrl if args.one[0] == "ddrl" else measure_sb3
         print(json.dumps(measure(args.algo, flags, args.updates)))
         return
-    peer = "sb3-contrib" if args.algo == "crossq" else "sb3"
+    peer = "sb3" if args.algo == "sac" else "sb3-contrib"
     load_before, rows = os.getloadavg()[0], []
     for threads in args.threads:
         runs = {"ddrl": [], peer: []}
