@@ -21,6 +21,8 @@ SAC = ["--env_name", "gym_env", "--gym_id", "Pendulum-v1", "--model_name", "sac"
 CROSSQ = ["--env_name", "gym_env", "--gym_id", "Pendulum-v1", "--model_name", "crossq",
           "--sac_hidden_sizes", "16,16", "--crossq_critic_sizes", "16,16", "--batch_size", "8",
           "--policy_delay", "2", "--sac_precision", "fp32"]
+# the truncated targets' sort and the quantile Huber loss's own gradient inside a round
+TQC = [("tqc" if flag == "sac" else flag) for flag in SAC] + ["--n_quantiles", "5"]
 TD3 = ["--env_name", "gym_env", "--gym_id", "Pendulum-v1", "--model_name", "td3",
        "--td3_hidden_sizes", "16,16", "--batch_size", "8", "--policy_delay", "2",
        "--td3_precision", "fp32"]
@@ -110,11 +112,11 @@ def run_calls(flags, kind, calls, nan_at=None):
     return server, stats, state_of(server), buffer.calls
 
 
-@pytest.mark.parametrize("flags,kind", [(SAC, "sac"), (CROSSQ, "sac"), (TD3, "sac"),
-                                        (DQN, "dqn"), (QR_DQN, "dqn"), (NOISY_QR_DQN, "dqn"),
-                                        (IQN, "dqn"), (C51, "dqn")],
-                         ids=["sac", "crossq", "td3", "dqn", "qr_dqn", "noisy-qr_dqn", "iqn",
-                              "c51"])
+@pytest.mark.parametrize("flags,kind", [(SAC, "sac"), (CROSSQ, "sac"), (TQC, "sac"),
+                                        (TD3, "sac"), (DQN, "dqn"), (QR_DQN, "dqn"),
+                                        (NOISY_QR_DQN, "dqn"), (IQN, "dqn"), (C51, "dqn")],
+                         ids=["sac", "crossq", "tqc", "td3", "dqn", "qr_dqn", "noisy-qr_dqn",
+                              "iqn", "c51"])
 def test_a_round_computes_what_the_updates_one_by_one_compute(flags, kind):
     # 3 calls of 3 updates: DQN's target copies (every 3), CrossQ's and TD3's delayed actors
     # (every 2; TD3's targets with them)
@@ -239,14 +241,16 @@ def test_update_graph_fits_only_the_shapes_it_was_captured_on():
     assert not graph.fits((torch.ones(8, 3, dtype=torch.float64), {"m": torch.ones(8, 2)}))
 
 
-def test_a_compiled_update_gives_the_gradients_of_the_eager_one():
+@pytest.mark.parametrize("flags", [DQN, QR_DQN], ids=["dqn", "qr_dqn"])
+def test_a_compiled_update_gives_the_gradients_of_the_eager_one(flags):
     """--compile_update's plumbing: the loss compiled (torch.compile's aot_eager backend here,
     which traces forward and backward as inductor does but runs them eagerly: inductor's C++
     compile takes tens of seconds), the backward pass from it, the same gradients and stats;
-    a copy of the model (SAC's precision probe deep-copies it) carries no compiled code."""
+    a copy of the model (SAC's precision probe deep-copies it) carries no compiled code.
+    QR-DQN's loss is an autograd.Function with its own backward (models/qr_dqn.py)."""
     import copy
-    eager = Server(DQN, "dqn")
-    compiled = Server(DQN, "dqn")
+    eager = Server(flags, "dqn")
+    compiled = Server(flags, "dqn")
     compiled.model.compile_update(backend="aot_eager")
     batch = batches("dqn", 1)[0]
     for server in (eager, compiled):
