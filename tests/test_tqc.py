@@ -7,10 +7,10 @@ import torch
 from gymnasium import spaces
 
 from core.errors import ConfigError
-from core.learning.replay_buffer import ReplayBatch, Transitions
 from models.qr_dqn import quantile_fractions
 from models.tqc import QuantileCritics, TQCModel
 from options.options import parse_args
+from test_crossq import random_batch  # Pendulum-shaped transitions, unit weights
 from test_e2e import read_run, run_main
 
 pytestmark = pytest.mark.unit
@@ -27,17 +27,6 @@ def make_args(*flags):
 def make_model(*flags, seed=0):
     torch.manual_seed(seed)
     return TQCModel(make_args(*flags), OBS, ACT)
-
-
-def random_batch(n, seed=0):
-    rng = np.random.default_rng(seed)
-    t = Transitions(rng.uniform(-2, 2, (n, 3)).astype(np.float32),
-                    rng.uniform(-2, 2, (n, 1)).astype(np.float32),
-                    rng.normal(size=n).astype(np.float32),
-                    rng.uniform(-2, 2, (n, 3)).astype(np.float32),
-                    (rng.uniform(size=n) < 0.3).astype(np.float32))
-    return ReplayBatch(t, np.arange(n), np.ones(n, np.int64),
-                       rng.uniform(0.5, 1.0, n).astype(np.float32))
 
 
 class Fixed(torch.nn.Module):
