@@ -238,6 +238,20 @@ SUITES = {
             "ddrl-sac": ddrl("sac") + " --gym_id Pendulum-v1 --total_steps {max_steps}"
                         " --eval_interval 1000",
         }),
+    # TQC on LunarLanderContinuous-v3 (configs/tqc-LunarLanderContinuous-v3.yaml: RL-Zoo's entry,
+    # 256x256): ddrl's preset as it runs (one process, the update on both cores) against
+    # sb3-contrib's TQC given exactly its hyperparameters on two threads too (the learning rates
+    # decay over the same 500k steps).
+    "lunar-tqc": dict(
+        target=200, max_steps=500_000, peer="sb3", timeout=3600,
+        systems={
+            "ddrl-preset": ddrl("tqc") + " --gym_id LunarLanderContinuous-v3"
+                           " --total_steps {max_steps} --eval_interval 10000",
+            "sb3": "{python} benchmarks/sb3_sac.py --algo tqc --env LunarLanderContinuous-v3"
+                   " --hyperparams ddrl --ddrl_flags '--sac_precision fp32'"
+                   " --target_return {target} --seed {seed} --out_dir {run_dir}"
+                   " --max_steps {max_steps} --eval_freq 10000 --torch_threads 2",
+        }),
     "pendulum-td3": dict(
         target=-200, max_steps=20_000, peer="sb3",
         systems={
